@@ -1,0 +1,1 @@
+//! Runnable examples live beside this crate: `cargo run --release --example matmul`.

@@ -1,0 +1,516 @@
+//! The kernel IR: what a `#[tensor_kernel]` statement means, independent of its spelling.
+//!
+//! A [`Kernel`] is one *main* statement plus any number of elementwise *epilogue* statements
+//! on the same output:
+//!
+//! * index variables are numbered: first the **spatial** ones (those on the output, in the
+//!   output's dimension order), then the **reduction** ones (only on the right, in order of
+//!   first appearance);
+//! * every tensor access is a list of [`Affine`] maps from index variables to a coordinate;
+//! * the main statement is either a sum over all reduction indices ([`BodyKind::Sum`], from
+//!   `+=`) or a plain elementwise assignment ([`BodyKind::Assign`], from `=`); in both cases
+//!   the output is overwritten;
+//! * each epilogue expression computes the new value of an output element and may read its
+//!   current value through [`Expr::Output`].
+//!
+//! ```
+//! use tensor_dsl_lang::{parse_text, ir::IndexKind};
+//! let k = parse_text("matmul", "c[[i, j]] += a[[i, k]] * b[[k, j]]", None).unwrap();
+//! assert_eq!(k.indices.len(), 3);
+//! assert_eq!(k.indices[2].kind, IndexKind::Reduction);
+//! assert_eq!(k.fingerprint().len(), 16);
+//! ```
+
+use serde::{Deserialize, Serialize};
+use std::fmt::{self, Write as _};
+
+/// Element type of a tensor parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DType {
+    F32,
+}
+
+impl DType {
+    /// The Rust / C spelling of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+        }
+    }
+}
+
+/// One tensor parameter of the kernel function, in declaration order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Param {
+    pub name: String,
+    pub dtype: DType,
+    /// Number of dimensions, as used in the statements.
+    pub rank: usize,
+    /// `true` for the single `&mut Tensor` parameter.
+    pub is_output: bool,
+}
+
+/// Whether an index variable lives on the output or is summed over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum IndexKind {
+    Spatial,
+    Reduction,
+}
+
+/// An index variable (`i`, `k`, ...).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Index {
+    pub name: String,
+    pub kind: IndexKind,
+}
+
+/// `sum(coef * index) + offset`, terms sorted by index id, no zero coefficients.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub struct Affine {
+    pub terms: Vec<(usize, i64)>,
+    pub offset: i64,
+}
+
+impl Affine {
+    /// The map `index` (coefficient 1, no offset).
+    pub fn var(index: usize) -> Self {
+        Affine {
+            terms: vec![(index, 1)],
+            offset: 0,
+        }
+    }
+
+    /// The constant map `c`.
+    pub fn constant(c: i64) -> Self {
+        Affine {
+            terms: Vec::new(),
+            offset: c,
+        }
+    }
+
+    /// If this map is a plain index variable, its id.
+    pub fn as_var(&self) -> Option<usize> {
+        match (self.terms.as_slice(), self.offset) {
+            ([(v, 1)], 0) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// Evaluates the map at the given index values (indexed by index id).
+    pub fn eval(&self, values: &[i64]) -> i64 {
+        self.terms
+            .iter()
+            .fold(self.offset, |acc, &(v, c)| acc + c * values[v])
+    }
+
+    /// `self + other` in canonical form.
+    pub fn add(&self, other: &Affine) -> Affine {
+        let mut terms = self.terms.clone();
+        for &(v, c) in &other.terms {
+            match terms.iter_mut().find(|(w, _)| *w == v) {
+                Some(t) => t.1 += c,
+                None => terms.push((v, c)),
+            }
+        }
+        terms.retain(|&(_, c)| c != 0);
+        terms.sort_unstable();
+        Affine {
+            terms,
+            offset: self.offset + other.offset,
+        }
+    }
+
+    /// `k * self` in canonical form.
+    pub fn scale(&self, k: i64) -> Affine {
+        if k == 0 {
+            return Affine::default();
+        }
+        Affine {
+            terms: self.terms.iter().map(|&(v, c)| (v, c * k)).collect(),
+            offset: self.offset * k,
+        }
+    }
+
+    /// Smallest and largest value over the box `0 <= index < extents[index]`.
+    pub fn range(&self, extents: &[usize]) -> (i64, i64) {
+        let mut lo = self.offset;
+        let mut hi = self.offset;
+        for &(v, c) in &self.terms {
+            let top = c * (extents[v] as i64 - 1);
+            if c > 0 {
+                hi += top;
+            } else {
+                lo += top;
+            }
+        }
+        (lo, hi)
+    }
+
+    /// Writes the map with the given index names, e.g. `2*p + r - 1`.
+    pub fn write(&self, out: &mut String, names: &dyn Fn(usize) -> String) {
+        let mut first = true;
+        for &(v, c) in &self.terms {
+            let name = names(v);
+            match (first, c) {
+                (true, 1) => out.push_str(&name),
+                (true, -1) => {
+                    let _ = write!(out, "-{name}");
+                }
+                (true, c) => {
+                    let _ = write!(out, "{c}*{name}");
+                }
+                (false, 1) => {
+                    let _ = write!(out, " + {name}");
+                }
+                (false, -1) => {
+                    let _ = write!(out, " - {name}");
+                }
+                (false, c) if c < 0 => {
+                    let _ = write!(out, " - {}*{name}", -c);
+                }
+                (false, c) => {
+                    let _ = write!(out, " + {c}*{name}");
+                }
+            }
+            first = false;
+        }
+        if first {
+            let _ = write!(out, "{}", self.offset);
+        } else if self.offset > 0 {
+            let _ = write!(out, " + {}", self.offset);
+        } else if self.offset < 0 {
+            let _ = write!(out, " - {}", -self.offset);
+        }
+    }
+}
+
+/// A read of an input tensor at affine coordinates. Coordinates outside the tensor read 0.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Access {
+    /// Parameter id (index into [`Kernel::params`]).
+    pub tensor: usize,
+    pub dims: Vec<Affine>,
+}
+
+/// Binary arithmetic operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl BinOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+        }
+    }
+}
+
+/// Built-in functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Func {
+    Relu,
+    /// Exact GELU: `0.5 * x * (1 + erf(x / sqrt(2)))`.
+    Gelu,
+    Sigmoid,
+    Tanh,
+    Exp,
+    Sqrt,
+    Max,
+    Min,
+}
+
+impl Func {
+    pub const ALL: [Func; 8] = [
+        Func::Relu,
+        Func::Gelu,
+        Func::Sigmoid,
+        Func::Tanh,
+        Func::Exp,
+        Func::Sqrt,
+        Func::Max,
+        Func::Min,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Func::Relu => "relu",
+            Func::Gelu => "gelu",
+            Func::Sigmoid => "sigmoid",
+            Func::Tanh => "tanh",
+            Func::Exp => "exp",
+            Func::Sqrt => "sqrt",
+            Func::Max => "max",
+            Func::Min => "min",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Func> {
+        Func::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    pub fn arity(self) -> usize {
+        match self {
+            Func::Max | Func::Min => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// A scalar expression evaluated at one point of the iteration space.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Expr {
+    /// A literal constant.
+    Lit(f64),
+    /// A read of an input tensor.
+    Access(Access),
+    /// The current value of the output element (epilogues only).
+    Output,
+    Neg(Box<Expr>),
+    Bin(BinOp, Box<Expr>, Box<Expr>),
+    Call(Func, Vec<Expr>),
+}
+
+impl Expr {
+    /// Calls `f` on every tensor access in the expression, left to right.
+    pub fn visit_accesses<'a>(&'a self, f: &mut dyn FnMut(&'a Access)) {
+        match self {
+            Expr::Lit(_) | Expr::Output => {}
+            Expr::Access(a) => f(a),
+            Expr::Neg(e) => e.visit_accesses(f),
+            Expr::Bin(_, a, b) => {
+                a.visit_accesses(f);
+                b.visit_accesses(f);
+            }
+            Expr::Call(_, args) => args.iter().for_each(|a| a.visit_accesses(f)),
+        }
+    }
+
+    /// Writes the expression in the language's own syntax.
+    pub fn write(&self, out: &mut String, k: &Kernel, idx: &dyn Fn(usize) -> String) {
+        match self {
+            Expr::Lit(v) => {
+                let _ = write!(out, "{v:?}");
+            }
+            Expr::Access(a) => {
+                out.push_str(&k.params[a.tensor].name);
+                out.push_str("[[");
+                for (d, m) in a.dims.iter().enumerate() {
+                    if d > 0 {
+                        out.push_str(", ");
+                    }
+                    m.write(out, idx);
+                }
+                out.push_str("]]");
+            }
+            Expr::Output => {
+                out.push_str(&k.params[k.output].name);
+                out.push_str("[[");
+                let spatial = k.spatial();
+                for (d, v) in spatial.iter().enumerate() {
+                    if d > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&idx(*v));
+                }
+                out.push_str("]]");
+            }
+            Expr::Neg(e) => {
+                out.push_str("-(");
+                e.write(out, k, idx);
+                out.push(')');
+            }
+            Expr::Bin(op, a, b) => {
+                out.push('(');
+                a.write(out, k, idx);
+                let _ = write!(out, " {} ", op.symbol());
+                b.write(out, k, idx);
+                out.push(')');
+            }
+            Expr::Call(f, args) => {
+                out.push_str(f.name());
+                out.push('(');
+                for (n, a) in args.iter().enumerate() {
+                    if n > 0 {
+                        out.push_str(", ");
+                    }
+                    a.write(out, k, idx);
+                }
+                out.push(')');
+            }
+        }
+    }
+}
+
+/// `+=` (sum over the reduction indices) or `=` (elementwise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BodyKind {
+    Sum,
+    Assign,
+}
+
+/// A validated kernel. Build one with [`crate::parse_text`] or `#[tensor_kernel]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Kernel {
+    /// The function's name (not part of the fingerprint).
+    pub name: String,
+    pub params: Vec<Param>,
+    /// Parameter id of the output.
+    pub output: usize,
+    /// Spatial indices first (output dimension order), then reduction indices.
+    pub indices: Vec<Index>,
+    pub kind: BodyKind,
+    /// The main statement's right-hand side.
+    pub body: Expr,
+    /// Elementwise epilogues, applied in order to each output element.
+    pub epilogue: Vec<Expr>,
+}
+
+impl Kernel {
+    /// Ids of the spatial indices; the output's dimension `d` is index `d`.
+    pub fn spatial(&self) -> Vec<usize> {
+        self.ids(IndexKind::Spatial)
+    }
+
+    /// Ids of the reduction indices.
+    pub fn reduction(&self) -> Vec<usize> {
+        self.ids(IndexKind::Reduction)
+    }
+
+    fn ids(&self, kind: IndexKind) -> Vec<usize> {
+        (0..self.indices.len())
+            .filter(|&i| self.indices[i].kind == kind)
+            .collect()
+    }
+
+    /// Parameter ids of the inputs, in declaration order.
+    pub fn inputs(&self) -> Vec<usize> {
+        (0..self.params.len())
+            .filter(|&p| !self.params[p].is_output)
+            .collect()
+    }
+
+    /// Every input access, main statement first, then epilogues.
+    pub fn accesses(&self) -> Vec<&Access> {
+        let mut out = Vec::new();
+        self.body.visit_accesses(&mut |a| out.push(a));
+        for e in &self.epilogue {
+            e.visit_accesses(&mut |a| out.push(a));
+        }
+        out
+    }
+
+    /// Floating-point operations per output element, counting each `+ - * /`, negation and
+    /// call as one, and the reduction's accumulation as one per reduction point.
+    pub fn flops(&self, extents: &[usize]) -> f64 {
+        fn ops(e: &Expr) -> f64 {
+            match e {
+                Expr::Lit(_) | Expr::Access(_) | Expr::Output => 0.0,
+                Expr::Neg(a) => 1.0 + ops(a),
+                Expr::Bin(_, a, b) => 1.0 + ops(a) + ops(b),
+                Expr::Call(_, args) => 1.0 + args.iter().map(ops).sum::<f64>(),
+            }
+        }
+        let spatial: f64 = self.spatial().iter().map(|&i| extents[i] as f64).product();
+        let red: f64 = self
+            .reduction()
+            .iter()
+            .map(|&i| extents[i] as f64)
+            .product();
+        let body = ops(&self.body) + if self.kind == BodyKind::Sum { 1.0 } else { 0.0 };
+        let epi: f64 = self.epilogue.iter().map(ops).sum();
+        spatial * (red * body + epi)
+    }
+
+    /// The canonical form: index variables renamed by position (`s0..`, `r0..`), tensors by
+    /// parameter position (`t0..`), the function name dropped. Two kernels with the same
+    /// canonical form compute the same function of their arguments.
+    pub fn canonical(&self) -> String {
+        let idx = |i: usize| match self.indices[i].kind {
+            IndexKind::Spatial => format!("s{i}"),
+            IndexKind::Reduction => format!("r{}", i - self.spatial().len()),
+        };
+        let mut renamed = self.clone();
+        for (p, param) in renamed.params.iter_mut().enumerate() {
+            param.name = format!("t{p}");
+        }
+        let mut out = String::from("tensor-dsl-ir/1\n");
+        for p in &renamed.params {
+            let _ = writeln!(
+                out,
+                "param {} {} rank={}{}",
+                p.name,
+                p.dtype.name(),
+                p.rank,
+                if p.is_output { " out" } else { "" }
+            );
+        }
+        let _ = write!(
+            out,
+            "{} {} ",
+            match self.kind {
+                BodyKind::Sum => "sum",
+                BodyKind::Assign => "assign",
+            },
+            self.reduction().len()
+        );
+        Expr::Output.write(&mut out, &renamed, &idx);
+        out.push_str(match self.kind {
+            BodyKind::Sum => " += ",
+            BodyKind::Assign => " = ",
+        });
+        self.body.write(&mut out, &renamed, &idx);
+        out.push('\n');
+        for e in &self.epilogue {
+            out.push_str("epilogue ");
+            e.write(&mut out, &renamed, &idx);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// A stable 64-bit hash of [`Kernel::canonical`], as 16 hex digits. The same statement
+    /// gives the same fingerprint on every build and machine.
+    pub fn fingerprint(&self) -> String {
+        format!("{:016x}", fnv1a64(self.canonical().as_bytes()))
+    }
+}
+
+impl fmt::Display for Kernel {
+    /// The kernel in the language's own syntax, with its own names.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let idx = |i: usize| self.indices[i].name.clone();
+        let mut out = String::new();
+        Expr::Output.write(&mut out, self, &idx);
+        out.push_str(match self.kind {
+            BodyKind::Sum => " += ",
+            BodyKind::Assign => " = ",
+        });
+        self.body.write(&mut out, self, &idx);
+        out.push(';');
+        for e in &self.epilogue {
+            out.push(' ');
+            Expr::Output.write(&mut out, self, &idx);
+            out.push_str(" = ");
+            e.write(&mut out, self, &idx);
+            out.push(';');
+        }
+        f.write_str(&out)
+    }
+}
+
+/// FNV-1a, 64 bit: tiny, stable across platforms and Rust versions (unlike `DefaultHasher`).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}

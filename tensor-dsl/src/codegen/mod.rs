@@ -1,0 +1,2 @@
+//! Code generators.
+pub mod c;

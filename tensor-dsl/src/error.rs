@@ -1,0 +1,47 @@
+//! The one error type of the facade.
+
+pub use tensor_dsl_lang::ShapeError;
+
+/// Everything that can go wrong at a kernel call. Messages name the kernel, tensor and index
+/// involved and say what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The arguments' shapes do not fit the kernel (wrong rank, an index with two extents,
+    /// an empty tensor, ...).
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
+    /// `Tensor::from_vec` was given a buffer whose length is not the product of the shape.
+    #[error("tensor data has {len} elements but shape {shape:?} needs {expected}")]
+    DataLength {
+        shape: Vec<usize>,
+        expected: usize,
+        len: usize,
+    },
+    /// The shape's element count overflows `usize`.
+    #[error("shape {shape:?} has too many elements")]
+    ShapeOverflow { shape: Vec<usize> },
+    /// The requested device cannot run kernels here.
+    #[error("device `{device}` is not available: {reason}")]
+    DeviceUnavailable { device: String, reason: String },
+    /// `TENSOR_DSL_DEVICE` (or another setting) has a value we do not understand.
+    #[error("invalid setting {name}={value:?}: {expected}")]
+    InvalidSetting {
+        name: String,
+        value: String,
+        expected: String,
+    },
+    /// Generated code failed to compile. This is a bug in tensor-dsl; please report it with
+    /// the kernel and shapes.
+    #[error("compiling kernel `{kernel}` with {compiler} failed:\n{log}")]
+    Compile {
+        kernel: String,
+        compiler: String,
+        log: String,
+    },
+    /// Loading or running compiled code failed.
+    #[error("backend error in kernel `{kernel}`: {message}")]
+    Backend { kernel: String, message: String },
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,47 @@
+//! tensor-dsl: write a tensor kernel as one einsum-style statement inside Rust, get it
+//! compiled for the CPU (generated C, OpenMP) — with the GPU and auto-tuning to follow.
+//!
+//! ```
+//! use tensor_dsl::{tensor_kernel, Tensor};
+//!
+//! /// c = a · b
+//! #[tensor_kernel]
+//! pub fn matmul(a: &Tensor<f32>, b: &Tensor<f32>, c: &mut Tensor<f32>) {
+//!     c[[i, j]] += a[[i, k]] * b[[k, j]];
+//! }
+//!
+//! let a = Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0])?;
+//! let b = Tensor::from_vec(vec![3, 1], vec![1.0f32, 1.0, 1.0])?;
+//! let mut c = Tensor::<f32>::zeros(&[2, 1]);
+//! matmul(&a, &b, &mut c)?;
+//! assert_eq!(c.as_slice(), &[6.0, 15.0]);
+//! // The IR, for build scripts and tools:
+//! assert_eq!(matmul::kernel().indices.len(), 3);
+//! // Explicit options:
+//! matmul::with(&tensor_dsl::Options::new().device(tensor_dsl::Device::Reference))(&a, &b, &mut c)?;
+//! # Ok::<(), tensor_dsl::Error>(())
+//! ```
+
+pub mod codegen;
+pub mod dispatch;
+mod error;
+mod options;
+pub mod reference;
+pub mod runtime;
+pub mod template;
+mod tensor;
+
+pub use error::Error;
+pub use options::{Device, Options};
+pub use tensor::{Element, Tensor};
+pub use tensor_dsl_macros::tensor_kernel;
+
+/// The kernel IR, its parser (for text, as the CLI uses it) and shape binding.
+pub mod ir {
+    pub use tensor_dsl_lang::bind::{bind, ShapeError};
+    pub use tensor_dsl_lang::ir::*;
+    pub use tensor_dsl_lang::parse::parse_text;
+}
+
+/// The IR of a kernel, as returned by `my_kernel::kernel()`.
+pub use ir::Kernel;

@@ -1,0 +1,2 @@
+//! Runtimes that build and run generated code.
+pub mod cpu;

@@ -1,0 +1,2 @@
+//! Schedule templates.
+pub mod cpu;
