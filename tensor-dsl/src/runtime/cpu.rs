@@ -1,7 +1,256 @@
-//! CPU runtime (stub).
+//! The CPU runtime: generated C → the system C compiler → a shared object loaded with
+//! `libloading` → a call.
+//!
+//! Compiled kernels are memoized per process by (kernel fingerprint, shapes, schedule) and
+//! never unloaded: an OpenMP object unloaded while its worker threads live crashes the
+//! process, so libraries (and `libgomp`) stay loaded for the process lifetime.
+//!
+//! The compiler is `$CC` or `cc`, probed once with `-O3 -march=native -fopenmp`; flags the
+//! compiler rejects are dropped (OpenMP first, then `-march=native`), with a warning.
+
+use crate::codegen::c;
 use crate::ir::Kernel;
+use crate::template::cpu::CpuConfig;
 use crate::Error;
-pub enum CpuError { NoCompiler(String), Other(Error) }
-pub fn run(_k: &Kernel, _e: &[usize], _s: &[&[usize]], _d: &[&[f32]], _o: &mut [f32]) -> Result<(), CpuError> {
-    Err(CpuError::NoCompiler("stub".into()))
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Why a CPU call failed: no usable compiler (callers may fall back) or anything else.
+#[derive(Debug)]
+pub enum CpuError {
+    NoCompiler(String),
+    Other(Error),
+}
+
+impl From<Error> for CpuError {
+    fn from(e: Error) -> Self {
+        CpuError::Other(e)
+    }
+}
+
+type EntryFn = unsafe extern "C" fn(*const *const f32, *mut f32);
+
+/// A loaded kernel. The library is kept alive (never dropped) with the function pointer.
+struct Loaded {
+    _lib: &'static libloading::Library,
+    entry: EntryFn,
+}
+
+/// The C compiler and the flags it accepted.
+#[derive(Clone, Debug)]
+pub struct Compiler {
+    pub program: String,
+    pub flags: Vec<String>,
+    pub openmp: bool,
+}
+
+static COMPILER: OnceLock<Result<Compiler, String>> = OnceLock::new();
+type Slot = Arc<OnceLock<Result<Arc<Loaded>, String>>>;
+static CACHE: OnceLock<Mutex<HashMap<String, Slot>>> = OnceLock::new();
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// The SIMD width in `f32` lanes of this CPU (16 with AVX-512, 8 with AVX2, else 4).
+pub fn simd_lanes() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return 16;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return 8;
+        }
+    }
+    4
+}
+
+fn work_dir() -> Result<PathBuf, Error> {
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn try_compile(program: &str, flags: &[String], src: &Path, out: &Path) -> Result<(), String> {
+    let output = Command::new(program)
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .arg("-lm")
+        .output()
+        .map_err(|e| format!("cannot run `{program}`: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+/// Finds the C compiler and the best flags it supports (probed once per process).
+pub fn compiler() -> Result<&'static Compiler, String> {
+    COMPILER
+        .get_or_init(|| {
+            let program = std::env::var("CC")
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+                .unwrap_or_else(|| "cc".into());
+            let dir = work_dir().map_err(|e| e.to_string())?;
+            let src = dir.join("probe.c");
+            std::fs::write(
+                &src,
+                "#include <math.h>\nfloat td_probe(float *x, int n) { float s = 0;\n#pragma omp parallel for reduction(+:s)\nfor (int i = 0; i < n; ++i) s += sqrtf(x[i]); return s; }\n",
+            )
+            .map_err(|e| e.to_string())?;
+            let so = dir.join("probe.so");
+            let base = ["-O3", "-fPIC", "-shared", "-fno-math-errno"];
+            let candidates: [(&[&str], bool); 3] = [
+                (&["-march=native", "-fopenmp"], true),
+                (&["-march=native"], false),
+                (&[], false),
+            ];
+            let mut last = String::new();
+            for (extra, openmp) in candidates {
+                let flags: Vec<String> = base.iter().chain(extra).map(|s| s.to_string()).collect();
+                match try_compile(&program, &flags, &src, &so) {
+                    Ok(()) => {
+                        let _ = std::fs::remove_file(&so);
+                        let _ = std::fs::remove_file(&src);
+                        let _ = std::fs::remove_dir(&dir);
+                        if !openmp {
+                            eprintln!("tensor-dsl: warning: `{program}` has no OpenMP; CPU kernels run on one core");
+                        }
+                        return Ok(Compiler { program, flags, openmp });
+                    }
+                    Err(e) => last = e,
+                }
+            }
+            let _ = std::fs::remove_file(&src);
+            Err(format!("`{program}` cannot build a shared object: {last}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Keeps `libgomp` loaded for the life of the process (see the module docs).
+fn pin_openmp() {
+    static PINNED: OnceLock<()> = OnceLock::new();
+    PINNED.get_or_init(|| {
+        for name in ["libgomp.so.1", "libomp.so", "libomp.so.5"] {
+            // SAFETY: loading the OpenMP runtime runs its initialisers, which are sound to
+            // run at any time; we never unload it.
+            if let Ok(lib) = unsafe { libloading::Library::new(name) } {
+                std::mem::forget(lib);
+                break;
+            }
+        }
+    });
+}
+
+/// Compiles `source` into a shared object and loads it.
+fn build(kernel: &Kernel, source: &str) -> Result<Loaded, String> {
+    let cc = compiler()?;
+    if cc.openmp {
+        pin_openmp();
+    }
+    let dir = work_dir().map_err(|e| e.to_string())?;
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let stem = format!("{}-{n}", kernel.fingerprint());
+    let src = dir.join(format!("{stem}.c"));
+    let so = dir.join(format!("{stem}.so"));
+    std::fs::write(&src, source).map_err(|e| e.to_string())?;
+    let result = try_compile(&cc.program, &cc.flags, &src, &so);
+    let _ = std::fs::remove_file(&src);
+    result.map_err(|log| format!("{} {}:\n{log}", cc.program, cc.flags.join(" ")))?;
+    // SAFETY: the library is code we just generated and compiled; its initialisers are the
+    // C runtime's. It is leaked, so it outlives every use of `entry`.
+    let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| e.to_string());
+    let _ = std::fs::remove_file(&so);
+    let _ = std::fs::remove_dir(&dir);
+    let lib: &'static libloading::Library = Box::leak(Box::new(lib?));
+    // SAFETY: `td_kernel` has exactly the `EntryFn` signature in every generated file.
+    let entry = unsafe { lib.get::<EntryFn>(c::ENTRY.as_bytes()) }.map_err(|e| e.to_string())?;
+    Ok(Loaded {
+        _lib: lib,
+        entry: *entry,
+    })
+}
+
+/// Compiles (once per process) and runs `kernel` with the default schedule.
+pub fn run(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    data: &[&[f32]],
+    out: &mut [f32],
+) -> Result<(), CpuError> {
+    let config = CpuConfig::heuristic(kernel, extents, simd_lanes());
+    run_with(kernel, extents, shapes, data, out, &config)
+}
+
+/// Compiles (once per process) and runs `kernel` with a given schedule.
+pub fn run_with(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    data: &[&[f32]],
+    out: &mut [f32],
+    config: &CpuConfig,
+) -> Result<(), CpuError> {
+    let backend_err = |message: String| {
+        CpuError::Other(Error::Backend {
+            kernel: kernel.name.clone(),
+            message,
+        })
+    };
+    config
+        .validate(kernel)
+        .map_err(|e| backend_err(format!("invalid schedule: {e}")))?;
+    // The arguments must be exactly what `bind` checked; anything else would be unsound.
+    let expected: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
+    for (p, param) in kernel.params.iter().enumerate() {
+        let len = if param.is_output { out.len() } else { data[p].len() };
+        if len != expected[p] {
+            return Err(backend_err(format!(
+                "tensor `{}` has {len} elements, its shape needs {}",
+                param.name, expected[p]
+            )));
+        }
+    }
+    compiler().map_err(CpuError::NoCompiler)?;
+
+    let key = format!(
+        "{}|{:?}|{:?}|{:?}|v{}",
+        kernel.fingerprint(),
+        shapes,
+        extents,
+        config,
+        c::CODEGEN_VERSION
+    );
+    let slot: Slot = {
+        let map = CACHE.get_or_init(Default::default);
+        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(key).or_default().clone()
+    };
+    let loaded = slot
+        .get_or_init(|| {
+            let source = c::generate(kernel, extents, shapes, config);
+            build(kernel, &source).map(Arc::new)
+        })
+        .as_ref()
+        .map_err(|log| {
+            CpuError::Other(Error::Compile {
+                kernel: kernel.name.clone(),
+                compiler: compiler().map(|c| c.program.clone()).unwrap_or_default(),
+                log: log.clone(),
+            })
+        })?;
+    let args: Vec<*const f32> = data.iter().map(|d| d.as_ptr()).collect();
+    // SAFETY: the generated code reads parameter `p` only at offsets below the product of
+    // `shapes[p]` (plain indices range over the bound extents, affine ones are
+    // bounds-checked) and writes `out` only below the output's element count; both were
+    // checked against the buffers above.
+    unsafe { (loaded.entry)(args.as_ptr(), out.as_mut_ptr()) };
+    Ok(())
 }

@@ -1,0 +1,136 @@
+//! Every kernel, on random and awkward shapes, through the CPU backend (default and naive
+//! schedules) against the reference interpreter.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use tensor_dsl::ir::{bind, parse_text, Kernel};
+use tensor_dsl::runtime::cpu;
+use tensor_dsl::template::cpu::CpuConfig;
+
+/// Kernels covering the language: many inputs, diagonals, scalars, outer products,
+/// transposes, affine (padded) accesses, epilogues with every built-in.
+pub const KERNELS: &[&str] = &[
+    "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+    "c[[i, j]] += a[[k, i]] * b[[j, k]]",
+    "c[[b, i, j]] += x[[b, i, k]] * y[[b, k, j]]",
+    "c[[b, i, j]] += x[[b, k, i]] * y[[b, k, j]]",
+    "o[[i, j]] = a[[i]] * b[[j]]",
+    "s[[]] += a[[i]] * b[[i]]",
+    "t[[]] += a[[i, i]]",
+    "d[[i]] = a[[i, i]]",
+    "o[[i]] += a[[i, j]] * b[[j, l]] * c[[l]] * d[[i]]",
+    "o[[i, l]] += a[[i, j]] * b[[j, k]] * c[[k, l]]",
+    "o[[i, j]] = a[[i, j]] + b[[i, j]] * 2.0 - a[[i, j]] / 3.0",
+    "o[[i, j]] = max(a[[i, j]], b[[i, j]]) - min(a[[i, j]], -b[[i, j]])",
+    "o[[j, i]] = a[[i, j]]",
+    "o[[i]] += a[[i + k]] * w[[k]]",
+    "o[[i]] += a[[2 * i + k - 1]] * w[[k]]",
+    "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 1, 2 * q + s - 1]] * w[[f, c, r, s]]; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+    "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]",
+    "o[[i, j]] += a[[i, k]] * b[[k, j]]; o[[i, j]] = gelu(o[[i, j]]); o[[i, j]] = sigmoid(o[[i, j]]) + tanh(o[[i, j]])",
+    "o[[i, j]] = exp(a[[i, j]]) + sqrt(a[[i, j]] * a[[i, j]] + 1.0)",
+    "o[[i]] += exp(a[[i, k]]) * -b[[k]]",
+    "o[[i, j, l]] += a[[i, k]] * b[[j, k]] * c[[l, k]]",
+    "o[[i, j]] += a[[i, j, k, m]] * b[[m, k]]",
+    "o[[i, j]] += a[[i, k]] * a[[k, j]]",
+    "o[[i, j]] += a[[i - 2, j + k]] * b[[k]]; o[[i, j]] = o[[i, j]] * 0.5 + 1.0",
+];
+
+const AWKWARD: &[usize] = &[1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 33, 64];
+
+/// Shapes for `kernel` from random extents: plain dimensions take the index's extent,
+/// affine ones a random size around the range they read (so padding is exercised).
+fn random_case(kernel: &Kernel, rng: &mut StdRng) -> Option<(Vec<usize>, Vec<Vec<usize>>)> {
+    let extents: Vec<usize> = kernel
+        .indices
+        .iter()
+        .map(|_| AWKWARD[rng.gen_range(0..AWKWARD.len())])
+        .collect();
+    let mut shapes: Vec<Option<Vec<usize>>> = vec![None; kernel.params.len()];
+    for a in kernel.accesses() {
+        if shapes[a.tensor].is_none() {
+            let dims = a
+                .dims
+                .iter()
+                .map(|m| match m.as_var() {
+                    Some(v) => extents[v],
+                    None => {
+                        let (_, hi) = m.range(&extents);
+                        rng.gen_range(1..=(hi.max(0) as usize + 2))
+                    }
+                })
+                .collect();
+            shapes[a.tensor] = Some(dims);
+        }
+    }
+    shapes[kernel.output] = Some(kernel.spatial().iter().map(|&s| extents[s]).collect());
+    let shapes: Vec<Vec<usize>> = shapes.into_iter().map(|s| s.unwrap_or_default()).collect();
+    let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+    let extents = bind(kernel, &refs).ok()?;
+    Some((extents, shapes))
+}
+
+fn close(got: f32, want: f32) -> bool {
+    (got.is_nan() && want.is_nan()) || (got - want).abs() <= 1e-4 * (1.0 + want.abs())
+}
+
+#[test]
+fn cpu_matches_reference_on_random_shapes() {
+    // Compiling dominates: spread the kernels over the cores.
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(4);
+    std::thread::scope(|scope| {
+        for w in 0..workers {
+            scope.spawn(move || {
+                for (n, src) in KERNELS.iter().enumerate() {
+                    if n % workers == w {
+                        check_kernel(src, n as u64);
+                    }
+                }
+            });
+        }
+    });
+}
+
+fn check_kernel(src: &str, seed: u64) {
+    let lanes = cpu::simd_lanes();
+    let mut rng = StdRng::seed_from_u64(seed);
+    {
+        let kernel = parse_text("k", src, None).unwrap();
+        let mut ran = 0;
+        for _ in 0..40 {
+            if ran == 3 {
+                break;
+            }
+            let Some((extents, shapes)) = random_case(&kernel, &mut rng) else {
+                continue;
+            };
+            ran += 1;
+            let data: Vec<Vec<f32>> = shapes
+                .iter()
+                .map(|s| (0..s.iter().product::<usize>()).map(|_| rng.gen_range(-1.0..1.0)).collect())
+                .collect();
+            let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+            let data_refs: Vec<&[f32]> = data.iter().map(|d| d.as_slice()).collect();
+            let n_out: usize = shapes[kernel.output].iter().product();
+            let mut want = vec![0.0f32; n_out];
+            tensor_dsl::reference::run(&kernel, &extents, &shape_refs, &data_refs, &mut want);
+            let mut configs = vec![CpuConfig::heuristic(&kernel, &extents, lanes), CpuConfig::naive(&kernel)];
+            // An odd register tile that divides nothing.
+            let mut odd = CpuConfig::heuristic(&kernel, &extents, 3);
+            if odd.unroll_axis.is_some() {
+                odd.unroll = 3;
+            }
+            configs.push(odd);
+            for cfg in configs {
+                let mut got = vec![f32::NAN; n_out];
+                if let Err(cpu::CpuError::Other(e)) = cpu::run_with(&kernel, &extents, &shape_refs, &data_refs, &mut got, &cfg) {
+                    panic!("{src} {shapes:?} {cfg:?}: {e}");
+                }
+                for (n, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(close(*g, *w), "{src} shapes {shapes:?} {cfg:?}: element {n}: cpu {g} vs reference {w}");
+                }
+            }
+        }
+        assert!(ran > 0, "{src}: no consistent random shape found");
+    }
+}
