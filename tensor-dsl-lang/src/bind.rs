@@ -26,23 +26,28 @@ pub enum ShapeError {
         tensor: String,
         dim: usize,
     },
-    #[error("kernel `{kernel}`: index `{index}` has extent {first_extent} from `{first_tensor}` (dimension {first_dim}) but extent {second_extent} from `{second_tensor}` (dimension {second_dim})")]
-    Extent {
-        kernel: String,
-        index: String,
-        first_tensor: String,
-        first_dim: usize,
-        first_extent: usize,
-        second_tensor: String,
-        second_dim: usize,
-        second_extent: usize,
-    },
+    #[error("{0}")]
+    Extent(Box<ExtentConflict>),
     #[error("kernel `{kernel}`: tensor `{tensor}` with shape {shape:?} is too large to index")]
     TooLarge {
         kernel: String,
         tensor: String,
         shape: Vec<usize>,
     },
+}
+
+/// An index variable bound to two different extents by two tensor dimensions.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("kernel `{kernel}`: index `{index}` has extent {first_extent} from `{first_tensor}` (dimension {first_dim}) but extent {second_extent} from `{second_tensor}` (dimension {second_dim})")]
+pub struct ExtentConflict {
+    pub kernel: String,
+    pub index: String,
+    pub first_tensor: String,
+    pub first_dim: usize,
+    pub first_extent: usize,
+    pub second_tensor: String,
+    pub second_dim: usize,
+    pub second_extent: usize,
 }
 
 /// Binds every index variable's extent from the shapes of the parameters (given in
@@ -57,8 +62,7 @@ pub fn bind(kernel: &Kernel, shapes: &[&[usize]]) -> Result<Vec<usize>, ShapeErr
             got: shapes.len(),
         });
     }
-    for (p, (param, shape)) in kernel.params.iter().zip(shapes).enumerate() {
-        let _ = p;
+    for (param, shape) in kernel.params.iter().zip(shapes) {
         if shape.len() != param.rank {
             return Err(ShapeError::Rank {
                 kernel: name(),
@@ -97,7 +101,7 @@ pub fn bind(kernel: &Kernel, shapes: &[&[usize]]) -> Result<Vec<usize>, ShapeErr
                 Ok(())
             }
             Some((e, _, _)) if e == extent => Ok(()),
-            Some((e, t, d)) => Err(ShapeError::Extent {
+            Some((e, t, d)) => Err(ShapeError::Extent(Box::new(ExtentConflict {
                 kernel: name(),
                 index: kernel.indices[index].name.clone(),
                 first_tensor: kernel.params[t].name.clone(),
@@ -106,7 +110,7 @@ pub fn bind(kernel: &Kernel, shapes: &[&[usize]]) -> Result<Vec<usize>, ShapeErr
                 second_tensor: kernel.params[tensor].name.clone(),
                 second_dim: dim,
                 second_extent: extent,
-            }),
+            }))),
         }
     };
     for access in kernel.accesses() {
@@ -120,7 +124,10 @@ pub fn bind(kernel: &Kernel, shapes: &[&[usize]]) -> Result<Vec<usize>, ShapeErr
         bind_one(v, kernel.output, dim)?;
     }
     // The parser guarantees every index is used plainly somewhere; 1 is a safe fallback.
-    Ok(bound.into_iter().map(|b| b.map_or(1, |(e, _, _)| e)).collect())
+    Ok(bound
+        .into_iter()
+        .map(|b| b.map_or(1, |(e, _, _)| e))
+        .collect())
 }
 
 #[cfg(test)]
@@ -131,12 +138,18 @@ mod tests {
     #[test]
     fn binds_and_reports() {
         let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
-        assert_eq!(bind(&k, &[&[2, 3], &[3, 4], &[2, 4]]).unwrap(), vec![2, 4, 3]);
+        assert_eq!(
+            bind(&k, &[&[2, 3], &[3, 4], &[2, 4]]).unwrap(),
+            vec![2, 4, 3]
+        );
         let e = bind(&k, &[&[2, 3], &[5, 4], &[2, 4]]).unwrap_err();
         assert!(e.to_string().contains("index `k`"), "{e}");
         assert!(e.to_string().contains("`b`"), "{e}");
         let e = bind(&k, &[&[2, 3], &[3, 4], &[2, 5]]).unwrap_err();
-        assert!(e.to_string().contains("`c`") && e.to_string().contains("`j`"), "{e}");
+        assert!(
+            e.to_string().contains("`c`") && e.to_string().contains("`j`"),
+            "{e}"
+        );
         let e = bind(&k, &[&[2, 3, 1], &[3, 4], &[2, 4]]).unwrap_err();
         assert!(matches!(e, ShapeError::Rank { .. }));
         let e = bind(&k, &[&[2, 0], &[0, 4], &[2, 4]]).unwrap_err();

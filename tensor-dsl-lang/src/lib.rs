@@ -13,5 +13,5 @@ pub mod ir;
 pub mod parse;
 pub mod tokens;
 
-pub use bind::{bind, ShapeError};
+pub use bind::{bind, ExtentConflict, ShapeError};
 pub use parse::{parse_kernel, parse_text, ParamDecl};

@@ -1,7 +1,9 @@
 //! Statements (as `syn` syntax) → validated [`Kernel`], with every error spanned on the
 //! user's tokens. Used by the `#[tensor_kernel]` macro and by [`parse_text`] (the CLI).
 
-use crate::ir::{Access, Affine, BinOp, BodyKind, DType, Expr, Func, Index, IndexKind, Kernel, Param};
+use crate::ir::{
+    Access, Affine, BinOp, BodyKind, DType, Expr, Func, Index, IndexKind, Kernel, Param,
+};
 use proc_macro2::Span;
 use quote::ToTokens;
 use std::collections::HashMap;
@@ -111,18 +113,20 @@ pub fn parse_kernel(
             "empty kernel: write a statement such as `c[[i, j]] += a[[i, k]] * b[[k, j]];`",
         ));
     };
-    let (kind, body) = match p.main_statement(first) {
-        Some(x) => x,
-        None => (BodyKind::Assign, Expr::Lit(0.0)),
-    };
+    let main = p.main_statement(first);
+    // Without a valid first statement, the epilogues' checks would only repeat its errors.
+    let main_ok = main.is_some();
+    let stmts = stmts.filter(|_| main_ok);
+    let (kind, body) = main.unwrap_or((BodyKind::Assign, Expr::Lit(0.0)));
     let mut epilogue = Vec::new();
     for s in stmts {
         if let Some(e) = p.epilogue_statement(s) {
             epilogue.push(e);
         }
     }
+    let clean = p.errors.0.is_empty();
     for (i, a) in params.iter().enumerate() {
-        if !p.used[i] && !a.is_output {
+        if clean && !p.used[i] && !a.is_output {
             p.errors.push(
                 &a.name,
                 format!(
@@ -158,7 +162,10 @@ pub fn parse_kernel(
 /// Splits `tensor[[e0, e1, ...]]` into the tensor's identifier and the index expressions.
 fn split_access(e: &syn::Expr) -> Result<(&syn::Ident, Vec<&syn::Expr>), syn::Error> {
     let syn::Expr::Index(ix) = e else {
-        return Err(syn::Error::new_spanned(e, "expected a tensor access like `a[[i, j]]`"));
+        return Err(syn::Error::new_spanned(
+            e,
+            "expected a tensor access like `a[[i, j]]`",
+        ));
     };
     let base = match &*ix.expr {
         syn::Expr::Path(p) if p.qself.is_none() => p.path.get_ident(),
@@ -182,6 +189,10 @@ fn split_access(e: &syn::Expr) -> Result<(&syn::Ident, Vec<&syn::Expr>), syn::Er
     }
 }
 
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 fn strip_group(mut e: &syn::Expr) -> &syn::Expr {
     loop {
         match e {
@@ -203,8 +214,10 @@ impl<'a> Parser<'a> {
             Some(r) if r != rank => self.errors.push(
                 tokens.to_token_stream(),
                 format!(
-                    "`{}` is used with {rank} indices here but with {r} elsewhere; a tensor has one rank",
-                    self.params[tensor].name
+                    "`{}` is used with {} here but with {} elsewhere; a tensor has one rank",
+                    self.params[tensor].name,
+                    plural(rank, "index", "indices"),
+                    plural(r, "index", "indices"),
                 ),
             ),
             Some(_) => {}
@@ -212,9 +225,24 @@ impl<'a> Parser<'a> {
     }
 
     /// Splits an assignment statement into (op, lhs, rhs); `op` is `=`, `+=`, ...
-    fn assignment<'s>(&mut self, s: &'s syn::Stmt) -> Option<(String, &'s syn::Expr, &'s syn::Expr, proc_macro2::TokenStream)> {
+    fn assignment<'s>(
+        &mut self,
+        s: &'s syn::Stmt,
+    ) -> Option<(
+        String,
+        &'s syn::Expr,
+        &'s syn::Expr,
+        proc_macro2::TokenStream,
+    )> {
         let e = match s {
             syn::Stmt::Expr(e, _) => e,
+            syn::Stmt::Local(l) => {
+                self.errors.push(
+                    l,
+                    "`let` is not supported in a kernel: write the expression inline, or as an epilogue statement on the output",
+                );
+                return None;
+            }
             other => {
                 self.errors.push(
                     other,
@@ -268,10 +296,8 @@ impl<'a> Parser<'a> {
         };
         match self.param(base) {
             None => {
-                self.errors.push(
-                    base,
-                    format!("`{base}` is not a parameter of this kernel"),
-                );
+                self.errors
+                    .push(base, format!("`{base}` is not a parameter of this kernel"));
                 return None;
             }
             Some(t) if t != self.output => {
@@ -297,7 +323,8 @@ impl<'a> Parser<'a> {
                 Some(id) => {
                     let n = id.to_string();
                     if self.param(id).is_some() {
-                        self.errors.push(id, format!("`{n}` is a tensor, not an index variable"));
+                        self.errors
+                            .push(id, format!("`{n}` is a tensor, not an index variable"));
                         ok = false;
                     } else if names.iter().any(|(m, _)| *m == n) {
                         self.errors.push(
@@ -355,7 +382,7 @@ impl<'a> Parser<'a> {
         let mut seen = vec![false; n_spatial];
         let body = self.value(rhs, stage, &mut seen);
         for (i, (n, tokens)) in names.iter().enumerate() {
-            if !seen[i] {
+            if !seen[i] && body.is_some() {
                 self.errors.push(
                     tokens,
                     format!("index `{n}` on the left is not used on the right, so nothing defines the output along it"),
@@ -443,7 +470,10 @@ impl<'a> Parser<'a> {
                 let Some(op) = op else {
                     self.errors.push(
                         b.op,
-                        format!("operator `{}` is not supported; use + - * /", b.op.to_token_stream()),
+                        format!(
+                            "operator `{}` is not supported; use + - * /",
+                            b.op.to_token_stream()
+                        ),
                     );
                     return None;
                 };
@@ -457,14 +487,18 @@ impl<'a> Parser<'a> {
                 let args: Vec<Option<Expr>> =
                     c.args.iter().map(|a| self.value(a, stage, seen)).collect();
                 let Some(name) = name else {
-                    self.errors.push(&c.func, "expected a built-in function name");
+                    self.errors
+                        .push(&c.func, "expected a built-in function name");
                     return None;
                 };
                 let Some(f) = Func::from_name(&name.to_string()) else {
                     let all: Vec<&str> = Func::ALL.iter().map(|f| f.name()).collect();
                     self.errors.push(
                         name,
-                        format!("unknown function `{name}`; the built-ins are {}", all.join(", ")),
+                        format!(
+                            "unknown function `{name}`; the built-ins are {}",
+                            all.join(", ")
+                        ),
                     );
                     return None;
                 };
@@ -527,7 +561,8 @@ impl<'a> Parser<'a> {
             }
         };
         let Some(tensor) = self.param(base) else {
-            self.errors.push(base, format!("`{base}` is not a parameter of this kernel"));
+            self.errors
+                .push(base, format!("`{base}` is not a parameter of this kernel"));
             return None;
         };
         self.check_rank(tensor, elems.len(), &e);
@@ -584,7 +619,10 @@ impl<'a> Parser<'a> {
         match e {
             syn::Expr::Paren(p) => self.affine(&p.expr, stage, seen),
             syn::Expr::Group(g) => self.affine(&g.expr, stage, seen),
-            syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => match i.base10_parse::<i64>() {
+            syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Int(i),
+                ..
+            }) => match i.base10_parse::<i64>() {
                 Ok(v) => Some(Affine::constant(v)),
                 Err(_) => {
                     self.errors.push(i, "integer literal out of range");
@@ -599,9 +637,11 @@ impl<'a> Parser<'a> {
                 }
                 Some(Affine::var(v))
             }
-            syn::Expr::Unary(syn::ExprUnary { op: syn::UnOp::Neg(_), expr, .. }) => {
-                Some(self.affine(expr, stage, seen)?.scale(-1))
-            }
+            syn::Expr::Unary(syn::ExprUnary {
+                op: syn::UnOp::Neg(_),
+                expr,
+                ..
+            }) => Some(self.affine(expr, stage, seen)?.scale(-1)),
             syn::Expr::Binary(b) => {
                 let l = self.affine(&b.left, stage, seen);
                 let r = self.affine(&b.right, stage, seen);
@@ -643,7 +683,8 @@ impl<'a> Parser<'a> {
     fn index_var(&mut self, id: &syn::Ident, stage: Stage) -> Option<usize> {
         let n = id.to_string();
         if self.param(id).is_some() {
-            self.errors.push(id, format!("`{n}` is a tensor, not an index variable"));
+            self.errors
+                .push(id, format!("`{n}` is a tensor, not an index variable"));
             return None;
         }
         if let Some(&v) = self.by_name.get(&n) {
@@ -660,7 +701,10 @@ impl<'a> Parser<'a> {
             Stage::MainSum => {
                 let v = self.indices.len();
                 self.by_name.insert(n.clone(), v);
-                self.indices.push(Index { name: n, kind: IndexKind::Reduction });
+                self.indices.push(Index {
+                    name: n,
+                    kind: IndexKind::Reduction,
+                });
                 self.plain.push(false);
                 self.first_use.push(id.to_token_stream());
                 Some(v)
@@ -675,7 +719,10 @@ impl<'a> Parser<'a> {
             Stage::Epilogue => {
                 self.errors.push(
                     id,
-                    format!("index `{n}` is not an output index; an epilogue can only use {}", self.lhs.join(", ")),
+                    format!(
+                        "index `{n}` is not an output index; an epilogue can only use {}",
+                        self.lhs.join(", ")
+                    ),
                 );
                 None
             }
@@ -694,14 +741,22 @@ impl<'a> Parser<'a> {
 /// let k = tensor_dsl_lang::parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
 /// assert_eq!(k.params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
 /// ```
-pub fn parse_text(name: &str, src: &str, params: Option<&[(String, bool)]>) -> Result<Kernel, String> {
-    let block: syn::Block = syn::parse_str(&format!("{{ {src} }}")).map_err(|e| format!("syntax error: {e}"))?;
+pub fn parse_text(
+    name: &str,
+    src: &str,
+    params: Option<&[(String, bool)]>,
+) -> Result<Kernel, String> {
+    let block: syn::Block =
+        syn::parse_str(&format!("{{ {src} }}")).map_err(|e| format!("syntax error: {e}"))?;
     let decls: Vec<ParamDecl> = match params {
         Some(ps) => ps
             .iter()
             .map(|(n, o)| {
                 syn::parse_str::<syn::Ident>(n)
-                    .map(|name| ParamDecl { name, is_output: *o })
+                    .map(|name| ParamDecl {
+                        name,
+                        is_output: *o,
+                    })
                     .map_err(|_| format!("`{n}` is not a valid tensor name"))
             })
             .collect::<Result<_, _>>()?,
@@ -753,10 +808,16 @@ fn infer_params(stmts: &[syn::Stmt]) -> Vec<ParamDecl> {
     let mut decls: Vec<ParamDecl> = names
         .into_iter()
         .skip(1)
-        .map(|name| ParamDecl { name, is_output: false })
+        .map(|name| ParamDecl {
+            name,
+            is_output: false,
+        })
         .collect();
     if let Some(name) = output {
-        decls.push(ParamDecl { name, is_output: true });
+        decls.push(ParamDecl {
+            name,
+            is_output: true,
+        });
     }
     decls
 }
@@ -786,13 +847,26 @@ mod tests {
             "conv",
             "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 1, 2 * q + s - 1]] * w[[f, c, r, s]];
              y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]]);",
-            Some(&[("x".into(), false), ("w".into(), false), ("bias".into(), false), ("y".into(), true)]),
+            Some(&[
+                ("x".into(), false),
+                ("w".into(), false),
+                ("bias".into(), false),
+                ("y".into(), true),
+            ]),
         )
         .unwrap();
-        let Expr::Bin(BinOp::Mul, x, _) = &k.body else { panic!("{:?}", k.body) };
+        let Expr::Bin(BinOp::Mul, x, _) = &k.body else {
+            panic!("{:?}", k.body)
+        };
         let Expr::Access(x) = &**x else { panic!() };
         // p is index 2, r is index 5 (n f p q | c r s)
-        assert_eq!(x.dims[2], Affine { terms: vec![(2, 2), (5, 1)], offset: -1 });
+        assert_eq!(
+            x.dims[2],
+            Affine {
+                terms: vec![(2, 2), (5, 1)],
+                offset: -1
+            }
+        );
         assert_eq!(k.epilogue.len(), 1);
     }
 
@@ -821,15 +895,21 @@ mod tests {
     #[test]
     fn errors_are_reported() {
         let cases = [
-            ("c[[i, j]] += a[[i, k]] * a[[j]]", "with 1 indices"),
+            ("c[[i, j]] += a[[i, k]] * a[[j]]", "with 1 index here"),
             ("c[[i, j]] += a[[i, k * j]]", "affine"),
             ("c[[i, j]] += foo(a[[i, j]])", "unknown function"),
             ("c[[i, j]] = a[[i, k]]", "use `+=`"),
             ("c[[i, z]] += a[[i, k]]", "not used on the right"),
             ("c[[i]] += a[[i + k]]", "extent of index `k` is unknown"),
             ("c[[i]] += a[[i]] * c[[i]]", "cannot be read"),
-            ("c[[i]] += a[[i]]; c[[i]] += a[[i]]", "only allowed in the first"),
-            ("c[[i]] += a[[i, k]]; c[[i]] = c[[i]] * a[[i, k]]", "summed over"),
+            (
+                "c[[i]] += a[[i]]; c[[i]] += a[[i]]",
+                "only allowed in the first",
+            ),
+            (
+                "c[[i]] += a[[i, k]]; c[[i]] = c[[i]] * a[[i, k]]",
+                "summed over",
+            ),
         ];
         for (src, want) in cases {
             let err = parse(src).unwrap_err();

@@ -1,0 +1,366 @@
+//! Stage 2: checks the signature, then hands the body to the language's parser
+//! (`tensor_dsl_lang::parse_kernel`), which checks the statements. Every problem becomes a
+//! `syn::Error` on the offending tokens; as many as possible are collected before giving up.
+
+use crate::ast::{KernelFn, Param, TypedParam};
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use tensor_dsl_lang::ir::Kernel;
+use tensor_dsl_lang::ParamDecl;
+
+/// What the expansion needs: the tensor parameters and the kernel's IR.
+pub struct Validated {
+    /// The tensor parameters, in declaration order.
+    pub params: Vec<TensorParam>,
+    pub kernel: Kernel,
+}
+
+/// A parameter that passed the checks: `name: &Tensor<f32>` or `name: &mut Tensor<f32>`.
+pub struct TensorParam {
+    pub name: syn::Ident,
+    pub is_output: bool,
+}
+
+/// Collects errors (serde_derive's `Ctxt`).
+#[derive(Default)]
+struct Ctxt {
+    errors: Vec<syn::Error>,
+}
+
+impl Ctxt {
+    fn error(&mut self, tokens: impl ToTokens, msg: impl std::fmt::Display) {
+        self.errors.push(syn::Error::new_spanned(tokens, msg));
+    }
+
+    fn push(&mut self, e: syn::Error) {
+        self.errors.push(e);
+    }
+
+    fn finish(self) -> syn::Result<()> {
+        let mut errors = self.errors.into_iter();
+        match errors.next() {
+            None => Ok(()),
+            Some(mut first) => {
+                first.extend(errors);
+                Err(first)
+            }
+        }
+    }
+}
+
+/// Which side of the kernel a parameter is on, as far as its type tells.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Input,
+    Output,
+    /// The type is wrong in a way that does not say (e.g. `Vec<f32>`, by-value `Tensor`).
+    Unknown,
+}
+
+const PARAM_TYPES: &str = "`&Tensor<f32>` (an input) or `&mut Tensor<f32>` (the output)";
+
+pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
+    let mut cx = Ctxt::default();
+    check_attribute_args(&mut cx, f);
+    check_signature(&mut cx, f);
+
+    // Parameters: each one's name and role; errors for the rest.
+    let mut decls: Vec<(syn::Ident, Role, &TypedParam)> = Vec::new();
+    // A parameter written as a pattern: the body cannot be checked meaningfully without it.
+    let mut unnamed = false;
+    for p in &f.params {
+        match p {
+            Param::Receiver(r) => cx.error(
+                r,
+                "a kernel is a free function, not a method: remove `self` and move the \
+                 function out of the `impl` block",
+            ),
+            Param::Typed(t) => {
+                // One error per parameter: its pattern first, then its type.
+                let Some(name) = param_name(&mut cx, t) else {
+                    unnamed = true;
+                    continue;
+                };
+                let role = match param_role(t.ty()) {
+                    Ok(role) => role,
+                    Err((role, e)) => {
+                        cx.push(e);
+                        role
+                    }
+                };
+                decls.push((name, role, t));
+            }
+        }
+    }
+
+    let outputs: Vec<&(syn::Ident, Role, &TypedParam)> =
+        decls.iter().filter(|d| d.1 == Role::Output).collect();
+    let unknown = unnamed || decls.iter().any(|d| d.1 == Role::Unknown);
+    match outputs.as_slice() {
+        [] if !unknown => cx.error(
+            &f.sig.ident,
+            format!(
+                "kernel `{}` has no output: make the parameter that receives the result \
+                 `&mut Tensor<f32>`",
+                f.sig.ident
+            ),
+        ),
+        [] | [_] => {}
+        [(first, _, _), rest @ ..] => {
+            for (name, _, t) in rest {
+                cx.error(
+                    &t.arg,
+                    format!(
+                        "a kernel has exactly one output and `{first}` already is one: \
+                         make `{name}` an input, `{name}: &Tensor<f32>`"
+                    ),
+                );
+            }
+        }
+    }
+
+    // The body, when the parameters are clear enough for its errors to be meaningful.
+    let mut kernel = None;
+    if outputs.len() == 1 && !unnamed {
+        let params: Vec<ParamDecl> = decls
+            .iter()
+            .map(|(name, role, _)| ParamDecl {
+                name: name.clone(),
+                is_output: *role == Role::Output,
+            })
+            .collect();
+        let name = f.sig.ident.unraw().to_string();
+        let body_span = f.block.brace_token.span.join();
+        match tensor_dsl_lang::parse_kernel(&name, &params, &f.block.stmts, body_span) {
+            Ok(k) => kernel = Some(k),
+            Err(e) => cx.push(e),
+        }
+    }
+    cx.finish()?;
+    match kernel {
+        Some(kernel) => Ok(Validated {
+            params: decls
+                .into_iter()
+                .map(|(name, role, _)| TensorParam {
+                    name,
+                    is_output: role == Role::Output,
+                })
+                .collect(),
+            kernel,
+        }),
+        // Unreachable in practice: without errors there is exactly one output, so the body
+        // was parsed. Kept as an error rather than a panic.
+        None => Err(syn::Error::new_spanned(
+            &f.sig.ident,
+            "internal error in #[tensor_kernel]: the kernel was not parsed",
+        )),
+    }
+}
+
+fn check_attribute_args(cx: &mut Ctxt, f: &KernelFn) {
+    if !f.args.is_empty() {
+        cx.error(
+            &f.args,
+            format!(
+                "`#[tensor_kernel]` takes no arguments; options such as the device are given \
+                 per call: `{}::with(&opts)(...)`",
+                f.sig.ident
+            ),
+        );
+    }
+}
+
+fn check_signature(cx: &mut Ctxt, f: &KernelFn) {
+    let sig = &f.sig;
+    if let Some(t) = &sig.constness {
+        cx.error(t, "a kernel cannot be a `const fn`: remove `const`");
+    }
+    if let Some(t) = &sig.asyncness {
+        cx.error(
+            t,
+            "a kernel cannot be `async`: remove `async` (a kernel call returns when the \
+             output is written)",
+        );
+    }
+    if let Some(t) = &sig.unsafety {
+        cx.error(
+            t,
+            "a kernel cannot be `unsafe`: remove `unsafe` (the generated code is safe)",
+        );
+    }
+    if let Some(abi) = &sig.abi {
+        cx.error(abi, "a kernel cannot have an ABI: remove `extern`");
+    }
+    if !sig.generics.params.is_empty() {
+        cx.error(
+            &sig.generics,
+            format!(
+                "a kernel cannot be generic: remove the generic parameters; its parameters are {PARAM_TYPES}"
+            ),
+        );
+    }
+    if let Some(w) = &sig.generics.where_clause {
+        cx.error(w, "a kernel cannot have a `where` clause: remove it");
+    }
+    if let Some(v) = &sig.variadic {
+        cx.error(
+            v,
+            format!("a kernel cannot be variadic: its parameters are {PARAM_TYPES}"),
+        );
+    }
+    if let syn::ReturnType::Type(..) = &sig.output {
+        cx.error(
+            &sig.output,
+            format!(
+                "remove the return type: `#[tensor_kernel]` makes `{}` return \
+                 `Result<(), tensor_dsl::Error>`",
+                sig.ident
+            ),
+        );
+    }
+}
+
+/// The parameter's name, or an error when it is a pattern rather than a plain name.
+fn param_name(cx: &mut Ctxt, t: &TypedParam) -> Option<syn::Ident> {
+    match t.pat() {
+        syn::Pat::Ident(p) => {
+            if let Some(r) = &p.by_ref {
+                cx.error(
+                    r,
+                    "remove `ref`: a kernel parameter is a plain name, like `a: &Tensor<f32>`",
+                );
+            }
+            if let Some(m) = &p.mutability {
+                cx.error(
+                    m,
+                    "remove `mut`: a kernel parameter is a plain name, like `a: &Tensor<f32>`",
+                );
+            }
+            if let Some((at, sub)) = &p.subpat {
+                cx.error(
+                    quote::quote!(#at #sub),
+                    "remove the `@` pattern: a kernel parameter is a plain name, like `a: &Tensor<f32>`",
+                );
+            }
+            // Even with one of those, the name still names a tensor for the body's checks.
+            Some(p.ident.clone())
+        }
+        syn::Pat::Wild(w) => {
+            cx.error(
+                w,
+                "give this parameter a name: the kernel's statements refer to tensors by name",
+            );
+            None
+        }
+        other => {
+            cx.error(
+                other,
+                "a kernel parameter is a plain name, not a pattern: declare one parameter per \
+                 tensor, like `a: &Tensor<f32>`",
+            );
+            None
+        }
+    }
+}
+
+fn strip_type_group(mut ty: &syn::Type) -> &syn::Type {
+    loop {
+        match ty {
+            syn::Type::Group(g) => ty = &g.elem,
+            syn::Type::Paren(p) => ty = &p.elem,
+            _ => return ty,
+        }
+    }
+}
+
+/// `Some(is_output)` when `ty` is a valid tensor parameter type, `None` otherwise.
+pub fn tensor_param_is_output(ty: &syn::Type) -> Option<bool> {
+    match param_role(ty) {
+        Ok(Role::Output) => Some(true),
+        Ok(Role::Input) => Some(false),
+        Ok(Role::Unknown) | Err(_) => None,
+    }
+}
+
+/// The role a parameter's type gives it; on error, the role as far as it is known.
+fn param_role(ty: &syn::Type) -> Result<Role, (Role, syn::Error)> {
+    let unsupported = || {
+        syn::Error::new_spanned(
+            ty,
+            format!("unsupported parameter type: a kernel parameter is {PARAM_TYPES}"),
+        )
+    };
+    match strip_type_group(ty) {
+        syn::Type::Reference(r) => {
+            let role = if r.mutability.is_some() {
+                Role::Output
+            } else {
+                Role::Input
+            };
+            match tensor_path(&r.elem) {
+                Some(path) => check_f32(path).map(|()| role).map_err(|e| (role, e)),
+                None => Err((role, unsupported())),
+            }
+        }
+        other if tensor_path(other).is_some() => Err((
+            Role::Unknown,
+            syn::Error::new_spanned(
+                ty,
+                "pass tensors by reference: `&Tensor<f32>` for an input, `&mut Tensor<f32>` \
+                 for the output",
+            ),
+        )),
+        _ => Err((Role::Unknown, unsupported())),
+    }
+}
+
+/// The path, when the type is a path whose last segment is `Tensor` (`Tensor<f32>`,
+/// `tensor_dsl::Tensor<f32>`, ...).
+fn tensor_path(ty: &syn::Type) -> Option<&syn::Path> {
+    match strip_type_group(ty) {
+        syn::Type::Path(p) if p.qself.is_none() => p
+            .path
+            .segments
+            .last()
+            .filter(|s| s.ident == "Tensor")
+            .map(|_| &p.path),
+        _ => None,
+    }
+}
+
+/// Checks that a `...::Tensor` path has exactly the element type `f32`.
+fn check_f32(path: &syn::Path) -> syn::Result<()> {
+    let Some(last) = path.segments.last() else {
+        return Ok(());
+    };
+    let args = match &last.arguments {
+        syn::PathArguments::AngleBracketed(a) => a,
+        syn::PathArguments::None => {
+            return Err(syn::Error::new_spanned(
+                path,
+                "the element type is missing: write `Tensor<f32>`",
+            ))
+        }
+        syn::PathArguments::Parenthesized(a) => {
+            return Err(syn::Error::new_spanned(a, "write `Tensor<f32>`"))
+        }
+    };
+    let mut types = args.args.iter();
+    match (types.next(), types.next()) {
+        (Some(syn::GenericArgument::Type(t)), None) => {
+            let is_f32 = matches!(strip_type_group(t), syn::Type::Path(p) if p.qself.is_none() && p.path.is_ident("f32"));
+            if is_f32 {
+                Ok(())
+            } else {
+                Err(syn::Error::new_spanned(
+                    t,
+                    "only `f32` tensors are supported for now: write `Tensor<f32>`",
+                ))
+            }
+        }
+        _ => Err(syn::Error::new_spanned(
+            args,
+            "`Tensor` takes one element type: write `Tensor<f32>`",
+        )),
+    }
+}

@@ -1,0 +1,9 @@
+use tensor_dsl::{tensor_kernel, Tensor};
+
+#[tensor_kernel]
+fn k(a: &Tensor<f32>, b: &Tensor<f32>, c: &mut Tensor<f32>) {
+    c[[i]] += a[[i, k]];
+    c[[i]] += b[[i]];
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use tensor_dsl::{tensor_kernel, Tensor};
+
+#[tensor_kernel]
+fn k(a: &Tensor<f32>, c: &mut Tensor<f32>) {
+    c[[i, j]] += a[[i, j]];
+    c[[j, i]] = relu(c[[j, i]]);
+}
+
+fn main() {}

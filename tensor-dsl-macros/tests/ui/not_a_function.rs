@@ -1,0 +1,6 @@
+use tensor_dsl::tensor_kernel;
+
+#[tensor_kernel]
+struct Matmul;
+
+fn main() {}

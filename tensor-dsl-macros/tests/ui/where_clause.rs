@@ -1,0 +1,11 @@
+use tensor_dsl::{tensor_kernel, Tensor};
+
+#[tensor_kernel]
+fn k(a: &Tensor<f32>, c: &mut Tensor<f32>)
+where
+    f32: Copy,
+{
+    c[[i]] = a[[i]];
+}
+
+fn main() {}
