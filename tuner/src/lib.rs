@@ -1,6 +1,52 @@
-//! Generic auto-tuning: search spaces of knobs, search strategies, cost models and the
-//! measurement protocol. It knows nothing about tensors: it searches any space whose points
-//! a measurer can time.
+//! Generic auto-tuning: search spaces of knobs, and (to come) search strategies, cost
+//! models and the measurement protocol. It knows nothing about tensors: it searches any
+//! space whose points a measurer can time.
 //!
-//! This crate is a placeholder in the foundation milestone; the search spaces, strategies
-//! and cost models land with the templates and tuner issues.
+//! A [`SearchSpace`] is a list of named knobs of four kinds — [`Factorization`] (ordered
+//! factors of an extent: tile sizes), [`Permutation`] (loop order), [`Discrete`] (an
+//! ordered list of integers: unroll depth) and [`Categorical`] (named choices: vector
+//! type) — plus named constraints over whole configs. The knobs carry OpEvo's topology
+//! (moving one prime factor, swapping two positions, an adjacent value, another choice), so
+//! the space offers what search strategies need: uniform sampling, neighbours (all, per
+//! knob, within n hops), the hop distance, the q-random-walk mutation, enumeration of small
+//! spaces and a feature vector for cost models. A [`Config`] is one point: one [`Value`]
+//! per knob, hashable and ordered, with a stable [text form](crate::text).
+//!
+//! ```
+//! use rand::{rngs::StdRng, SeedableRng};
+//! use tuner::{Factorization, SearchSpace};
+//!
+//! # fn main() -> Result<(), tuner::Error> {
+//! let mut b = SearchSpace::builder();
+//! let tile = b.add("tile_i", Factorization::new(64, 3).with_max_innermost(8));
+//! let order = b.permutation("order", 3);
+//! let unroll = b.discrete("unroll", &[0, 16, 64, 512]);
+//! b.categorical("vec", &["f32", "f32x4", "f32x8"]);
+//! b.constraint("outer tile <= 16", move |c| c.factors(tile).is_some_and(|f| f[0] <= 16));
+//! let space = b.build()?;
+//!
+//! let mut rng = StdRng::seed_from_u64(7);
+//! let parent = space.sample_uniform(&mut rng)?;
+//! let child = space.mutate_q_random_walk(&parent, 0.5, &mut rng)?;
+//! assert!(space.is_valid(&child) && child != parent);
+//! assert!(space.hop_distance(&parent, &child)? >= 1);
+//!
+//! let text = space.format(&child)?; // e.g. "tile_i=[8,4,2];order=[1,0,2];unroll=64;vec=f32x8"
+//! println!("{text}");
+//! assert_eq!(space.parse(&text)?, child);
+//! assert_eq!(child.permutation(order).map(<[usize]>::len), Some(3));
+//! assert!(space.discrete_value(&child, unroll).is_some());
+//! # Ok(())
+//! # }
+//! ```
+
+mod config;
+mod error;
+mod knob;
+mod space;
+pub mod text;
+
+pub use config::{Config, Value};
+pub use error::{Error, Result};
+pub use knob::{Categorical, Discrete, Factorization, Knob, Permutation};
+pub use space::{Constraint, SearchSpace, SearchSpaceBuilder, DEFAULT_MAX_TRIES};
