@@ -20,13 +20,26 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dims: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let dims: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let (m, n, k) = match dims.as_slice() {
         [m, n, k] => (*m, *n, *k),
         _ => (512, 512, 512),
     };
-    let a = Tensor::from_vec(vec![m, k], (0..m * k).map(|x| ((x * 7 % 13) as f32 - 6.0) / 6.0).collect())?;
-    let b = Tensor::from_vec(vec![k, n], (0..k * n).map(|x| ((x * 5 % 11) as f32 - 5.0) / 5.0).collect())?;
+    let a = Tensor::from_vec(
+        vec![m, k],
+        (0..m * k)
+            .map(|x| ((x * 7 % 13) as f32 - 6.0) / 6.0)
+            .collect(),
+    )?;
+    let b = Tensor::from_vec(
+        vec![k, n],
+        (0..k * n)
+            .map(|x| ((x * 5 % 11) as f32 - 5.0) / 5.0)
+            .collect(),
+    )?;
     let flops = 2.0 * (m * n * k) as f64;
 
     let cpu = matmul::with(&Options::new().device(Device::Cpu));
@@ -37,10 +50,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let blas = |c: &mut [f32]| unsafe {
         // SAFETY: row-major m×k, k×n and m×n buffers of exactly those sizes.
         matrixmultiply::sgemm(
-            m, k, n, 1.0,
-            a.as_slice().as_ptr(), k as isize, 1,
-            b.as_slice().as_ptr(), n as isize, 1,
-            0.0, c.as_mut_ptr(), n as isize, 1,
+            m,
+            k,
+            n,
+            1.0,
+            a.as_slice().as_ptr(),
+            k as isize,
+            1,
+            b.as_slice().as_ptr(),
+            n as isize,
+            1,
+            0.0,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
         )
     };
 
@@ -48,8 +71,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     cpu(&a, &b, &mut c_cpu)?;
     reference(&a, &b, &mut c_ref)?;
     blas(&mut c_blas);
-    let max_err = c_cpu.as_slice().iter().zip(&c_blas).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
-    let ref_err = c_ref.as_slice().iter().zip(&c_blas).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    let max_err = c_cpu
+        .as_slice()
+        .iter()
+        .zip(&c_blas)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
+    let ref_err = c_ref
+        .as_slice()
+        .iter()
+        .zip(&c_blas)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
 
     let (mut t_cpu, mut t_ref, mut t_blas) = (vec![], vec![], vec![]);
     for round in 0..7 {
@@ -68,7 +101,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let gf = |t: f64| flops / t / 1e9;
     let (cpu_gf, ref_gf, blas_gf) = (gf(median(t_cpu)), gf(median(t_ref)), gf(median(t_blas)));
-    println!("matmul {m}x{k} * {k}x{n}, f32, {} threads available", std::thread::available_parallelism().map_or(1, |n| n.get()));
+    println!(
+        "matmul {m}x{k} * {k}x{n}, f32, {} threads available",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
     println!("  tensor-dsl cpu (default schedule) {cpu_gf:8.2} GFLOPS   max |diff| vs sgemm {max_err:.2e}");
     println!("  tensor-dsl reference interpreter  {ref_gf:8.2} GFLOPS   max |diff| vs sgemm {ref_err:.2e}");
     println!("  matrixmultiply::sgemm             {blas_gf:8.2} GFLOPS");

@@ -21,8 +21,14 @@ pub fn conv_bias_relu(x: &Tensor<f32>, w: &Tensor<f32>, bias: &Tensor<f32>, y: &
 
 fn main() -> Result<(), tensor_dsl::Error> {
     let (m, k, n) = (512, 1024, 64);
-    let a = Tensor::from_vec(vec![m, k], (0..m * k).map(|x| (x % 7) as f32 - 3.0).collect())?;
-    let b = Tensor::from_vec(vec![k, n], (0..k * n).map(|x| (x % 5) as f32 * 0.25).collect())?;
+    let a = Tensor::from_vec(
+        vec![m, k],
+        (0..m * k).map(|x| (x % 7) as f32 - 3.0).collect(),
+    )?;
+    let b = Tensor::from_vec(
+        vec![k, n],
+        (0..k * n).map(|x| (x % 5) as f32 * 0.25).collect(),
+    )?;
     let mut c = Tensor::<f32>::zeros(&[m, n]);
 
     let t = Instant::now();
@@ -39,13 +45,23 @@ fn main() -> Result<(), tensor_dsl::Error> {
         2.0 * (m * k * n) as f64 / second.as_secs_f64() / 1e9
     );
 
-    let x = Tensor::from_vec(vec![1, 3, 32, 32], (0..3 * 32 * 32).map(|v| (v % 11) as f32 / 11.0).collect())?;
-    let w = Tensor::from_vec(vec![8, 3, 3, 3], (0..8 * 27).map(|v| (v % 3) as f32 - 1.0).collect())?;
+    let x = Tensor::from_vec(
+        vec![1, 3, 32, 32],
+        (0..3 * 32 * 32).map(|v| (v % 11) as f32 / 11.0).collect(),
+    )?;
+    let w = Tensor::from_vec(
+        vec![8, 3, 3, 3],
+        (0..8 * 27).map(|v| (v % 3) as f32 - 1.0).collect(),
+    )?;
     let bias = Tensor::from_vec(vec![8], vec![0.1; 8])?;
     let mut y = Tensor::<f32>::zeros(&[1, 8, 16, 16]);
     let t = Instant::now();
     conv_bias_relu(&x, &w, &bias, &mut y)?;
-    println!("conv_bias_relu -> {:?} in {:.1} ms", y, t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "conv_bias_relu -> {:?} in {:.1} ms",
+        y,
+        t.elapsed().as_secs_f64() * 1e3
+    );
 
     // Shape errors are values, not panics:
     let wrong = Tensor::<f32>::zeros(&[3, 3]);

@@ -132,7 +132,13 @@ fn next(values: &mut [i64], ids: &[usize], extents: &[usize]) -> bool {
 
 /// Runs `kernel`. `extents` come from [`crate::ir::bind`]; `shapes` and `data` are indexed
 /// by parameter id (the output's data slot is ignored); `out` is the output buffer.
-pub fn run(kernel: &Kernel, extents: &[usize], shapes: &[&[usize]], data: &[&[f32]], out: &mut [f32]) {
+pub fn run(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    data: &[&[f32]],
+    out: &mut [f32],
+) {
     let ctx = Ctx {
         shapes,
         strides: shapes.iter().map(|s| strides(s)).collect(),

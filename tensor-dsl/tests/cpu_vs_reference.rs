@@ -77,7 +77,9 @@ fn close(got: f32, want: f32) -> bool {
 #[test]
 fn cpu_matches_reference_on_random_shapes() {
     // Compiling dominates: spread the kernels over the cores.
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(4);
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(4);
     std::thread::scope(|scope| {
         for w in 0..workers {
             scope.spawn(move || {
@@ -107,14 +109,21 @@ fn check_kernel(src: &str, seed: u64) {
             ran += 1;
             let data: Vec<Vec<f32>> = shapes
                 .iter()
-                .map(|s| (0..s.iter().product::<usize>()).map(|_| rng.gen_range(-1.0..1.0)).collect())
+                .map(|s| {
+                    (0..s.iter().product::<usize>())
+                        .map(|_| rng.gen_range(-1.0..1.0))
+                        .collect()
+                })
                 .collect();
             let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
             let data_refs: Vec<&[f32]> = data.iter().map(|d| d.as_slice()).collect();
             let n_out: usize = shapes[kernel.output].iter().product();
             let mut want = vec![0.0f32; n_out];
             tensor_dsl::reference::run(&kernel, &extents, &shape_refs, &data_refs, &mut want);
-            let mut configs = vec![CpuConfig::heuristic(&kernel, &extents, lanes), CpuConfig::naive(&kernel)];
+            let mut configs = vec![
+                CpuConfig::heuristic(&kernel, &extents, lanes),
+                CpuConfig::naive(&kernel),
+            ];
             // An odd register tile that divides nothing.
             let mut odd = CpuConfig::heuristic(&kernel, &extents, 3);
             if odd.unroll_axis.is_some() {
@@ -123,11 +132,16 @@ fn check_kernel(src: &str, seed: u64) {
             configs.push(odd);
             for cfg in configs {
                 let mut got = vec![f32::NAN; n_out];
-                if let Err(cpu::CpuError::Other(e)) = cpu::run_with(&kernel, &extents, &shape_refs, &data_refs, &mut got, &cfg) {
+                if let Err(cpu::CpuError::Other(e)) =
+                    cpu::run_with(&kernel, &extents, &shape_refs, &data_refs, &mut got, &cfg)
+                {
                     panic!("{src} {shapes:?} {cfg:?}: {e}");
                 }
                 for (n, (g, w)) in got.iter().zip(&want).enumerate() {
-                    assert!(close(*g, *w), "{src} shapes {shapes:?} {cfg:?}: element {n}: cpu {g} vs reference {w}");
+                    assert!(
+                        close(*g, *w),
+                        "{src} shapes {shapes:?} {cfg:?}: element {n}: cpu {g} vs reference {w}"
+                    );
                 }
             }
         }

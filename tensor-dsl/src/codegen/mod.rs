@@ -48,10 +48,16 @@ pub fn builtin_prelude(qualifier: &str) -> String {
     let mut s = String::new();
     for (name, body) in [
         ("relu", "return x > 0.0f ? x : 0.0f;"),
-        ("gelu", "return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));"),
+        (
+            "gelu",
+            "return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));",
+        ),
         ("sigmoid", "return 1.0f / (1.0f + expf(-x));"),
     ] {
-        let _ = writeln!(s, "{qualifier}static inline float td_{name}(float x) {{ {body} }}");
+        let _ = writeln!(
+            s,
+            "{qualifier}static inline float td_{name}(float x) {{ {body} }}"
+        );
     }
     s
 }
@@ -67,6 +73,8 @@ pub struct ExprPrinter<'a> {
     pub tensor: Vec<String>,
     /// C expression for the current output value (epilogues).
     pub output: String,
+    /// An access read from a packed buffer instead: (the access, the C expression).
+    pub packed: Option<(Access, String)>,
 }
 
 impl ExprPrinter<'_> {
@@ -78,6 +86,16 @@ impl ExprPrinter<'_> {
 
     /// The element of `a`, or 0 where the coordinates fall outside the tensor.
     pub fn access(&self, a: &Access) -> String {
+        if let Some((p, expr)) = &self.packed {
+            if p == a {
+                return expr.clone();
+            }
+        }
+        self.global(a)
+    }
+
+    /// The element of `a` read from global memory (never from a packed buffer).
+    pub fn global(&self, a: &Access) -> String {
         let shape = self.shapes[a.tensor];
         let strides = strides(shape);
         let mut offset = Vec::new();

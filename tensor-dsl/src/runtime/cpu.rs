@@ -210,7 +210,11 @@ pub fn run_with(
     // The arguments must be exactly what `bind` checked; anything else would be unsound.
     let expected: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
     for (p, param) in kernel.params.iter().enumerate() {
-        let len = if param.is_output { out.len() } else { data[p].len() };
+        let len = if param.is_output {
+            out.len()
+        } else {
+            data[p].len()
+        };
         if len != expected[p] {
             return Err(backend_err(format!(
                 "tensor `{}` has {len} elements, its shape needs {}",
