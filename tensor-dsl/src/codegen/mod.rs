@@ -3,6 +3,7 @@
 //! live here so the two backends print the same arithmetic.
 
 pub mod c;
+pub mod cuda;
 
 use crate::ir::{Access, Affine, BinOp, Expr, Func, Kernel};
 use std::fmt::Write as _;

@@ -1,2 +1,5 @@
 //! Runtimes that build and run generated code.
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod nvrtc;
+pub mod ptxas;

@@ -1,0 +1,50 @@
+//! CUDA C → PTX with NVRTC, loaded at run time through `cudarc` (`dynamic-loading`).
+//!
+//! NVRTC is found on the library path (`libnvrtc.so.13`); its builtins library must sit
+//! beside it (the PyPI wheel `nvidia-cuda-nvrtc` ships both in `nvidia/cu13/lib`). Every
+//! call checks the library is present first: `cudarc` panics when it is missing.
+
+use crate::Error;
+
+/// Whether NVRTC can be loaded.
+pub fn available() -> bool {
+    // SAFETY: only tries to dlopen the library; no NVRTC call is made.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// Compiles `source` to PTX for a virtual architecture such as `compute_90`.
+///
+/// Errors: [`Error::DeviceUnavailable`] when NVRTC cannot be loaded, [`Error::Compile`] with
+/// NVRTC's log when the source does not compile.
+pub fn compile_ptx(name: &str, source: &str, arch: &str) -> Result<String, Error> {
+    if !available() {
+        return Err(Error::DeviceUnavailable {
+            device: "cuda".into(),
+            reason: "NVRTC (libnvrtc.so.13) was not found on the library path; install the CUDA toolkit or the `nvidia-cuda-nvrtc` wheel and add its lib folder to LD_LIBRARY_PATH".into(),
+        });
+    }
+    if source.contains('\0') {
+        return Err(Error::Compile {
+            kernel: name.into(),
+            compiler: "nvrtc".into(),
+            log: "source contains a NUL byte".into(),
+        });
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        options: vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()],
+        name: Some(format!("{name}.cu")),
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(source, opts)
+        .map(|ptx| ptx.to_src())
+        .map_err(|e| Error::Compile {
+            kernel: name.into(),
+            compiler: format!("nvrtc --gpu-architecture={arch}"),
+            log: match e {
+                cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                    log.to_string_lossy().into_owned()
+                }
+                other => format!("{other:?}"),
+            },
+        })
+}
