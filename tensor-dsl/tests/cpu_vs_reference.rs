@@ -5,7 +5,7 @@
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use tensor_dsl::ir::{bind, parse_text, Kernel};
 use tensor_dsl::runtime::cpu;
-use tensor_dsl::template::cpu::CpuConfig;
+use tensor_dsl::template::cpu::{CpuConfig, CpuTemplate};
 
 /// Kernels covering the language: many inputs, diagonals, scalars, outer products,
 /// transposes, affine (padded) accesses, epilogues with every built-in.
@@ -124,12 +124,16 @@ fn check_kernel(src: &str, seed: u64) {
                 CpuConfig::heuristic(&kernel, &extents, lanes),
                 CpuConfig::naive(&kernel),
             ];
-            // An odd register tile that divides nothing.
-            let mut odd = CpuConfig::heuristic(&kernel, &extents, 3);
-            if odd.unroll_axis.is_some() {
-                odd.unroll = 3;
+            // Random points of the template's space (odd tiles, other axes, no packing, ...).
+            let template = CpuTemplate::new(&kernel, &extents, lanes).unwrap();
+            assert_eq!(
+                template.decode(&template.default_config()).unwrap(),
+                configs[0]
+            );
+            for _ in 0..2 {
+                let point = template.space().sample_uniform(&mut rng).unwrap();
+                configs.push(template.decode(&point).unwrap());
             }
-            configs.push(odd);
             for cfg in configs {
                 let mut got = vec![f32::NAN; n_out];
                 if let Err(cpu::CpuError::Other(e)) =

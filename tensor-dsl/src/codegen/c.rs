@@ -370,17 +370,16 @@ pub fn generate(
             )
         })
         .collect();
-    if let Some(v) = config.vector_axis {
-        loops.push(format!(
-            "for (long v0 = 0; v0 < {e}; v0 += {rv})",
-            e = extents[v]
-        ));
-    }
-    if let Some(u) = config.unroll_axis {
-        loops.push(format!(
-            "for (long u0 = 0; u0 < {e}; u0 += {ru})",
-            e = extents[u]
-        ));
+    let vloop = config
+        .vector_axis
+        .map(|v| format!("for (long v0 = 0; v0 < {e}; v0 += {rv})", e = extents[v]));
+    let uloop = config
+        .unroll_axis
+        .map(|u| format!("for (long u0 = 0; u0 < {e}; u0 += {ru})", e = extents[u]));
+    if config.unroll_outer {
+        loops.extend(uloop.into_iter().chain(vloop));
+    } else {
+        loops.extend(vloop.into_iter().chain(uloop));
     }
     let parallel = config.parallel && !loops.is_empty();
     let mut depth = 1;

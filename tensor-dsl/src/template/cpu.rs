@@ -25,6 +25,7 @@
 
 use crate::ir::{Access, BodyKind, Kernel};
 use serde::{Deserialize, Serialize};
+use tuner::{Config, SearchSpace};
 
 /// One point of the CPU schedule space.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -42,6 +43,10 @@ pub struct CpuConfig {
     /// Copy the operand that varies along the vector axis (and not the unroll axis) into a
     /// contiguous per-thread panel, reused across the unroll axis (see [`packed_access`]).
     pub pack: bool,
+    /// Loop order of the tile loops: `false` walks the unroll axis innermost (a packed panel
+    /// is reused across it), `true` walks the vector axis innermost.
+    #[serde(default)]
+    pub unroll_outer: bool,
 }
 
 /// Row stride (in floats) of a packed panel for a vector tile of `vector`: padded past the
@@ -127,6 +132,7 @@ impl CpuConfig {
             unroll,
             parallel: work >= 65_536.0,
             pack: true,
+            unroll_outer: false,
         }
     }
 
@@ -140,6 +146,7 @@ impl CpuConfig {
             unroll: 1,
             parallel: false,
             pack: false,
+            unroll_outer: false,
         }
     }
 
@@ -172,5 +179,163 @@ impl CpuConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// Tile widths the vector axis may take.
+pub const VECTOR_CHOICES: [i64; 8] = [1, 2, 4, 8, 16, 32, 48, 64];
+/// Tile heights the unroll axis may take.
+pub const UNROLL_CHOICES: [i64; 7] = [1, 2, 3, 4, 6, 8, 12];
+
+/// The CPU schedule space of one kernel at concrete extents: which output axes form the
+/// register tile and how big it is, whether to run in parallel, whether to pack the vector
+/// operand, and the tile loop order. Every point is a valid [`CpuConfig`]; edge tiles are
+/// predicated, so no shape makes the space empty.
+///
+/// ```
+/// use rand::SeedableRng;
+/// use tensor_dsl::{ir::parse_text, template::cpu::CpuTemplate};
+/// let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+/// let t = CpuTemplate::new(&k, &[7, 13, 5], 16).unwrap();
+/// let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+/// let cfg = t.space().sample_uniform(&mut rng).unwrap();
+/// assert!(t.decode(&cfg).unwrap().validate(&k).is_ok());
+/// assert!(t.space().is_valid(&t.default_config()));
+/// ```
+#[derive(Clone, Debug)]
+pub struct CpuTemplate {
+    space: SearchSpace,
+    /// Spatial index id behind each vector-axis choice (the last choice, `none`, is `None`).
+    axes: Vec<Option<usize>>,
+    default: Config,
+    knobs: [usize; 7],
+}
+
+fn axis_choices(kernel: &Kernel) -> (Vec<String>, Vec<Option<usize>>) {
+    let mut names = Vec::new();
+    let mut axes = Vec::new();
+    for s in kernel.spatial() {
+        names.push(format!("{}", kernel.indices[s].name));
+        axes.push(Some(s));
+    }
+    names.push("none".into());
+    axes.push(None);
+    // Index names are identifiers; a name clash with "none" is resolved by position.
+    for (n, name) in names.iter_mut().enumerate() {
+        if n + 1 < axes.len() && name == "none" {
+            *name = format!("axis{n}");
+        }
+    }
+    (names, axes)
+}
+
+impl CpuTemplate {
+    /// Builds the space; `lanes` is the SIMD width in f32 (for the default point).
+    pub fn new(kernel: &Kernel, extents: &[usize], lanes: usize) -> Result<CpuTemplate, String> {
+        let (names, axes) = axis_choices(kernel);
+        let choices: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut b = SearchSpace::builder();
+        let vaxis = b.categorical("vector_axis", &choices);
+        let vector = b.discrete("vector", &VECTOR_CHOICES);
+        let uaxis = b.categorical("unroll_axis", &choices);
+        let unroll = b.discrete("unroll", &UNROLL_CHOICES);
+        let parallel = b.categorical("parallel", &["serial", "parallel"]);
+        let pack = b.categorical("pack", &["none", "vector_operand"]);
+        let order = b.categorical("order", &["unroll_inner", "unroll_outer"]);
+        let knobs = [vaxis, vector, uaxis, unroll, parallel, pack, order];
+
+        let ext: Vec<Option<usize>> = axes.iter().map(|a| a.map(|a| extents[a])).collect();
+        let has_spatial = !kernel.spatial().is_empty();
+        let (e1, e2, e3) = (ext.clone(), ext.clone(), ext);
+        let value = |c: &Config, k: usize, list: &[i64]| {
+            c.index(k).and_then(|i| list.get(i)).map(|&v| v as usize)
+        };
+        b.constraint("a spatial output has a vector axis", move |c| {
+            !has_spatial
+                || c.index(vaxis)
+                    .is_some_and(|i| e1.get(i).is_some_and(Option::is_some))
+        });
+        b.constraint("vector and unroll axes differ", move |c| {
+            let (v, u) = (c.index(vaxis), c.index(uaxis));
+            v != u || v.is_some_and(|i| i + 1 == e2.len())
+        });
+        b.constraint("a missing axis has a tile of 1", move |c| {
+            let none = e3.len() - 1;
+            (c.index(vaxis) != Some(none) || value(c, vector, &VECTOR_CHOICES) == Some(1))
+                && (c.index(uaxis) != Some(none) || value(c, unroll, &UNROLL_CHOICES) == Some(1))
+        });
+        let ext: Vec<Option<usize>> = axes.iter().map(|a| a.map(|a| extents[a])).collect();
+        b.constraint("tiles fit their axes", move |c| {
+            let fits = |axis: usize, knob: usize, list: &[i64]| {
+                let e = c
+                    .index(axis)
+                    .and_then(|i| ext.get(i).copied().flatten())
+                    .unwrap_or(1);
+                value(c, knob, list).is_some_and(|t| t <= e.next_power_of_two().max(1))
+            };
+            fits(vaxis, vector, &VECTOR_CHOICES) && fits(uaxis, unroll, &UNROLL_CHOICES)
+        });
+        b.constraint("register tile is bounded", move |c| {
+            let v = value(c, vector, &VECTOR_CHOICES).unwrap_or(1);
+            let u = value(c, unroll, &UNROLL_CHOICES).unwrap_or(1);
+            v * u <= MAX_TILE
+        });
+        let space = b.build().map_err(|e| e.to_string())?;
+        let mut t = CpuTemplate {
+            space,
+            axes,
+            default: Config::new(Vec::new()),
+            knobs,
+        };
+        let heuristic = CpuConfig::heuristic(kernel, extents, lanes);
+        t.default = t
+            .encode(&heuristic)
+            .or_else(|| t.encode(&CpuConfig::naive(kernel)))
+            .ok_or_else(|| "the heuristic schedule is not in the space".to_string())?;
+        Ok(t)
+    }
+
+    /// The knobs.
+    pub fn space(&self) -> &SearchSpace {
+        &self.space
+    }
+
+    /// The heuristic default, as a point of the space.
+    pub fn default_config(&self) -> Config {
+        self.default.clone()
+    }
+
+    /// The schedule a point stands for.
+    pub fn decode(&self, c: &Config) -> Result<CpuConfig, String> {
+        self.space.check(c).map_err(|e| e.to_string())?;
+        let [vaxis, vector, uaxis, unroll, parallel, pack, order] = self.knobs;
+        let axis = |k: usize| c.index(k).and_then(|i| self.axes.get(i).copied().flatten());
+        let num = |k: usize| self.space.discrete_value(c, k).map_or(1, |v| v as usize);
+        let choice = |k: usize| c.index(k).unwrap_or(0) == 1;
+        Ok(CpuConfig {
+            vector_axis: axis(vaxis),
+            vector: num(vector),
+            unroll_axis: axis(uaxis),
+            unroll: num(unroll),
+            parallel: choice(parallel),
+            pack: choice(pack),
+            unroll_outer: choice(order),
+        })
+    }
+
+    /// The point for a schedule, if the space has it.
+    pub fn encode(&self, cfg: &CpuConfig) -> Option<Config> {
+        let axis = |a: Option<usize>| self.axes.iter().position(|x| *x == a);
+        let idx = |list: &[i64], v: usize| list.iter().position(|&x| x == v as i64);
+        let c = Config::new(vec![
+            tuner::Value::Categorical(axis(cfg.vector_axis)?),
+            tuner::Value::Discrete(idx(&VECTOR_CHOICES, cfg.vector)?),
+            tuner::Value::Categorical(axis(cfg.unroll_axis)?),
+            tuner::Value::Discrete(idx(&UNROLL_CHOICES, cfg.unroll)?),
+            tuner::Value::Categorical(usize::from(cfg.parallel)),
+            tuner::Value::Categorical(usize::from(cfg.pack)),
+            tuner::Value::Categorical(usize::from(cfg.unroll_outer)),
+        ]);
+        self.space.is_valid(&c).then_some(c)
     }
 }

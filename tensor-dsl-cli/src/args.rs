@@ -1,0 +1,146 @@
+//! Parsing of the command line's kernel, shapes and config selections.
+
+use tensor_dsl::ir::{bind, parse_text, Kernel};
+
+/// A kernel statement with the shapes of its tensors, as given on the command line.
+pub struct Problem {
+    pub kernel: Kernel,
+    /// Shapes by parameter id.
+    pub shapes: Vec<Vec<usize>>,
+    pub extents: Vec<usize>,
+}
+
+impl Problem {
+    pub fn shape_refs(&self) -> Vec<&[usize]> {
+        self.shapes.iter().map(Vec::as_slice).collect()
+    }
+}
+
+/// Parses `a=512x1024,b=1024x64,c=512x64` (a rank-0 tensor is `s=` or `s=[]`).
+pub fn parse_shapes(text: &str) -> Result<Vec<(String, Vec<usize>)>, String> {
+    let mut out = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, dims) = item
+            .split_once('=')
+            .ok_or_else(|| format!("`{item}`: expected NAME=D0xD1x..., e.g. a=512x1024"))?;
+        let dims = dims.trim().trim_start_matches('[').trim_end_matches(']');
+        let dims = if dims.is_empty() {
+            Vec::new()
+        } else {
+            dims.split('x')
+                .map(|d| {
+                    d.trim()
+                        .parse::<usize>()
+                        .map_err(|_| format!("`{item}`: `{d}` is not a dimension"))
+                })
+                .collect::<Result<_, _>>()?
+        };
+        if out
+            .iter()
+            .any(|(n, _): &(String, Vec<usize>)| n == name.trim())
+        {
+            return Err(format!(
+                "tensor `{}` is given twice in --shapes",
+                name.trim()
+            ));
+        }
+        out.push((name.trim().to_string(), dims));
+    }
+    Ok(out)
+}
+
+/// Parses the kernel text with its parameters in the order of `--shapes`; the output is the
+/// tensor on the left of the first statement.
+pub fn problem(name: &str, kernel: &str, shapes: &str) -> Result<Problem, String> {
+    let shapes = parse_shapes(shapes)?;
+    let inferred = parse_text(name, kernel, None)?;
+    let output = inferred.params[inferred.output].name.clone();
+    for p in &inferred.params {
+        if !shapes.iter().any(|(n, _)| *n == p.name) {
+            return Err(format!("--shapes has no shape for tensor `{}`", p.name));
+        }
+    }
+    for (n, _) in &shapes {
+        if !inferred.params.iter().any(|p| p.name == *n) {
+            return Err(format!(
+                "--shapes names `{n}`, which the kernel does not use"
+            ));
+        }
+    }
+    let decl: Vec<(String, bool)> = shapes
+        .iter()
+        .map(|(n, _)| (n.clone(), *n == output))
+        .collect();
+    let kernel = parse_text(name, kernel, Some(&decl))?;
+    let shapes: Vec<Vec<usize>> = shapes.into_iter().map(|(_, s)| s).collect();
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    let extents = bind(&kernel, &refs).map_err(|e| e.to_string())?;
+    Ok(Problem {
+        kernel,
+        shapes,
+        extents,
+    })
+}
+
+/// `default` or `random:N`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Selection {
+    Default,
+    Random(usize),
+}
+
+pub fn parse_selection(text: &str) -> Result<Selection, String> {
+    match text.trim() {
+        "default" => Ok(Selection::Default),
+        t => t
+            .strip_prefix("random:")
+            .and_then(|n| n.parse().ok())
+            .map(Selection::Random)
+            .ok_or_else(|| format!("`{t}`: expected `default` or `random:N`")),
+    }
+}
+
+/// `cpu` or `cuda[:sm_XY]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Cpu,
+    Cuda { sm: u32 },
+}
+
+pub fn parse_target(text: &str) -> Result<Target, String> {
+    match text.trim() {
+        "cpu" => Ok(Target::Cpu),
+        "cuda" => Ok(Target::Cuda { sm: 90 }),
+        t => t
+            .strip_prefix("cuda:sm_")
+            .and_then(|n| n.parse().ok())
+            .map(|sm| Target::Cuda { sm })
+            .ok_or_else(|| format!("`{t}`: expected `cpu` or `cuda:sm_XY` (e.g. cuda:sm_90)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_and_problem() {
+        assert_eq!(
+            parse_shapes("a=2x3, s=,t=[]").unwrap(),
+            vec![
+                ("a".into(), vec![2, 3]),
+                ("s".into(), vec![]),
+                ("t".into(), vec![])
+            ]
+        );
+        assert!(parse_shapes("a=2xq").is_err());
+        let p = problem("k", "c[[i,j]] += a[[i,k]] * b[[k,j]]", "c=2x4,b=3x4,a=2x3").unwrap();
+        assert_eq!(p.kernel.output, 0);
+        assert_eq!(p.extents, vec![2, 4, 3]);
+        assert!(problem("k", "c[[i,j]] += a[[i,k]] * b[[k,j]]", "a=2x3,b=3x4").is_err());
+        assert!(problem("k", "c[[i,j]] += a[[i,k]] * b[[k,j]]", "a=2x3,b=4x4,c=2x4").is_err());
+        assert_eq!(parse_selection("random:50").unwrap(), Selection::Random(50));
+        assert_eq!(parse_target("cuda:sm_90").unwrap(), Target::Cuda { sm: 90 });
+        assert!(parse_target("tpu").is_err());
+    }
+}

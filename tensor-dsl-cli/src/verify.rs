@@ -1,0 +1,112 @@
+//! `tensor-dsl verify`: build and run configurations, compare with the reference.
+
+use crate::args::{parse_selection, problem, Problem, Selection};
+use crate::emit::pick;
+use crate::KernelArgs;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::path::Path;
+use std::process::ExitCode;
+use tensor_dsl::runtime::cpu;
+use tensor_dsl::template::cpu::CpuTemplate;
+
+/// Random inputs (by parameter id; the output's slot empty) and the reference output.
+pub fn inputs_and_reference(p: &Problem, seed: u64) -> (Vec<Vec<f32>>, Vec<f32>) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
+    let data: Vec<Vec<f32>> = p
+        .kernel
+        .params
+        .iter()
+        .zip(&p.shapes)
+        .map(|(param, s)| {
+            if param.is_output {
+                Vec::new()
+            } else {
+                (0..s.iter().product::<usize>())
+                    .map(|_| rng.gen_range(-1.0f32..1.0))
+                    .collect()
+            }
+        })
+        .collect();
+    let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+    let mut want = vec![0.0f32; p.shapes[p.kernel.output].iter().product()];
+    tensor_dsl::reference::run(&p.kernel, &p.extents, &p.shape_refs(), &refs, &mut want);
+    (data, want)
+}
+
+/// The first element that differs by more than 1e-4 relative, as a message.
+pub fn compare(got: &[f32], want: &[f32]) -> Option<String> {
+    got.iter().zip(want).enumerate().find_map(|(n, (&g, &w))| {
+        let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-4 * w.abs().max(1.0);
+        (!ok).then(|| format!("element {n}: got {g}, reference {w}"))
+    })
+}
+
+pub fn run(args: &KernelArgs, device: &str, configs: &str, seed: u64) -> Result<ExitCode, String> {
+    let p = problem(&args.name, &args.kernel, &args.shapes)?;
+    let selection = parse_selection(configs)?;
+    let (data, want) = inputs_and_reference(&p, seed);
+    let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+    let shapes = p.shape_refs();
+    let mut failed = Vec::new();
+    let total;
+    match device {
+        "cpu" => {
+            cpu::compiler().map_err(|e| format!("the CPU device needs a C compiler: {e}"))?;
+            let t = CpuTemplate::new(&p.kernel, &p.extents, cpu::simd_lanes())?;
+            let points = pick(t.space(), &t.default_config(), selection, seed)?;
+            total = points.len();
+            for c in &points {
+                let text = t.space().format(c).map_err(|e| e.to_string())?;
+                let schedule = t.decode(c)?;
+                let mut got = vec![f32::NAN; want.len()];
+                let error =
+                    match cpu::run_with(&p.kernel, &p.extents, &shapes, &refs, &mut got, &schedule)
+                    {
+                        Ok(()) => compare(&got, &want),
+                        Err(cpu::CpuError::Other(e)) => Some(e.to_string()),
+                        Err(cpu::CpuError::NoCompiler(e)) => Some(e),
+                    };
+                if let Some(error) = error {
+                    failed.push(serde_json::json!({ "config": text, "error": error }));
+                }
+            }
+        }
+        "cuda" => {
+            let (n, f) = verify_cuda(&p, selection, seed, &refs, &want)?;
+            total = n;
+            failed = f;
+        }
+        other => return Err(format!("--device `{other}`: expected cpu or cuda")),
+    }
+    let passed = total - failed.len();
+    println!(
+        "{}",
+        serde_json::json!({ "configs": total, "passed": passed, "failed": failed })
+    );
+    Ok(if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Writes CUDA sources for the selected GPU configurations; returns how many.
+pub fn emit_cuda(
+    _p: &Problem,
+    _sm: u32,
+    _selection: Selection,
+    _seed: u64,
+    _out: &Path,
+) -> Result<usize, String> {
+    Err("the CUDA target is not wired into the CLI yet".into())
+}
+
+fn verify_cuda(
+    _p: &Problem,
+    _selection: Selection,
+    _seed: u64,
+    _data: &[&[f32]],
+    _want: &[f32],
+) -> Result<(usize, Vec<serde_json::Value>), String> {
+    Err("the CUDA device is not wired into the CLI yet".into())
+}

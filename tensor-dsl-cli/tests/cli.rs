@@ -1,0 +1,134 @@
+//! The `tensor-dsl` binary, run as a user would.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::Command;
+
+fn tensor_dsl(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tensor-dsl"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn verify_cpu_random_configs_passes_and_reports_json() {
+    let (code, out, err) = tensor_dsl(&[
+        "verify",
+        "--kernel",
+        "o[[i, j]] += a[[i, j, k]] * b[[k]] * c[[j]]; o[[i, j]] = sigmoid(o[[i, j]])",
+        "--shapes",
+        "a=7x5x3,b=3,c=5,o=7x5",
+        "--device",
+        "cpu",
+        "--configs",
+        "random:8",
+        "--seed",
+        "4",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["configs"], 8);
+    assert_eq!(v["passed"], 8);
+    assert_eq!(v["failed"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn emit_writes_one_source_and_json_per_config() {
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-cli-emit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (code, out, err) = tensor_dsl(&[
+        "emit",
+        "--kernel",
+        "c[[i,j]] += a[[i,k]] * b[[k,j]]",
+        "--shapes",
+        "a=13x7,b=7x5,c=13x5",
+        "--target",
+        "cpu",
+        "--configs",
+        "random:5",
+        "--seed",
+        "2",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 10, "{files:?}");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config_0000.json")).unwrap())
+            .unwrap();
+    assert_eq!(meta["target"], "cpu");
+    assert!(std::fs::read_to_string(dir.join("config_0000.c"))
+        .unwrap()
+        .contains("td_kernel"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    for (args, want) in [
+        (
+            vec![
+                "verify",
+                "--kernel",
+                "c[[i]] += a[[i * j]]",
+                "--shapes",
+                "a=3,c=3",
+            ],
+            "affine",
+        ),
+        (
+            vec![
+                "verify",
+                "--kernel",
+                "c[[i]] += a[[i]]",
+                "--shapes",
+                "a=3,c=4",
+            ],
+            "index `i`",
+        ),
+        (
+            vec!["verify", "--kernel", "c[[i]] += a[[i]]", "--shapes", "a=3"],
+            "no shape for tensor `c`",
+        ),
+        (
+            vec![
+                "verify",
+                "--kernel",
+                "c[[i]] = a[[i]]",
+                "--shapes",
+                "a=3,c=3",
+                "--configs",
+                "some",
+            ],
+            "random:N",
+        ),
+        (
+            vec![
+                "emit",
+                "--kernel",
+                "c[[i]] = a[[i]]",
+                "--shapes",
+                "a=3,c=3",
+                "--target",
+                "tpu",
+                "--out",
+                "/tmp/x",
+            ],
+            "cuda:sm_XY",
+        ),
+    ] {
+        let (code, _, err) = tensor_dsl(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
