@@ -215,7 +215,7 @@ fn axis_choices(kernel: &Kernel) -> (Vec<String>, Vec<Option<usize>>) {
     let mut names = Vec::new();
     let mut axes = Vec::new();
     for s in kernel.spatial() {
-        names.push(format!("{}", kernel.indices[s].name));
+        names.push(kernel.indices[s].name.clone());
         axes.push(Some(s));
     }
     names.push("none".into());
