@@ -40,9 +40,12 @@
 //! # }
 //! ```
 
+pub mod cost_model;
 mod config;
 mod error;
 mod knob;
+pub mod measure;
+pub mod strategy;
 mod space;
 pub mod text;
 
@@ -50,3 +53,6 @@ pub use config::{Config, Value};
 pub use error::{Error, Result};
 pub use knob::{Categorical, Discrete, Factorization, Knob, Permutation};
 pub use space::{Constraint, SearchSpace, SearchSpaceBuilder, DEFAULT_MAX_TRIES};
+pub use measure::{Measurer, Outcome, Trial};
+pub use strategy::{Context, SearchStrategy};
+pub use cost_model::CostModel;
