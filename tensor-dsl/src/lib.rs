@@ -25,6 +25,7 @@
 pub mod codegen;
 pub mod dispatch;
 mod error;
+pub mod measure;
 mod options;
 pub mod reference;
 pub mod runtime;

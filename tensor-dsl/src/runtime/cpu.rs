@@ -66,8 +66,10 @@ pub fn simd_lanes() -> usize {
     4
 }
 
-fn work_dir() -> Result<PathBuf, Error> {
-    let dir = std::env::temp_dir().join(format!("tensor-dsl-{}", std::process::id()));
+/// A fresh directory for one build (unique per process and call; the caller removes it).
+pub fn work_dir() -> Result<PathBuf, Error> {
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }
@@ -86,6 +88,17 @@ fn try_compile(program: &str, flags: &[String], src: &Path, out: &Path) -> Resul
     } else {
         Err(String::from_utf8_lossy(&output.stderr).into_owned())
     }
+}
+
+/// Compiles C `source` into the shared object `out` with the probed compiler and flags.
+/// The source is written beside `out` (as `out` with a `.c` extension) and removed after.
+pub fn compile_shared_object(source: &str, out: &Path) -> Result<(), String> {
+    let cc = compiler()?;
+    let src = out.with_extension("c");
+    std::fs::write(&src, source).map_err(|e| format!("{}: {e}", src.display()))?;
+    let result = try_compile(&cc.program, &cc.flags, &src, out);
+    let _ = std::fs::remove_file(&src);
+    result.map_err(|log| format!("{} {}:\n{log}", cc.program, cc.flags.join(" ")))
 }
 
 /// Finds the C compiler and the best flags it supports (probed once per process).
@@ -155,14 +168,12 @@ fn build(kernel: &Kernel, source: &str) -> Result<Loaded, String> {
         pin_openmp();
     }
     let dir = work_dir().map_err(|e| e.to_string())?;
-    let n = SEQ.fetch_add(1, Ordering::Relaxed);
-    let stem = format!("{}-{n}", kernel.fingerprint());
-    let src = dir.join(format!("{stem}.c"));
-    let so = dir.join(format!("{stem}.so"));
-    std::fs::write(&src, source).map_err(|e| e.to_string())?;
-    let result = try_compile(&cc.program, &cc.flags, &src, &so);
-    let _ = std::fs::remove_file(&src);
-    result.map_err(|log| format!("{} {}:\n{log}", cc.program, cc.flags.join(" ")))?;
+    let so = dir.join(format!("{}.so", kernel.fingerprint()));
+    let compiled = compile_shared_object(source, &so);
+    if let Err(e) = compiled {
+        let _ = std::fs::remove_dir(&dir);
+        return Err(e);
+    }
     // SAFETY: the library is code we just generated and compiled; its initialisers are the
     // C runtime's. It is leaked, so it outlives every use of `entry`.
     let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| e.to_string());
