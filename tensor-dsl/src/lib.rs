@@ -27,6 +27,7 @@ pub mod dispatch;
 mod error;
 pub mod measure;
 mod options;
+pub mod records;
 pub mod reference;
 pub mod runtime;
 pub mod template;
