@@ -125,28 +125,57 @@ pub fn default_records_file() -> PathBuf {
     cache_dir().join("records.jsonl")
 }
 
-/// Appends records to a JSON Lines file, one `write` per line (appends of whole lines from
-/// several processes interleave but do not tear).
+/// Adds records to a JSON Lines file safely with other processes: under an exclusive lock
+/// on `<file>.lock`, the current file is read (unreadable lines are dropped, with one
+/// warning), the new records appended, and the result written to a temporary file that is
+/// renamed over the old one. Readers never see a partial file, and concurrent writers never
+/// lose each other's records.
 pub fn append(path: &Path, records: &[Record]) -> Result<(), Error> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    let mut file = std::fs::OpenOptions::new()
+    let lock_path = path.with_extension("lock");
+    let lock = std::fs::OpenOptions::new()
         .create(true)
-        .append(true)
-        .open(path)?;
-    for r in records {
-        let mut line = serde_json::to_string(r).map_err(|e| Error::Io(std::io::Error::other(e)))?;
-        line.push('\n');
-        file.write_all(line.as_bytes())?;
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)?;
+    lock.lock()?;
+    let mut existing = match read(path) {
+        Ok((records, _)) => records,
+        Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    existing.extend_from_slice(records);
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let result = (|| -> Result<(), Error> {
+        let mut file = std::fs::File::create(&tmp)?;
+        let mut text = String::new();
+        for r in &existing {
+            text.push_str(
+                &serde_json::to_string(r).map_err(|e| Error::Io(std::io::Error::other(e)))?,
+            );
+            text.push('\n');
+        }
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    Ok(())
+    let _ = lock.unlock();
+    result
 }
 
-/// Reads every well-formed record of the current version; other lines are skipped and
-/// counted.
+/// Reads every well-formed record of the current format version. Lines that are not (a
+/// corrupt or truncated file, another version's format) are skipped; the first time this
+/// happens in a process, one warning goes to stderr. Returns the records and the number of
+/// skipped lines.
 pub fn read(path: &Path) -> Result<(Vec<Record>, usize), Error> {
-    let text = std::fs::read_to_string(path)?;
+    let bytes = std::fs::read(path)?;
+    let text = String::from_utf8_lossy(&bytes);
     let mut skipped = 0;
     let mut out = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -155,5 +184,118 @@ pub fn read(path: &Path) -> Result<(Vec<Record>, usize), Error> {
             _ => skipped += 1,
         }
     }
+    if skipped > 0 {
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!(
+                "tensor-dsl: warning: ignoring {skipped} unreadable or foreign-version line(s) in {} (the next write repairs the file)",
+                path.display()
+            );
+        }
+    }
     Ok((out, skipped))
+}
+
+/// What a record is for: it is only used for exactly this key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub kernel: String,
+    pub shapes: Vec<Vec<usize>>,
+    pub dtype: String,
+    pub target: Target,
+    pub codegen: u32,
+}
+
+impl Record {
+    pub fn key(&self) -> Key {
+        Key {
+            kernel: self.kernel.clone(),
+            shapes: self.shapes.clone(),
+            dtype: self.dtype.clone(),
+            target: self.target.clone(),
+            codegen: self.codegen,
+        }
+    }
+}
+
+/// The fastest valid record per key: O(1) lookups at dispatch.
+#[derive(Clone, Debug, Default)]
+pub struct Index {
+    best: std::collections::HashMap<Key, Record>,
+}
+
+impl Index {
+    pub fn new() -> Index {
+        Index::default()
+    }
+
+    /// Adds records, keeping the fastest valid one per key.
+    pub fn extend<'a>(&mut self, records: impl IntoIterator<Item = &'a Record>) {
+        for r in records {
+            let Some(s) = r.seconds.filter(|s| s.is_finite() && *s > 0.0) else {
+                continue;
+            };
+            if r.error.is_some() {
+                continue;
+            }
+            let key = r.key();
+            let better = self
+                .best
+                .get(&key)
+                .and_then(|b| b.seconds)
+                .is_none_or(|b| s < b);
+            if better {
+                self.best.insert(key, r.clone());
+            }
+        }
+    }
+
+    pub fn best(&self, key: &Key) -> Option<&Record> {
+        self.best.get(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.best.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.best.is_empty()
+    }
+
+    /// Every best record, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &Record> {
+        self.best.values()
+    }
+
+    /// The best record of the tuned shape nearest to `key`'s (same kernel, dtype, target and
+    /// codegen; distance = sum over dimensions of |log2 ratio|), excluding `key` itself.
+    pub fn nearest(&self, key: &Key) -> Option<&Record> {
+        let distance = |shapes: &[Vec<usize>]| -> Option<f64> {
+            if shapes.len() != key.shapes.len() {
+                return None;
+            }
+            let mut d = 0.0;
+            for (a, b) in shapes.iter().zip(&key.shapes) {
+                if a.len() != b.len() {
+                    return None;
+                }
+                for (&x, &y) in a.iter().zip(b) {
+                    d += ((x.max(1) as f64) / (y.max(1) as f64)).log2().abs();
+                }
+            }
+            Some(d)
+        };
+        self.best
+            .iter()
+            .filter(|(k, _)| {
+                k.kernel == key.kernel
+                    && k.dtype == key.dtype
+                    && k.target == key.target
+                    && k.codegen == key.codegen
+                    && k.shapes != key.shapes
+            })
+            .filter_map(|(k, r)| distance(&k.shapes).map(|d| (d, r)))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, r)| r)
+    }
 }
