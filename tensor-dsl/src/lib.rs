@@ -32,6 +32,7 @@ pub mod reference;
 pub mod runtime;
 pub mod template;
 mod tensor;
+pub mod tuned;
 
 pub use error::Error;
 pub use options::{Device, Options};
@@ -47,3 +48,52 @@ pub mod ir {
 
 /// The IR of a kernel, as returned by `my_kernel::kernel()`.
 pub use ir::Kernel;
+
+/// Embeds tuned records in the binary; they are registered before `main` runs and used by
+/// every call whose (kernel, shapes, target, codegen version) they match.
+///
+/// - `include_tuned!()` embeds the build script's output
+///   (`$OUT_DIR/tensor-dsl-tuned.jsonl`, written by [`build::tune`]);
+/// - `include_tuned!("tuned/cpu.jsonl")` embeds a shipped records file, relative to the
+///   crate root (`CARGO_MANIFEST_DIR`).
+///
+/// Use it once, at module level (e.g. in `main.rs`).
+#[macro_export]
+macro_rules! include_tuned {
+    () => {
+        $crate::__register_tuned!(::core::include_str!(::core::concat!(
+            ::core::env!("OUT_DIR"),
+            "/tensor-dsl-tuned.jsonl"
+        )));
+    };
+    ($path:literal) => {
+        $crate::__register_tuned!(::core::include_str!(::core::concat!(
+            ::core::env!("CARGO_MANIFEST_DIR"),
+            "/",
+            $path
+        )));
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __register_tuned {
+    ($text:expr) => {
+        const _: () = {
+            // A static constructor, as the platform's C runtime runs them before `main`.
+            #[used]
+            #[cfg_attr(
+                any(target_os = "linux", target_os = "android", target_os = "freebsd"),
+                link_section = ".init_array"
+            )]
+            #[cfg_attr(target_vendor = "apple", link_section = "__DATA,__mod_init_func")]
+            #[cfg_attr(windows, link_section = ".CRT$XCU")]
+            static __TENSOR_DSL_TUNED: extern "C" fn() = {
+                extern "C" fn register() {
+                    $crate::tuned::register_embedded($text);
+                }
+                register
+            };
+        };
+    };
+}

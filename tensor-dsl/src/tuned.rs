@@ -1,0 +1,180 @@
+//! Where a call's schedule comes from, in this order: records embedded in the binary, the
+//! user cache, tuning now (if `TENSOR_DSL_TUNE=first-call`), the tuned record of the nearest
+//! shape (only if valid here and measured no slower than the default), the heuristic
+//! default. The decision is made once per (kernel, shapes, device) and memoized.
+//!
+//! Embedding: `tensor_dsl::include_tuned!()` (the build script's output) or
+//! `tensor_dsl::include_tuned!("tuned/cpu.jsonl")` (a shipped records file, relative to the
+//! crate root) registers records before `main` runs; [`register_embedded`] does the same by
+//! hand.
+
+use crate::records::{self, Index, Key, Record, Target};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Where the schedule used for a (kernel, shapes, device) came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    Embedded,
+    Cache,
+    Tuned,
+    Nearest,
+    Default,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Source::Embedded => "embedded",
+            Source::Cache => "cache",
+            Source::Tuned => "tuned",
+            Source::Nearest => "nearest",
+            Source::Default => "default",
+        })
+    }
+}
+
+#[derive(Default)]
+struct Embedded {
+    texts: Vec<&'static str>,
+    index: Option<Arc<Index>>,
+}
+
+fn embedded() -> &'static Mutex<Embedded> {
+    static E: OnceLock<Mutex<Embedded>> = OnceLock::new();
+    E.get_or_init(Default::default)
+}
+
+/// Registers records (JSON Lines, the records format) embedded in the binary. Called by
+/// `include_tuned!` before `main`; cheap: parsing happens at the first dispatch.
+pub fn register_embedded(records: &'static str) {
+    let mut e = embedded().lock().unwrap_or_else(|p| p.into_inner());
+    e.texts.push(records);
+    e.index = None;
+}
+
+fn parse_lines(text: &str) -> Vec<Record> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Record>(l).ok())
+        .filter(|r| r.version == records::RECORD_VERSION)
+        .collect()
+}
+
+/// The index of every embedded record.
+pub fn embedded_index() -> Arc<Index> {
+    let mut e = embedded().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(i) = &e.index {
+        return i.clone();
+    }
+    let mut index = Index::new();
+    for text in &e.texts {
+        index.extend(&parse_lines(text));
+    }
+    let index = Arc::new(index);
+    e.index = Some(index.clone());
+    index
+}
+
+fn cache_slot() -> &'static Mutex<Option<Arc<Index>>> {
+    static C: OnceLock<Mutex<Option<Arc<Index>>>> = OnceLock::new();
+    C.get_or_init(Default::default)
+}
+
+/// The index of the user cache (read once per process; [`forget_cache`] re-reads it).
+pub fn cache_index() -> Arc<Index> {
+    let mut slot = cache_slot().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(i) = &*slot {
+        return i.clone();
+    }
+    let mut index = Index::new();
+    if let Ok((rs, _)) = records::read(&records::default_records_file()) {
+        index.extend(&rs);
+    }
+    let index = Arc::new(index);
+    *slot = Some(index.clone());
+    index
+}
+
+/// Makes the next lookup re-read the user cache (after this process wrote to it).
+pub fn forget_cache() {
+    *cache_slot().lock().unwrap_or_else(|p| p.into_inner()) = None;
+}
+
+/// The key of a call on this machine's CPU.
+pub fn cpu_key(fingerprint: &str, shapes: &[&[usize]], codegen: u32) -> Key {
+    Key {
+        kernel: fingerprint.to_string(),
+        shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+        dtype: "f32".into(),
+        target: this_cpu().clone(),
+        codegen,
+    }
+}
+
+/// This machine's CPU target (computed once).
+pub fn this_cpu() -> &'static Target {
+    static T: OnceLock<Target> = OnceLock::new();
+    T.get_or_init(Target::this_cpu)
+}
+
+/// The best record for `key` from the embedded records, else the user cache.
+pub fn lookup(key: &Key) -> Option<(Record, Source)> {
+    if let Some(r) = embedded_index().best(key) {
+        return Some((r.clone(), Source::Embedded));
+    }
+    cache_index().best(key).map(|r| (r.clone(), Source::Cache))
+}
+
+/// The best record of the nearest tuned shape of the same kernel on this target.
+pub fn nearest(key: &Key) -> Option<Record> {
+    if let Some(r) = embedded_index().nearest(key) {
+        return Some(r.clone());
+    }
+    cache_index().nearest(key).cloned()
+}
+
+/// Whether `TENSOR_DSL_LOG` asks for dispatch lines.
+pub fn log_dispatch() -> bool {
+    static L: OnceLock<bool> = OnceLock::new();
+    *L.get_or_init(|| {
+        std::env::var("TENSOR_DSL_LOG").is_ok_and(|v| v.split(',').any(|p| p.trim() == "dispatch"))
+    })
+}
+
+/// A memo of decisions per (fingerprint, shapes, device).
+pub struct Memo<T> {
+    map: Mutex<HashMap<(String, Vec<Vec<usize>>, &'static str), Arc<T>>>,
+}
+
+impl<T> Default for Memo<T> {
+    fn default() -> Self {
+        Memo {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T> Memo<T> {
+    /// The memoized value, or `make()`'s (stored when `Ok`). Concurrent first calls may both
+    /// run `make`; the first stored wins.
+    pub fn get_or_try<E>(
+        &self,
+        fingerprint: &str,
+        shapes: &[&[usize]],
+        device: &'static str,
+        make: impl FnOnce() -> Result<T, E>,
+    ) -> Result<Arc<T>, E> {
+        let key = (
+            fingerprint.to_string(),
+            shapes.iter().map(|s| s.to_vec()).collect::<Vec<_>>(),
+            device,
+        );
+        if let Some(v) = self.map.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(v.clone());
+        }
+        let v = Arc::new(make()?);
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(map.entry(key).or_insert(v).clone())
+    }
+}
