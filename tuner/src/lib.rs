@@ -1,6 +1,13 @@
-//! Generic auto-tuning: search spaces of knobs, and (to come) search strategies, cost
-//! models and the measurement protocol. It knows nothing about tensors: it searches any
-//! space whose points a measurer can time.
+//! Generic auto-tuning: search spaces of knobs, search strategies, cost models, the
+//! measurement protocol and the tuning loop. It knows nothing about tensors: it searches
+//! any space whose points a measurer can time.
+//!
+//! - [`SearchSpace`] (below): the points and their topology.
+//! - [`strategy`]: random, Ansor's evolutionary search, OpEvo, dynamic gradient descent,
+//!   Droplet Search and explore-then-exploit ([`by_name`], [`DEFAULT_STRATEGY`]).
+//! - [`cost_model`]: the learned [`Forest`] (warm-startable) and [`pairwise_accuracy`].
+//! - [`measure`]: the [`Measurer`] protocol; [`replay`]: measurers without hardware.
+//! - [`tune()`](tune()): the loop that ties them together under a [`Budget`].
 //!
 //! A [`SearchSpace`] is a list of named knobs of four kinds — [`Factorization`] (ordered
 //! factors of an extent: tile sizes), [`Permutation`] (loop order), [`Discrete`] (an
@@ -40,19 +47,23 @@
 //! # }
 //! ```
 
-pub mod cost_model;
 mod config;
+pub mod cost_model;
 mod error;
 mod knob;
 pub mod measure;
-pub mod strategy;
+pub mod replay;
 mod space;
+pub mod strategy;
 pub mod text;
+pub mod tune;
 
 pub use config::{Config, Value};
+pub use cost_model::{pairwise_accuracy, CostModel, Forest, Untrained};
 pub use error::{Error, Result};
 pub use knob::{Categorical, Discrete, Factorization, Knob, Permutation};
-pub use space::{Constraint, SearchSpace, SearchSpaceBuilder, DEFAULT_MAX_TRIES};
 pub use measure::{Measurer, Outcome, Trial};
-pub use strategy::{Context, SearchStrategy};
-pub use cost_model::CostModel;
+pub use replay::{ReplayMeasurer, SyntheticMeasurer};
+pub use space::{Constraint, SearchSpace, SearchSpaceBuilder, DEFAULT_MAX_TRIES};
+pub use strategy::{by_name, Context, SearchStrategy, DEFAULT_STRATEGY};
+pub use tune::{tune, Budget, StopReason, TuneResult};

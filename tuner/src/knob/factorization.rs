@@ -197,7 +197,7 @@ impl Factorization {
             if total > 0 {
                 let mut r = rng.gen_range(0..total);
                 for &d in t.divisors.iter().take_while(|&&d| d <= rest) {
-                    if rest % d != 0 || d > t.max[k] {
+                    if !rest.is_multiple_of(d) || d > t.max[k] {
                         continue;
                     }
                     let w = t.count(k + 1, rest / d);
@@ -315,7 +315,7 @@ impl Table {
             return;
         }
         for &d in self.divisors.iter().take_while(|&&d| d <= rest) {
-            if rest % d != 0 || d > self.max[k] || self.count(k + 1, rest / d) == 0 {
+            if !rest.is_multiple_of(d) || d > self.max[k] || self.count(k + 1, rest / d) == 0 {
                 continue;
             }
             prefix.push(d);
@@ -328,7 +328,7 @@ impl Table {
 /// The exponent of prime `p` in `x`.
 fn exponent(mut x: u64, p: u64) -> u32 {
     let mut e = 0;
-    while x > 0 && x % p == 0 {
+    while x > 0 && x.is_multiple_of(p) {
         x /= p;
         e += 1;
     }
@@ -340,9 +340,9 @@ fn prime_factors(mut n: u64) -> Vec<(u64, u32)> {
     let mut out = Vec::new();
     let mut p = 2;
     while p * p <= n {
-        if n % p == 0 {
+        if n.is_multiple_of(p) {
             let mut e = 0;
-            while n % p == 0 {
+            while n.is_multiple_of(p) {
                 n /= p;
                 e += 1;
             }
