@@ -213,7 +213,7 @@ impl Gen<'_> {
         args.push(u0.into());
         args.push(v0.into());
         let args = args.join(", ");
-        let (full_u, full_v) = (eu % ru == 0, ev % rv == 0);
+        let (full_u, full_v) = (eu.is_multiple_of(ru), ev.is_multiple_of(rv));
         if full_u && full_v {
             let _ = writeln!(s, "{}{name}({args}, {ru}, {rv});", pad(depth));
             return;

@@ -63,6 +63,56 @@ pub fn builtin_prelude(qualifier: &str) -> String {
     s
 }
 
+/// One coordinate of an element read: its C expression, whether that is a single name or
+/// number (no parentheses needed inside an offset), and the range of values it can take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Coord {
+    pub expr: String,
+    pub simple: bool,
+    pub lo: i64,
+    pub hi: i64,
+}
+
+/// The row-major offset (`48 * c0 + c1`) of an element at `coords` in a tensor of `shape`.
+pub fn offset_expr(shape: &[usize], coords: &[Coord]) -> String {
+    let strides = strides(shape);
+    let offset: Vec<String> = coords
+        .iter()
+        .zip(&strides)
+        .map(|(c, s)| {
+            let e = if c.simple {
+                c.expr.clone()
+            } else {
+                format!("({})", c.expr)
+            };
+            match s {
+                1 => e,
+                s => format!("{s} * {e}"),
+            }
+        })
+        .collect();
+    if offset.is_empty() {
+        "0".to_string()
+    } else {
+        offset.join(" + ")
+    }
+}
+
+/// The checks (`c >= 0`, `c < extent`) that a read at `coords` of a tensor of `shape` needs:
+/// only those a coordinate's range can break.
+pub fn bound_checks(shape: &[usize], coords: &[Coord]) -> Vec<String> {
+    let mut conds = Vec::new();
+    for (c, &n) in coords.iter().zip(shape) {
+        if c.lo < 0 {
+            conds.push(format!("{} >= 0", c.expr));
+        }
+        if c.hi >= n as i64 {
+            conds.push(format!("{} < {n}", c.expr));
+        }
+    }
+    conds
+}
+
 /// Prints scalar expressions of one kernel as C.
 pub struct ExprPrinter<'a> {
     pub kernel: &'a Kernel,
@@ -98,31 +148,21 @@ impl ExprPrinter<'_> {
     /// The element of `a` read from global memory (never from a packed buffer).
     pub fn global(&self, a: &Access) -> String {
         let shape = self.shapes[a.tensor];
-        let strides = strides(shape);
-        let mut offset = Vec::new();
-        let mut conds = Vec::new();
-        for (d, map) in a.dims.iter().enumerate() {
-            let c = self.affine(map);
-            let (lo, hi) = map.range(self.extents);
-            if lo < 0 {
-                conds.push(format!("{c} >= 0"));
-            }
-            if hi >= shape[d] as i64 {
-                conds.push(format!("{c} < {}", shape[d]));
-            }
-            let simple = map.as_var().is_some() || map.terms.is_empty();
-            let c = if simple { c } else { format!("({c})") };
-            match strides[d] {
-                1 => offset.push(c),
-                s => offset.push(format!("{s} * {c}")),
-            }
-        }
-        let offset = if offset.is_empty() {
-            "0".to_string()
-        } else {
-            offset.join(" + ")
-        };
-        let load = format!("{}[{offset}]", self.tensor[a.tensor]);
+        let coords: Vec<Coord> = a
+            .dims
+            .iter()
+            .map(|map| {
+                let (lo, hi) = map.range(self.extents);
+                Coord {
+                    expr: self.affine(map),
+                    simple: map.as_var().is_some() || map.terms.is_empty(),
+                    lo,
+                    hi,
+                }
+            })
+            .collect();
+        let conds = bound_checks(shape, &coords);
+        let load = format!("{}[{}]", self.tensor[a.tensor], offset_expr(shape, &coords));
         if conds.is_empty() {
             load
         } else {
@@ -131,11 +171,17 @@ impl ExprPrinter<'_> {
     }
 
     pub fn expr(&self, e: &Expr) -> String {
+        self.expr_with(e, &|_| None)
+    }
+
+    /// Like [`expr`](Self::expr), but `read` may print an access itself (e.g. from a
+    /// shared-memory tile); the accesses it declines are printed by [`access`](Self::access).
+    pub fn expr_with(&self, e: &Expr, read: &dyn Fn(&Access) -> Option<String>) -> String {
         match e {
             Expr::Lit(v) => float_lit(*v),
-            Expr::Access(a) => self.access(a),
+            Expr::Access(a) => read(a).unwrap_or_else(|| self.access(a)),
             Expr::Output => self.output.clone(),
-            Expr::Neg(a) => format!("(-{})", self.expr(a)),
+            Expr::Neg(a) => format!("(-{})", self.expr_with(a, read)),
             Expr::Bin(op, a, b) => {
                 let op = match op {
                     BinOp::Add => "+",
@@ -143,10 +189,14 @@ impl ExprPrinter<'_> {
                     BinOp::Mul => "*",
                     BinOp::Div => "/",
                 };
-                format!("({} {op} {})", self.expr(a), self.expr(b))
+                format!(
+                    "({} {op} {})",
+                    self.expr_with(a, read),
+                    self.expr_with(b, read)
+                )
             }
             Expr::Call(f, args) => {
-                let args: Vec<String> = args.iter().map(|a| self.expr(a)).collect();
+                let args: Vec<String> = args.iter().map(|a| self.expr_with(a, read)).collect();
                 let name = match f {
                     Func::Relu => "td_relu",
                     Func::Gelu => "td_gelu",

@@ -1,0 +1,450 @@
+//! Generated CUDA, run on the CPU: every kernel on small awkward shapes (1, primes,
+//! non-multiples of the tiles), with the default schedule and random points of the GPU
+//! template's space, compiled as C++ with `tests/cuda_emu.h` (one fiber per CUDA thread,
+//! real barriers, emulated warp shuffles) and compared with the reference interpreter.
+//!
+//! This is how the CUDA generator's arithmetic, tiling, padding, staging, vector loads and
+//! lane sums are checked on machines without a GPU. It needs `g++` (Debian/Ubuntu package
+//! `g++`); without it the test prints why and passes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tensor_dsl::codegen::cuda;
+use tensor_dsl::ir::{bind, parse_text, Kernel};
+use tensor_dsl::template::gpu::{default_schedule, GpuSchedule, GpuTarget, GpuTemplate};
+
+/// Kernels covering the language: many inputs, diagonals, scalars, outer products,
+/// transposes, affine (padded) accesses, epilogues with every built-in.
+const KERNELS: &[&str] = &[
+    "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+    "c[[i, j]] += a[[k, i]] * b[[j, k]]",
+    "c[[b, i, j]] += x[[b, k, i]] * y[[b, k, j]]",
+    "o[[i, j]] = a[[i]] * b[[j]]",
+    "s[[]] += a[[i]] * b[[i]]",
+    "t[[]] += a[[i, i]]",
+    "d[[i]] = a[[i, i]]",
+    "o[[i]] += a[[i, j]] * b[[j, l]] * c[[l]] * d[[i]]",
+    "o[[i, l]] += a[[i, j]] * b[[j, k]] * c[[k, l]]",
+    "o[[i, j]] = a[[i, j]] + b[[i, j]] * 2.0 - a[[i, j]] / 3.0",
+    "o[[i, j]] = max(a[[i, j]], b[[i, j]]) - min(a[[i, j]], -b[[i, j]])",
+    "o[[j, i]] = a[[i, j]]",
+    "o[[i]] += a[[i + k]] * w[[k]]",
+    "o[[i]] += a[[2 * i + k - 1]] * w[[k]]",
+    "o[[i]] += a[[i - k + 2]] * w[[k]]",
+    "o[[i, j]] = a[[j - 2 * i + 3, i]] - b[[i]]",
+    "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 1, 2 * q + s - 1]] * w[[f, c, r, s]]; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+    "o[[i, j]] += a[[i, k]] * b[[k, j]]; o[[i, j]] = gelu(o[[i, j]]); o[[i, j]] = sigmoid(o[[i, j]]) + tanh(o[[i, j]])",
+    "o[[i, j]] = exp(a[[i, j]]) + sqrt(a[[i, j]] * a[[i, j]] + 1.0)",
+    "o[[i]] += exp(a[[i, k]]) * -b[[k]]",
+    "o[[i]] += a[[i, k]] + 1.0",
+    "o[[i, j, l]] += a[[i, k]] * b[[j, k]] * c[[l, k]]",
+    "o[[i, j]] += a[[i, k]] * a[[k, j]]",
+    "o[[]] = a[[]] * 2.0 - 1.0",
+    "o[[i]] += a[[i]] * s[[]]",
+    "o[[i, j]] += a[[i - 2, j + k]] * b[[k]]; o[[i, j]] = o[[i, j]] * 0.5 + 1.0",
+];
+
+/// Fixed cases on top of the random ones: long reductions (lanes beyond a warp by default)
+/// and a mid-size matmul. Every dimension is a plain index.
+const FIXED: &[(&str, &[usize])] = &[
+    ("s[[]] += a[[i]] * b[[i]]", &[1000]),
+    ("o[[i]] += a[[i, k]] * b[[k]]", &[5, 1000]),
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", &[96, 80, 64]),
+];
+
+const AWKWARD: &[usize] = &[1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 33, 64, 257, 1000];
+
+/// Shapes for `kernel` from random extents (at most `work` iteration points): plain
+/// dimensions take the index's extent, affine ones a random size around the range they
+/// read (so padding is exercised).
+fn random_case(
+    kernel: &Kernel,
+    rng: &mut StdRng,
+    work: usize,
+) -> Option<(Vec<usize>, Vec<Vec<usize>>)> {
+    // Sometimes one extent for all indices (kernels like `a[[i, k]] * a[[k, j]]` need it).
+    let same = rng
+        .gen_bool(0.25)
+        .then(|| AWKWARD[rng.gen_range(0..AWKWARD.len())]);
+    let extents: Vec<usize> = kernel
+        .indices
+        .iter()
+        .map(|_| same.unwrap_or_else(|| AWKWARD[rng.gen_range(0..AWKWARD.len())]))
+        .collect();
+    if extents.iter().fold(1usize, |a, &e| a.saturating_mul(e)) > work {
+        return None;
+    }
+    let mut shapes: Vec<Option<Vec<usize>>> = vec![None; kernel.params.len()];
+    for a in kernel.accesses() {
+        if shapes[a.tensor].is_none() {
+            let dims = a
+                .dims
+                .iter()
+                .map(|m| match m.as_var() {
+                    Some(v) => extents[v],
+                    None => {
+                        let (_, hi) = m.range(&extents);
+                        rng.gen_range(1..=(hi.max(0) as usize + 2))
+                    }
+                })
+                .collect();
+            shapes[a.tensor] = Some(dims);
+        }
+    }
+    shapes[kernel.output] = Some(kernel.spatial().iter().map(|&s| extents[s]).collect());
+    let shapes: Vec<Vec<usize>> = shapes.into_iter().map(|s| s.unwrap_or_default()).collect();
+    let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+    let extents = bind(kernel, &refs).ok()?;
+    Some((extents, shapes))
+}
+
+fn close(got: f32, want: f32) -> bool {
+    (got.is_nan() && want.is_nan()) || (got - want).abs() <= 1e-4 * (1.0 + want.abs())
+}
+
+fn gxx() -> Option<PathBuf> {
+    let cxx = std::env::var_os("CXX").map_or_else(|| PathBuf::from("g++"), PathBuf::from);
+    Command::new(&cxx)
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|_| cxx)
+}
+
+/// One shape of one kernel: its data, the expected output and the schedules to try.
+struct Shape {
+    extents: Vec<usize>,
+    shapes: Vec<Vec<usize>>,
+    data: Vec<Vec<f32>>,
+    want: Vec<f32>,
+    schedules: Vec<(String, GpuSchedule)>,
+}
+
+/// What the configs exercised, summed over the test.
+#[derive(Default, Debug)]
+struct Coverage {
+    configs: usize,
+    lanes: usize,
+    lanes_over_warp: usize,
+    staged: usize,
+    vector_loads: usize,
+    vthreads: usize,
+    padded_spatial: usize,
+    padded_reduction: usize,
+    multi_block: usize,
+    switches: u64,
+}
+
+fn check_kernel(cxx: &Path, dir: &Path, n: usize, src: &str, fixed: Option<&[usize]>) -> Coverage {
+    let kernel = parse_text(&format!("k{n}"), src, None).unwrap();
+    let target = GpuTarget::h100();
+    let mut rng = StdRng::seed_from_u64(1000 + n as u64);
+    let mut cases: Vec<Shape> = Vec::new();
+    let mut cov = Coverage::default();
+    for _ in 0..200 {
+        if cases.len() == if fixed.is_some() { 1 } else { 2 } {
+            break;
+        }
+        let case = match fixed {
+            Some(extents) => {
+                let shape = |p: usize| -> Vec<usize> {
+                    let a = kernel.accesses().into_iter().find(|a| a.tensor == p);
+                    match a {
+                        Some(a) => a
+                            .dims
+                            .iter()
+                            .map(|d| extents[d.as_var().unwrap()])
+                            .collect(),
+                        None => kernel.spatial().iter().map(|&s| extents[s]).collect(),
+                    }
+                };
+                Some((
+                    extents.to_vec(),
+                    (0..kernel.params.len()).map(shape).collect(),
+                ))
+            }
+            None => random_case(&kernel, &mut rng, 40_000),
+        };
+        let Some((extents, shapes)) = case else {
+            continue;
+        };
+        let data: Vec<Vec<f32>> = shapes
+            .iter()
+            .enumerate()
+            .map(|(p, s)| {
+                let n = if p == kernel.output {
+                    0
+                } else {
+                    s.iter().product()
+                };
+                (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect()
+            })
+            .collect();
+        let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+        let data_refs: Vec<&[f32]> = data.iter().map(|d| d.as_slice()).collect();
+        let n_out: usize = shapes[kernel.output].iter().product();
+        let mut want = vec![0.0f32; n_out];
+        tensor_dsl::reference::run(&kernel, &extents, &shape_refs, &data_refs, &mut want);
+        let template = GpuTemplate::new(&kernel, &extents, &target).unwrap();
+        let default = default_schedule(&kernel, &extents, &target);
+        let config = template.default_config().unwrap();
+        assert_eq!(template.decode(&config).unwrap(), default);
+        let mut schedules = vec![(
+            format!("default {}", template.space().format(&config).unwrap()),
+            default,
+        )];
+        for _ in 0..5 {
+            let point = template
+                .space()
+                .sample_uniform(&mut rng)
+                .unwrap_or_else(|e| panic!("{src} {extents:?}: {e}"));
+            let s = template.decode(&point).unwrap();
+            s.check_limits(&kernel, &target).unwrap();
+            schedules.push((template.space().format(&point).unwrap(), s));
+        }
+        cases.push(Shape {
+            extents,
+            shapes,
+            data,
+            want,
+            schedules,
+        });
+    }
+    assert!(!cases.is_empty(), "{src}: no random shape found");
+
+    // One C++ file: every config in its own namespace, then a main running them in order.
+    let mut cpp = String::from("#include \"cuda_emu.h\"\n");
+    let mut main = String::from("int main(int argc, char **argv) {\n    (void)argc;\n");
+    let _ = writeln!(
+        main,
+        "    FILE *o = fopen(argv[{}], \"wb\");",
+        cases.len() + 1
+    );
+    let mut id = 0;
+    for (c, case) in cases.iter().enumerate() {
+        let _ = writeln!(
+            main,
+            "    {{\n        FILE *f = fopen(argv[{}], \"rb\");",
+            c + 1
+        );
+        let inputs = kernel.inputs();
+        for &p in &inputs {
+            let _ = writeln!(
+                main,
+                "        float *t{p} = td_read_aligned(f, {});",
+                case.data[p].len()
+            );
+        }
+        let n_out: usize = case.shapes[kernel.output].iter().product();
+        let shape_refs: Vec<&[usize]> = case.shapes.iter().map(|s| s.as_slice()).collect();
+        for (_, schedule) in &case.schedules {
+            let src = cuda::generate(&kernel, &case.extents, &shape_refs, schedule);
+            assert!(!src.source.contains("#error"), "{}", src.source);
+            cov.configs += 1;
+            cov.lanes += usize::from(schedule.lanes > 1);
+            cov.lanes_over_warp += usize::from(schedule.lanes > 32);
+            cov.staged += usize::from(schedule.stage.iter().any(|&s| s));
+            cov.vector_loads += usize::from(src.source.contains("reinterpret_cast"));
+            cov.multi_block += usize::from(src.grid[0] > 1);
+            cov.vthreads += usize::from(
+                kernel
+                    .spatial()
+                    .iter()
+                    .any(|&s| schedule.axes[s].factors[1] > 1),
+            );
+            cov.padded_spatial += usize::from(
+                kernel
+                    .spatial()
+                    .iter()
+                    .any(|&s| schedule.axes[s].padded > case.extents[s]),
+            );
+            cov.padded_reduction += usize::from(
+                kernel
+                    .reduction()
+                    .iter()
+                    .any(|&r| schedule.axes[r].padded > case.extents[r]),
+            );
+            let _ = writeln!(
+                cpp,
+                "namespace cfg{id} {{\n{}}}\n",
+                src.source.replace("extern \"C\" ", "")
+            );
+            let args: Vec<String> = inputs
+                .iter()
+                .map(|p| format!("t{p}"))
+                .chain(["out".to_string()])
+                .collect();
+            let _ = writeln!(
+                main,
+                "        {{\n            float *out = td_alloc_nan({n_out});\n            \
+                 fprintf(stderr, \"config {id}\\n\");\n            \
+                 unsigned long sw = td_launch({}, {}, [&] {{ cfg{id}::{}({}); }});\n            \
+                 fwrite(&sw, sizeof sw, 1, o);\n            \
+                 fwrite(out, sizeof(float), {n_out}, o);\n            free(out);\n        }}",
+                src.grid[0],
+                src.block[0],
+                src.entry,
+                args.join(", ")
+            );
+            id += 1;
+        }
+        main.push_str("        fclose(f);\n    }\n");
+    }
+    main.push_str("    fclose(o);\n    return 0;\n}\n");
+    cpp.push_str(&main);
+
+    let base = dir.join(format!("k{n}"));
+    let cpp_path = base.with_extension("cpp");
+    let exe = base.with_extension("exe");
+    std::fs::write(&cpp_path, &cpp).unwrap();
+    let out = Command::new(cxx)
+        .args(["-std=c++17", "-O1", "-w", "-I"])
+        .arg(dir)
+        .arg(&cpp_path)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{src}: g++ failed on {}:\n{}",
+        cpp_path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut run = Command::new(&exe);
+    for (c, case) in cases.iter().enumerate() {
+        let path = base.with_extension(format!("in{c}"));
+        let bytes: Vec<u8> = kernel
+            .inputs()
+            .iter()
+            .flat_map(|&p| case.data[p].iter().flat_map(|x| x.to_le_bytes()))
+            .collect();
+        std::fs::write(&path, bytes).unwrap();
+        run.arg(path);
+    }
+    let out_path = base.with_extension("out");
+    run.arg(&out_path);
+    let out = run.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last_config = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("config "))
+        .next_back()
+        .and_then(|c| c.parse::<usize>().ok());
+    let describe = |id: usize| {
+        let mut k = id;
+        for case in &cases {
+            if k < case.schedules.len() {
+                return format!(
+                    "extents {:?} shapes {:?} config {}",
+                    case.extents, case.shapes, case.schedules[k].0
+                );
+            }
+            k -= case.schedules.len();
+        }
+        String::new()
+    };
+    assert!(
+        out.status.success(),
+        "{src}: the emulated kernel failed ({}) at {}:\n{stderr}",
+        out.status,
+        last_config.map(describe).unwrap_or_default()
+    );
+    let bytes = std::fs::read(&out_path).unwrap();
+    let mut at = 0;
+    let mut id = 0;
+    for case in &cases {
+        for (text, _) in &case.schedules {
+            let sw = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+            cov.switches += sw;
+            at += 8;
+            for (e, w) in case.want.iter().enumerate() {
+                let g = f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+                at += 4;
+                assert!(
+                    close(g, *w),
+                    "{src} extents {:?} shapes {:?} config {text} (cfg{id} in {}): element {e}: \
+                     emulated CUDA {g} vs reference {w}",
+                    case.extents,
+                    case.shapes,
+                    cpp_path.display()
+                );
+            }
+            id += 1;
+        }
+    }
+    cov
+}
+
+#[test]
+fn emulated_cuda_matches_reference() {
+    let Some(cxx) = gxx() else {
+        println!("skipped: g++ not found (install the `g++` package, or set CXX)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-cuda-emu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("cuda_emu.h"), include_str!("cuda_emu.h")).unwrap();
+    let start = std::time::Instant::now();
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(4);
+    let covs: Vec<Coverage> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let (cxx, dir) = (&cxx, &dir);
+                scope.spawn(move || {
+                    let all = KERNELS
+                        .iter()
+                        .map(|&k| (k, None))
+                        .chain(FIXED.iter().map(|&(k, e)| (k, Some(e))));
+                    all.enumerate()
+                        .filter(|(n, _)| n % workers == w)
+                        .map(|(n, (src, fixed))| check_kernel(cxx, dir, n, src, fixed))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let mut total = Coverage::default();
+    for c in covs {
+        total.configs += c.configs;
+        total.lanes += c.lanes;
+        total.lanes_over_warp += c.lanes_over_warp;
+        total.staged += c.staged;
+        total.vector_loads += c.vector_loads;
+        total.vthreads += c.vthreads;
+        total.padded_spatial += c.padded_spatial;
+        total.padded_reduction += c.padded_reduction;
+        total.multi_block += c.multi_block;
+        total.switches += c.switches;
+    }
+    println!(
+        "{} kernels + {} fixed cases, {total:?}, {:.1} s",
+        KERNELS.len(),
+        FIXED.len(),
+        start.elapsed().as_secs_f64()
+    );
+    // The random configs must have exercised every feature of the generator.
+    for (what, n) in [
+        ("reduction lanes", total.lanes),
+        ("lanes beyond a warp", total.lanes_over_warp),
+        ("shared-memory staging", total.staged),
+        ("vector loads", total.vector_loads),
+        ("virtual threads", total.vthreads),
+        ("padded spatial extents", total.padded_spatial),
+        ("padded reduction extents", total.padded_reduction),
+        ("several blocks", total.multi_block),
+    ] {
+        assert!(n > 0, "no config exercised {what}: {total:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
