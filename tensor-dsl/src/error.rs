@@ -39,9 +39,13 @@ pub enum Error {
         compiler: String,
         log: String,
     },
-    /// Loading or running compiled code failed.
+    /// Loading or running compiled code failed (for CUDA: a launch that the driver refused
+    /// or a kernel that faulted, with the CUDA error's name and text).
     #[error("backend error in kernel `{kernel}`: {message}")]
     Backend { kernel: String, message: String },
+    /// A device operation outside any kernel (allocation, copy, synchronization) failed.
+    #[error("`{device}` device error: {message}")]
+    Device { device: String, message: String },
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -1,9 +1,20 @@
 //! Per-call options: which device runs the kernel.
 //!
+//! The device is, in this order: the one set with [`Options::device`], the value of
+//! `TENSOR_DSL_DEVICE` (`cuda`/`gpu`, `cpu`, `reference`), else CUDA when a GPU and the CUDA
+//! libraries are present, else the CPU (which itself falls back to the reference
+//! interpreter when there is no C compiler).
+//!
 //! ```
 //! use tensor_dsl::{Device, Options};
 //! let opts = Options::new().device(Device::Reference);
 //! assert_eq!(opts.device_choice(), Some(Device::Reference));
+//! assert_eq!(Device::parse("GPU")?, Device::Cuda);
+//! // Whether CUDA can run here, and why not:
+//! if let Err(reason) = Device::Cuda.availability() {
+//!     println!("no CUDA: {reason}");
+//! }
+//! # Ok::<(), tensor_dsl::Error>(())
 //! ```
 
 use crate::Error;
@@ -12,6 +23,9 @@ use std::fmt;
 /// Where a kernel runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Device {
+    /// Generated CUDA C, compiled with NVRTC and launched through the CUDA driver (device 0,
+    /// or `TENSOR_DSL_CUDA_DEVICE`). Host tensors are copied to the GPU and back per call.
+    Cuda,
     /// Generated C, compiled with the system C compiler (OpenMP), loaded as a shared object.
     Cpu,
     /// The reference interpreter: slow and obviously right.
@@ -24,24 +38,43 @@ impl Device {
         match s.trim().to_ascii_lowercase().as_str() {
             "cpu" => Ok(Device::Cpu),
             "reference" | "ref" => Ok(Device::Reference),
-            "cuda" | "gpu" => Err(Error::DeviceUnavailable {
-                device: "cuda".into(),
-                reason: "this build has no CUDA backend yet; use cpu or reference".into(),
-            }),
+            "cuda" | "gpu" => Ok(Device::Cuda),
             _ => Err(Error::InvalidSetting {
                 name: "TENSOR_DSL_DEVICE".into(),
                 value: s.into(),
-                expected: "one of cpu, reference, cuda".into(),
+                expected: "one of cuda (or gpu), cpu, reference".into(),
             }),
         }
     }
 
     pub fn name(self) -> &'static str {
         match self {
+            Device::Cuda => "cuda",
             Device::Cpu => "cpu",
             Device::Reference => "reference",
         }
     }
+
+    /// `Ok` when kernels can run on this device here, else why not (for CUDA: no driver, no
+    /// GPU, no NVRTC, a driver older than CUDA 13, or a build without the `cuda` feature).
+    /// The CPU is always available: without a C compiler it falls back to the reference
+    /// interpreter. Detection runs once per process.
+    pub fn availability(self) -> Result<(), String> {
+        match self {
+            Device::Cuda => cuda_availability(),
+            Device::Cpu | Device::Reference => Ok(()),
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_availability() -> Result<(), String> {
+    crate::runtime::cuda::available().map(|_| ())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_availability() -> Result<(), String> {
+    Err(crate::runtime::NO_CUDA_FEATURE.into())
 }
 
 impl fmt::Display for Device {
@@ -73,13 +106,17 @@ impl Options {
         self.device
     }
 
-    /// The device a call with these options runs on.
+    /// The device a call with these options runs on: the explicit choice, else
+    /// `TENSOR_DSL_DEVICE`, else CUDA when [`Device::availability`] says it can run, else the
+    /// CPU. An explicit or environment choice is returned even when that device is
+    /// unavailable; the call then fails with [`Error::DeviceUnavailable`].
     pub fn resolve_device(&self) -> Result<Device, Error> {
         if let Some(d) = self.device {
             return Ok(d);
         }
         match std::env::var("TENSOR_DSL_DEVICE") {
             Ok(v) if !v.trim().is_empty() => Device::parse(&v),
+            _ if Device::Cuda.availability().is_ok() => Ok(Device::Cuda),
             _ => Ok(Device::Cpu),
         }
     }

@@ -2,7 +2,7 @@
 //! Its own test binary because it changes the process environment.
 #![allow(clippy::unwrap_used)]
 
-use tensor_dsl::{tensor_kernel, Error, Tensor};
+use tensor_dsl::{tensor_kernel, Device, Error, Tensor};
 
 #[tensor_kernel]
 fn scale(a: &Tensor<f32>, c: &mut Tensor<f32>) {
@@ -13,11 +13,14 @@ fn scale(a: &Tensor<f32>, c: &mut Tensor<f32>) {
 fn device_from_environment() {
     let a = Tensor::from_vec(vec![2], vec![1.0f32, 2.0]).unwrap();
     let mut c = Tensor::zeros(&[2]);
+    // CUDA runs where there is a GPU; elsewhere it is `DeviceUnavailable`.
+    let cuda = Device::Cuda.availability().is_ok();
     for (value, ok) in [
         ("cpu", true),
         ("reference", true),
         ("", true),
-        ("cuda", false),
+        ("cuda", cuda),
+        ("GPU", cuda),
         ("tpu", false),
     ] {
         std::env::set_var("TENSOR_DSL_DEVICE", value);
@@ -25,7 +28,7 @@ fn device_from_environment() {
         assert_eq!(r.is_ok(), ok, "TENSOR_DSL_DEVICE={value}: {r:?}");
         match (value, r) {
             ("tpu", Err(e)) => assert!(matches!(e, Error::InvalidSetting { .. })),
-            ("cuda", Err(e)) => assert!(matches!(e, Error::DeviceUnavailable { .. })),
+            ("cuda" | "GPU", Err(e)) => assert!(matches!(e, Error::DeviceUnavailable { .. })),
             (_, Ok(())) => assert_eq!(c.as_slice(), &[2.0, 4.0]),
             (_, Err(e)) => panic!("{e}"),
         }
