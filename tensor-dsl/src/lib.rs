@@ -22,6 +22,8 @@
 //! # Ok::<(), tensor_dsl::Error>(())
 //! ```
 
+pub mod autotune;
+pub mod build;
 pub mod codegen;
 pub mod dispatch;
 mod error;

@@ -142,9 +142,12 @@ pub fn log_dispatch() -> bool {
     })
 }
 
+/// (kernel fingerprint, shapes, device name).
+type MemoKey = (String, Vec<Vec<usize>>, &'static str);
+
 /// A memo of decisions per (fingerprint, shapes, device).
 pub struct Memo<T> {
-    map: Mutex<HashMap<(String, Vec<Vec<usize>>, &'static str), Arc<T>>>,
+    map: Mutex<HashMap<MemoKey, Arc<T>>>,
 }
 
 impl<T> Default for Memo<T> {

@@ -5,7 +5,11 @@ use tensor_dsl::{tensor_kernel, Device, Options, Tensor};
 
 /// Output first, a qualified tensor type, and parameters named like the generated items.
 #[tensor_kernel]
-pub fn kernel(opts: &mut Tensor<f32>, kernel: &tensor_dsl::Tensor<f32>, with: &::tensor_dsl::Tensor<f32>) {
+pub fn kernel(
+    opts: &mut Tensor<f32>,
+    kernel: &tensor_dsl::Tensor<f32>,
+    with: &::tensor_dsl::Tensor<f32>,
+) {
     opts[[i, j]] += kernel[[i, k]] * with[[k, j]];
 }
 

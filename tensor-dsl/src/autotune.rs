@@ -1,0 +1,175 @@
+//! Tuning one kernel at one shape on the CPU: the template's space, the isolated measurer,
+//! a strategy from [`tuner`], a learned cost model; every measurement becomes a
+//! [`Record`]. Used by `tensor-dsl tune`, first-call tuning and [`crate::build::tune`].
+//!
+//! ```no_run
+//! use tensor_dsl::{autotune::{tune_cpu, TuneOptions}, ir::parse_text};
+//! let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+//! let shapes = vec![vec![256, 256], vec![256, 256], vec![256, 256]];
+//! let out = tune_cpu(&k, &shapes, &TuneOptions::default(), &mut |_| {}).unwrap();
+//! println!("best {:?} GFLOPS after {} trials", out.best_gflops, out.records.len());
+//! ```
+
+use crate::codegen::c::CODEGEN_VERSION;
+use crate::ir::{bind, Kernel};
+use crate::measure::cpu::CpuMeasurer;
+use crate::records::{Record, RECORD_VERSION};
+use crate::runtime::cpu::simd_lanes;
+use crate::template::cpu::{CpuConfig, CpuTemplate};
+use crate::{tuned, Error};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tuner::tune::{tune, Budget};
+use tuner::Forest;
+use tuner::Trial;
+
+/// How to tune.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TuneOptions {
+    /// Strategy name (see `tuner::strategy::STRATEGY_NAMES`).
+    pub strategy: String,
+    /// Measurements, invalid ones included.
+    pub trials: usize,
+    /// Wall-clock limit in seconds.
+    pub seconds: Option<f64>,
+    /// Candidates built and measured per batch.
+    pub batch: usize,
+    pub seed: u64,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        TuneOptions {
+            strategy: tuner::strategy::DEFAULT_STRATEGY.to_string(),
+            trials: 64,
+            seconds: None,
+            batch: 8,
+            seed: 0,
+        }
+    }
+}
+
+/// What a tuning run found.
+#[derive(Clone, Debug)]
+pub struct TuneOutcome {
+    /// The fastest valid schedule and its text form in the template's space.
+    pub best: Option<(CpuConfig, String)>,
+    pub best_seconds: Option<f64>,
+    pub best_gflops: Option<f64>,
+    /// One record per measurement, in order.
+    pub records: Vec<Record>,
+    /// Best-so-far GFLOPS after each trial (`None` before the first valid one).
+    pub history: Vec<Option<f64>>,
+    pub valid_trials: usize,
+    pub seconds: f64,
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Tunes `kernel` at `shapes` (by parameter, output included) on this CPU.
+/// `on_trial(n)` is called after each measurement with the number done so far.
+pub fn tune_cpu(
+    kernel: &Kernel,
+    shapes: &[Vec<usize>],
+    opts: &TuneOptions,
+    on_trial: &mut dyn FnMut(usize),
+) -> Result<TuneOutcome, Error> {
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    let extents = bind(kernel, &refs)?;
+    let flops = kernel.flops(&extents);
+    let template =
+        CpuTemplate::new(kernel, &extents, simd_lanes()).map_err(|m| Error::Backend {
+            kernel: kernel.name.clone(),
+            message: m,
+        })?;
+    let space = template.space().clone();
+    let mut measurer = CpuMeasurer::new(kernel, shapes, template.clone())?;
+    let mut budget = Budget::new(opts.trials).with_batch(opts.batch.max(1));
+    budget.seconds = opts.seconds;
+    let inner =
+        tuner::strategy::by_name(&opts.strategy, &budget).ok_or_else(|| Error::InvalidSetting {
+            name: "strategy".into(),
+            value: opts.strategy.clone(),
+            expected: format!("one of {}", tuner::strategy::STRATEGY_NAMES.join(", ")),
+        })?;
+    // The heuristic default is measured first: tuning never ends worse than not tuning.
+    let mut strategy = tuner::strategy::Seeded::new(vec![template.default_config()], inner);
+    let mut model = Forest::new(opts.seed);
+    let features = |c: &tuner::Config| space.to_features(c).unwrap_or_default();
+    let start = Instant::now();
+    let mut done = 0;
+    let result = tune(
+        &space,
+        &mut strategy,
+        &mut model,
+        &features,
+        &mut measurer,
+        &budget,
+        opts.seed,
+        &mut |_t: &Trial| {
+            done += 1;
+            on_trial(done);
+        },
+    );
+    let seconds = start.elapsed().as_secs_f64();
+    let target = tuned::this_cpu().clone();
+    let fingerprint = kernel.fingerprint();
+    let text = kernel.to_string();
+    let gflops = |s: f64| flops / s / 1e9;
+    let records: Vec<Record> = result
+        .trials
+        .iter()
+        .map(|t| {
+            let secs = t.outcome.seconds();
+            Record {
+                version: RECORD_VERSION,
+                kernel: fingerprint.clone(),
+                kernel_text: text.clone(),
+                shapes: shapes.to_vec(),
+                dtype: "f32".into(),
+                target: target.clone(),
+                codegen: CODEGEN_VERSION,
+                config: space.format(&t.config).unwrap_or_default(),
+                seconds: secs,
+                samples: match &t.outcome {
+                    tuner::Outcome::Valid { samples } => samples.clone(),
+                    tuner::Outcome::Invalid { .. } => Vec::new(),
+                },
+                error: match &t.outcome {
+                    tuner::Outcome::Invalid { reason } => Some(reason.clone()),
+                    tuner::Outcome::Valid { .. } => None,
+                },
+                gflops: secs.map(gflops),
+                strategy: opts.strategy.clone(),
+                unix_time: now_unix(),
+            }
+        })
+        .collect();
+    let best = match &result.best {
+        Some((config, _)) => Some((
+            template.decode(config).map_err(|m| Error::Backend {
+                kernel: kernel.name.clone(),
+                message: m,
+            })?,
+            space.format(config).unwrap_or_default(),
+        )),
+        None => None,
+    };
+    let best_seconds = result.best.as_ref().map(|(_, s)| *s);
+    Ok(TuneOutcome {
+        best,
+        best_seconds,
+        best_gflops: best_seconds.map(gflops),
+        valid_trials: result
+            .trials
+            .iter()
+            .filter(|t| t.outcome.is_valid())
+            .count(),
+        history: result.history.iter().map(|h| h.map(gflops)).collect(),
+        records,
+        seconds,
+    })
+}
