@@ -9,6 +9,8 @@
 
 mod args;
 mod emit;
+mod landscape;
+mod tune;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -72,6 +74,63 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Tune one kernel at one shape; every measurement is appended to the records file.
+    Tune {
+        #[command(flatten)]
+        kernel: KernelArgs,
+        /// `cpu` (CUDA tuning needs a GPU).
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        /// Search strategy: random, evolutionary, opevo, dgd, droplet, combined.
+        #[arg(long, default_value = tuner::strategy::DEFAULT_STRATEGY)]
+        strategy: String,
+        /// Measurements (invalid ones count).
+        #[arg(long, default_value_t = 64)]
+        trials: usize,
+        /// Wall-clock limit in seconds.
+        #[arg(long)]
+        seconds: Option<f64>,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Records file to append to (default: the user cache).
+        #[arg(long)]
+        records: Option<std::path::PathBuf>,
+        /// Print one JSON object (best_gflops, best_config, trials, valid_trials,
+        /// tune_seconds, history) instead of a sentence.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure every point of the kernel's CPU space and append them to a records file (for
+    /// offline strategy comparisons with `replay`).
+    Landscape {
+        #[command(flatten)]
+        kernel: KernelArgs,
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Refuse spaces larger than this.
+        #[arg(long, default_value_t = 5000)]
+        max: usize,
+        #[arg(long, default_value_t = 16)]
+        batch: usize,
+    },
+    /// Rerun strategies offline on a recorded landscape: trials each needs to reach 95% of
+    /// the landscape's best, over several seeds (JSON).
+    Replay {
+        #[command(flatten)]
+        kernel: KernelArgs,
+        #[arg(long)]
+        landscape: std::path::PathBuf,
+        /// Comma-separated names, or `all`.
+        #[arg(long, default_value = "all")]
+        strategies: String,
+        #[arg(long, default_value_t = 64)]
+        trials: usize,
+        #[arg(long, default_value_t = 5)]
+        seeds: u64,
+        /// Target share of the best throughput.
+        #[arg(long, default_value_t = 0.95)]
+        share: f64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -90,6 +149,32 @@ fn main() -> ExitCode {
             configs,
             seed,
         } => verify::run(&kernel, &device, &configs, seed),
+        Command::Tune {
+            kernel,
+            device,
+            strategy,
+            trials,
+            seconds,
+            seed,
+            records,
+            json,
+        } => tune::run(
+            &kernel, &device, &strategy, trials, seconds, seed, records, json,
+        ),
+        Command::Landscape {
+            kernel,
+            out,
+            max,
+            batch,
+        } => landscape::record(&kernel, &out, max, batch),
+        Command::Replay {
+            kernel,
+            landscape,
+            strategies,
+            trials,
+            seeds,
+            share,
+        } => landscape::replay(&kernel, &landscape, &strategies, trials, seeds, share),
     };
     match result {
         Ok(code) => code,

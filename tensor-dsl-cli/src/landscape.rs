@@ -1,0 +1,205 @@
+//! `tensor-dsl landscape` records every point of a kernel's CPU space; `tensor-dsl replay`
+//! reruns search strategies offline on a recorded landscape and reports how many trials each
+//! needs to reach 95% of the landscape's best.
+
+use crate::args::problem;
+use crate::KernelArgs;
+use std::path::Path;
+use std::process::ExitCode;
+use tensor_dsl::codegen::c::CODEGEN_VERSION;
+use tensor_dsl::measure::cpu::CpuMeasurer;
+use tensor_dsl::records::{self, Record, RECORD_VERSION};
+use tensor_dsl::runtime::cpu::simd_lanes;
+use tensor_dsl::template::cpu::CpuTemplate;
+use tensor_dsl::tuned;
+use tuner::{Budget, Config, Forest, Measurer, Outcome, ReplayMeasurer};
+
+/// Measures every point of the space (up to `max`) and appends the records to `out`.
+pub fn record(args: &KernelArgs, out: &Path, max: usize, batch: usize) -> Result<ExitCode, String> {
+    let p = problem(&args.name, &args.kernel, &args.shapes)?;
+    let template = CpuTemplate::new(&p.kernel, &p.extents, simd_lanes())?;
+    let points = template
+        .space()
+        .enumerate(max)
+        .map_err(|e| format!("{e} (raise --max)"))?;
+    let mut measurer =
+        CpuMeasurer::new(&p.kernel, &p.shapes, template.clone()).map_err(|e| e.to_string())?;
+    let flops = p.kernel.flops(&p.extents);
+    let target = tuned::this_cpu().clone();
+    let mut valid = 0;
+    for (n, chunk) in points.chunks(batch.max(1)).enumerate() {
+        let outcomes = measurer.measure(chunk);
+        let recs: Vec<Record> = chunk
+            .iter()
+            .zip(&outcomes)
+            .map(|(c, o)| {
+                valid += usize::from(o.is_valid());
+                Record {
+                    version: RECORD_VERSION,
+                    kernel: p.kernel.fingerprint(),
+                    kernel_text: p.kernel.to_string(),
+                    shapes: p.shapes.clone(),
+                    dtype: "f32".into(),
+                    target: target.clone(),
+                    codegen: CODEGEN_VERSION,
+                    config: template.space().format(c).unwrap_or_default(),
+                    seconds: o.seconds(),
+                    samples: match o {
+                        Outcome::Valid { samples } => samples.clone(),
+                        Outcome::Invalid { .. } => Vec::new(),
+                    },
+                    error: match o {
+                        Outcome::Invalid { reason } => Some(reason.clone()),
+                        Outcome::Valid { .. } => None,
+                    },
+                    gflops: o.seconds().map(|s| flops / s / 1e9),
+                    strategy: "exhaustive".into(),
+                    unix_time: 0,
+                }
+            })
+            .collect();
+        records::append(out, &recs).map_err(|e| e.to_string())?;
+        eprint!(
+            "\rtensor-dsl: landscape {}: {}/{} points",
+            args.name,
+            (n + 1) * batch.min(points.len()),
+            points.len()
+        );
+    }
+    eprintln!();
+    println!(
+        "{}",
+        serde_json::json!({ "points": points.len(), "valid": valid, "file": out.display().to_string() })
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Trials to reach `share` of the best throughput, per strategy and seed.
+pub fn replay(
+    args: &KernelArgs,
+    landscape: &Path,
+    strategies: &str,
+    trials: usize,
+    seeds: u64,
+    share: f64,
+) -> Result<ExitCode, String> {
+    let p = problem(&args.name, &args.kernel, &args.shapes)?;
+    let template = CpuTemplate::new(&p.kernel, &p.extents, simd_lanes())?;
+    let space = template.space().clone();
+    let (recs, _) =
+        records::read(landscape).map_err(|e| format!("{}: {e}", landscape.display()))?;
+    let fingerprint = p.kernel.fingerprint();
+    let points: Vec<(Config, Outcome)> = recs
+        .iter()
+        .filter(|r| r.kernel == fingerprint && r.shapes == p.shapes)
+        .filter_map(|r| {
+            let c = space.parse(&r.config).ok()?;
+            let o = match (&r.error, r.samples.is_empty()) {
+                (None, false) => Outcome::Valid {
+                    samples: r.samples.clone(),
+                },
+                _ => Outcome::Invalid {
+                    reason: r.error.clone().unwrap_or_default(),
+                },
+            };
+            Some((c, o))
+        })
+        .collect();
+    if points.is_empty() {
+        return Err(format!(
+            "{} has no records for this kernel and shapes",
+            landscape.display()
+        ));
+    }
+    let best = ReplayMeasurer::new(points.clone())
+        .best()
+        .map(|(_, s)| s)
+        .ok_or("the landscape has no valid point")?;
+    let target = best / share;
+    let names: Vec<String> = if strategies == "all" {
+        tuner::strategy::STRATEGY_NAMES
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    } else {
+        strategies
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect()
+    };
+    let features = |c: &Config| space.to_features(c).unwrap_or_default();
+    let mut rows = Vec::new();
+    for name in &names {
+        let mut reached = Vec::new();
+        let mut shares = Vec::new();
+        for seed in 0..seeds {
+            let budget = Budget::new(trials);
+            let inner = tuner::by_name(name, &budget)
+                .ok_or_else(|| format!("unknown strategy `{name}`"))?;
+            // As `tune` does: the template's default is measured first.
+            let mut strategy = tuner::strategy::Seeded::new(vec![template.default_config()], inner);
+            let mut measurer = ReplayMeasurer::new(points.clone()).with_resampling(seed);
+            let mut model = Forest::new(seed);
+            let result = tuner::tune(
+                &space,
+                &mut strategy,
+                &mut model,
+                &features,
+                &mut measurer,
+                &budget,
+                seed,
+                &mut |_| {},
+            );
+            reached.push(result.trials_to_reach(target));
+            // The share of the best throughput found, judged by the landscape's medians.
+            let found = result
+                .trials
+                .iter()
+                .filter_map(|t| {
+                    points
+                        .iter()
+                        .find(|(c, _)| *c == t.config)
+                        .and_then(|(_, o)| o.seconds())
+                })
+                .fold(f64::INFINITY, f64::min);
+            shares.push(best / found);
+        }
+        let mut hits: Vec<usize> = reached.iter().flatten().copied().collect();
+        hits.sort_unstable();
+        let median = {
+            let mut all: Vec<f64> = reached
+                .iter()
+                .map(|r| r.map_or(f64::INFINITY, |x| x as f64))
+                .collect();
+            all.sort_by(f64::total_cmp);
+            all[all.len() / 2]
+        };
+        let mut sorted_shares = shares.clone();
+        sorted_shares.sort_by(f64::total_cmp);
+        rows.push(serde_json::json!({
+            "strategy": name,
+            "trials_to_95": reached,
+            "median_trials_to_95": if median.is_finite() { serde_json::json!(median) } else { serde_json::json!(null) },
+            "min_trials_to_95": hits.first(),
+            "max_trials_to_95": if hits.len() == reached.len() { serde_json::json!(hits.last()) } else { serde_json::json!(null) },
+            "seeds_reaching_95": hits.len(),
+            "best_share": shares,
+            "median_best_share": sorted_shares[sorted_shares.len() / 2],
+        }));
+    }
+    println!(
+        "{}",
+        serde_json::json!({
+            "kernel": p.kernel.to_string(),
+            "shapes": p.shapes,
+            "landscape_points": points.len(),
+            "best_seconds": best,
+            "best_gflops": p.kernel.flops(&p.extents) / best / 1e9,
+            "share": share,
+            "trials": trials,
+            "seeds": seeds,
+            "results": rows,
+        })
+    );
+    Ok(ExitCode::SUCCESS)
+}
