@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use tensor_dsl::runtime::cpu;
 use tensor_dsl::template::cpu::CpuTemplate;
+use tensor_dsl::template::gpu::{GpuTarget, GpuTemplate};
 
 /// Random inputs (by parameter id; the output's slot empty) and the reference output.
 pub fn inputs_and_reference(p: &Problem, seed: u64) -> (Vec<Vec<f32>>, Vec<f32>) {
@@ -90,23 +91,69 @@ pub fn run(args: &KernelArgs, device: &str, configs: &str, seed: u64) -> Result<
     })
 }
 
-/// Writes CUDA sources for the selected GPU configurations; returns how many.
+/// Writes CUDA sources (and config JSON with the launch geometry) for the selected GPU
+/// configurations; returns how many.
 pub fn emit_cuda(
-    _p: &Problem,
-    _sm: u32,
-    _selection: Selection,
-    _seed: u64,
-    _out: &Path,
+    p: &Problem,
+    sm: u32,
+    selection: Selection,
+    seed: u64,
+    out: &Path,
 ) -> Result<usize, String> {
-    Err("the CUDA target is not wired into the CLI yet".into())
+    let target = GpuTarget {
+        sm,
+        ..GpuTarget::h100()
+    };
+    let t = GpuTemplate::new(&p.kernel, &p.extents, &target)?;
+    let shapes = p.shape_refs();
+    let points = pick(t.space(), &t.default_config()?, selection, seed)?;
+    for (n, c) in points.iter().enumerate() {
+        let schedule = t.decode(c)?;
+        let src = tensor_dsl::codegen::cuda::generate(&p.kernel, &p.extents, &shapes, &schedule);
+        let meta = serde_json::json!({
+            "kernel": p.kernel.to_string(),
+            "fingerprint": p.kernel.fingerprint(),
+            "shapes": p.shapes,
+            "target": format!("cuda:sm_{sm}"),
+            "config": t.space().format(c).map_err(|e| e.to_string())?,
+            "schedule": schedule,
+            "entry": src.entry,
+            "grid": src.grid,
+            "block": src.block,
+            "shared_bytes": src.shared_bytes,
+        });
+        crate::emit::write_pair(out, n, "cu", &src.source, &meta)?;
+    }
+    Ok(points.len())
 }
 
+/// Runs the selected GPU configurations on the GPU and compares each with the reference.
 fn verify_cuda(
-    _p: &Problem,
-    _selection: Selection,
-    _seed: u64,
-    _data: &[&[f32]],
-    _want: &[f32],
+    p: &Problem,
+    selection: Selection,
+    seed: u64,
+    data: &[&[f32]],
+    want: &[f32],
 ) -> Result<(usize, Vec<serde_json::Value>), String> {
-    Err("the CUDA device is not wired into the CLI yet".into())
+    let info = tensor_dsl::runtime::cuda::available()
+        .map_err(|r| format!("the CUDA device is not available: {r}"))?;
+    let t = GpuTemplate::new(&p.kernel, &p.extents, &info.target())?;
+    let shapes = p.shape_refs();
+    let points = pick(t.space(), &t.default_config()?, selection, seed)?;
+    let mut failed = Vec::new();
+    for c in &points {
+        let text = t.space().format(c).map_err(|e| e.to_string())?;
+        let schedule = t.decode(c)?;
+        let mut got = vec![f32::NAN; want.len()];
+        let error = match tensor_dsl::runtime::cuda::run_with(
+            &p.kernel, &p.extents, &shapes, data, &mut got, &schedule,
+        ) {
+            Ok(()) => compare(&got, want),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(error) = error {
+            failed.push(serde_json::json!({ "config": text, "error": error }));
+        }
+    }
+    Ok((points.len(), failed))
 }

@@ -132,3 +132,69 @@ fn bad_input_is_a_clear_error() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+/// `emit --target cuda:sm_90` writes self-contained CUDA: every file compiles with NVRTC
+/// (compute_90) and assembles with ptxas (sm_90). Skips without NVRTC/ptxas unless
+/// TENSOR_DSL_REQUIRE_NVRTC=1 (CI).
+#[test]
+fn emitted_cuda_compiles_with_nvrtc_and_ptxas() {
+    let nvrtc = tensor_dsl::runtime::nvrtc::available();
+    let ptxas = tensor_dsl::runtime::ptxas::find().is_some();
+    if !(nvrtc && ptxas) {
+        assert!(
+            std::env::var("TENSOR_DSL_REQUIRE_NVRTC").as_deref() != Ok("1"),
+            "NVRTC ({nvrtc}) or ptxas ({ptxas}) missing but TENSOR_DSL_REQUIRE_NVRTC=1"
+        );
+        eprintln!("skipping: NVRTC or ptxas not found");
+        return;
+    }
+    let cases = [
+        ("bmm_t", "z[[b,m,n]] += x[[b,k,m]] * y[[b,k,n]]", "x=3x13x7,y=3x13x17,z=3x7x17"),
+        (
+            "conv",
+            "y[[n,f,p,q]] += x[[n,c,2*p+r-1,2*q+s-1]] * w[[f,c,r,s]]; y[[n,f,p,q]] = relu(y[[n,f,p,q]] + b[[f]])",
+            "x=2x3x17x13,w=5x3x3x3,b=5,y=2x5x9x7",
+        ),
+        ("chain", "o[[i]] += a[[i,j]] * b[[j,l]] * c[[l]]", "a=31x7,b=7x11,c=11,o=31"),
+    ];
+    for (name, kernel, shapes) in cases {
+        let dir =
+            std::env::temp_dir().join(format!("tensor-dsl-cli-cuda-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (code, out, err) = tensor_dsl(&[
+            "emit",
+            "--kernel",
+            kernel,
+            "--shapes",
+            shapes,
+            "--target",
+            "cuda:sm_90",
+            "--configs",
+            "random:6",
+            "--seed",
+            "9",
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{out}{err}");
+        let mut sources: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "cu"))
+            .collect();
+        sources.sort();
+        assert_eq!(sources.len(), 6, "{name}");
+        for src in sources {
+            let text = std::fs::read_to_string(&src).unwrap();
+            let ptx = tensor_dsl::runtime::nvrtc::compile_ptx(name, &text, "compute_90")
+                .unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+            tensor_dsl::runtime::ptxas::assemble(&ptx, "sm_90")
+                .unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+            let meta: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(src.with_extension("json")).unwrap())
+                    .unwrap();
+            assert!(meta["block"][0].as_u64().unwrap() >= 1);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
