@@ -45,6 +45,8 @@ pub struct Compiler {
     pub program: String,
     pub flags: Vec<String>,
     pub openmp: bool,
+    /// The first line of `program --version` (part of artifact-cache keys).
+    pub version: String,
 }
 
 static COMPILER: OnceLock<Result<Compiler, String>> = OnceLock::new();
@@ -134,7 +136,19 @@ pub fn compiler() -> Result<&'static Compiler, String> {
                         if !openmp {
                             eprintln!("tensor-dsl: warning: `{program}` has no OpenMP; CPU kernels run on one core");
                         }
-                        return Ok(Compiler { program, flags, openmp });
+                        let version = Command::new(&program)
+                            .arg("--version")
+                            .output()
+                            .ok()
+                            .and_then(|o| String::from_utf8(o.stdout).ok())
+                            .and_then(|v| v.lines().next().map(str::to_string))
+                            .unwrap_or_default();
+                        return Ok(Compiler {
+                            program,
+                            flags,
+                            openmp,
+                            version,
+                        });
                     }
                     Err(e) => last = e,
                 }
@@ -162,24 +176,76 @@ fn pin_openmp() {
 }
 
 /// Compiles `source` into a shared object and loads it.
+/// Where a compiled object for `source` is cached: `<cache>/objects/<hash>.so`, the hash
+/// covering the source, the compiler's version and its flags. `TENSOR_DSL_NO_DISK_CACHE=1`
+/// turns the disk cache off.
+pub fn cached_object_path(source: &str) -> Result<Option<PathBuf>, String> {
+    if std::env::var("TENSOR_DSL_NO_DISK_CACHE").is_ok_and(|v| v == "1") {
+        return Ok(None);
+    }
+    let cc = compiler()?;
+    let key = format!(
+        "{}\n{}\n{}\n{source}",
+        cc.program,
+        cc.version,
+        cc.flags.join(" ")
+    );
+    let hash = tensor_dsl_lang::ir::fnv1a64(key.as_bytes());
+    Ok(Some(
+        crate::records::cache_dir()
+            .join("objects")
+            .join(format!("{hash:016x}.so")),
+    ))
+}
+
+/// Compiles `source` (or finds it in the disk cache), loads it.
 fn build(kernel: &Kernel, source: &str) -> Result<Loaded, String> {
     let cc = compiler()?;
     if cc.openmp {
         pin_openmp();
     }
-    let dir = work_dir().map_err(|e| e.to_string())?;
-    let so = dir.join(format!("{}.so", kernel.fingerprint()));
-    let compiled = compile_shared_object(source, &so);
-    if let Err(e) = compiled {
-        let _ = std::fs::remove_dir(&dir);
-        return Err(e);
-    }
-    // SAFETY: the library is code we just generated and compiled; its initialisers are the
-    // C runtime's. It is leaked, so it outlives every use of `entry`.
-    let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| e.to_string());
-    let _ = std::fs::remove_file(&so);
-    let _ = std::fs::remove_dir(&dir);
-    let lib: &'static libloading::Library = Box::leak(Box::new(lib?));
+    let cached = cached_object_path(source)?;
+    let lib = match &cached {
+        // SAFETY: objects in the cache are ones we compiled from generated code and published
+        // by rename, so they are complete; their initialisers are the C runtime's.
+        Some(path) if path.is_file() => match unsafe { libloading::Library::new(path) } {
+            Ok(lib) => Some(lib),
+            Err(_) => {
+                let _ = std::fs::remove_file(path);
+                None
+            }
+        },
+        _ => None,
+    };
+    let lib = match lib {
+        Some(lib) => lib,
+        None => {
+            let dir = work_dir().map_err(|e| e.to_string())?;
+            let so = dir.join(format!("{}.so", kernel.fingerprint()));
+            if let Err(e) = compile_shared_object(source, &so) {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+            // Publish to the disk cache (rename: other processes see all of it or nothing).
+            if let Some(path) = &cached {
+                if let Some(parent) = path.parent() {
+                    if std::fs::create_dir_all(parent).is_ok() {
+                        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+                        if std::fs::copy(&so, &tmp).is_ok() {
+                            let _ = std::fs::rename(&tmp, path);
+                        }
+                        let _ = std::fs::remove_file(&tmp);
+                    }
+                }
+            }
+            // SAFETY: the library is code we just generated and compiled; its initialisers
+            // are the C runtime's. It is leaked, so it outlives every use of `entry`.
+            let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| e.to_string());
+            let _ = std::fs::remove_dir_all(&dir);
+            lib?
+        }
+    };
+    let lib: &'static libloading::Library = Box::leak(Box::new(lib));
     // SAFETY: `td_kernel` has exactly the `EntryFn` signature in every generated file.
     let entry = unsafe { lib.get::<EntryFn>(c::ENTRY.as_bytes()) }.map_err(|e| e.to_string())?;
     Ok(Loaded {

@@ -950,7 +950,7 @@ fn load(
         )));
     }
     let arch = info.target().virtual_arch();
-    let ptx = nvrtc::compile_ptx(&kernel.name, &generated.source, &arch).map_err(|e| match e {
+    let ptx = nvrtc::compile_ptx_cached(&kernel.name, &generated.source, &arch).map_err(|e| match e {
         Error::Compile { compiler, log, .. } => BuildError::Compile {
             compiler,
             log: format!("{log}{}", saved(kernel, &generated.source)),

@@ -48,3 +48,40 @@ pub fn compile_ptx(name: &str, source: &str, arch: &str) -> Result<String, Error
             },
         })
 }
+
+/// [`compile_ptx`] through the disk cache beside the records:
+/// `<cache>/objects/<hash>.ptx`, the hash covering the source, the architecture and the
+/// CUDA major version, so a second process pays no NVRTC compile. Files are published by rename.
+/// `TENSOR_DSL_NO_DISK_CACHE=1` turns the cache off.
+pub fn compile_ptx_cached(name: &str, source: &str, arch: &str) -> Result<String, Error> {
+    let enabled = !std::env::var("TENSOR_DSL_NO_DISK_CACHE").is_ok_and(|v| v == "1");
+    let path = available().then(|| {
+        // This build loads NVRTC for CUDA 13 (cudarc `cuda-13000`); its PTX for a given
+        // virtual architecture runs on any CUDA 13 driver.
+        let key = format!("nvrtc cuda-13\n{arch}\n{source}");
+        let hash = tensor_dsl_lang::ir::fnv1a64(key.as_bytes());
+        crate::records::cache_dir()
+            .join("objects")
+            .join(format!("{hash:016x}.ptx"))
+    });
+    if let (true, Some(p)) = (enabled, &path) {
+        if let Ok(ptx) = std::fs::read_to_string(p) {
+            if ptx.contains(".entry") {
+                return Ok(ptx);
+            }
+        }
+    }
+    let ptx = compile_ptx(name, source, arch)?;
+    if let (true, Some(p)) = (enabled, &path) {
+        if let Some(dir) = p.parent() {
+            if std::fs::create_dir_all(dir).is_ok() {
+                let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+                if std::fs::write(&tmp, &ptx).is_ok() {
+                    let _ = std::fs::rename(&tmp, p);
+                }
+                let _ = std::fs::remove_file(&tmp);
+            }
+        }
+    }
+    Ok(ptx)
+}
