@@ -10,6 +10,7 @@
 mod args;
 mod emit;
 mod landscape;
+mod records_cmd;
 mod tune;
 mod verify;
 
@@ -113,6 +114,11 @@ enum Command {
         #[arg(long, default_value_t = 16)]
         batch: usize,
     },
+    /// Inspect records and prepare them for shipping.
+    Records {
+        #[command(subcommand)]
+        action: RecordsAction,
+    },
     /// Rerun strategies offline on a recorded landscape: trials each needs to reach 95% of
     /// the landscape's best, over several seeds (JSON).
     Replay {
@@ -130,6 +136,40 @@ enum Command {
         /// Target share of the best throughput.
         #[arg(long, default_value_t = 0.95)]
         share: f64,
+    },
+}
+
+#[derive(Subcommand)]
+enum RecordsAction {
+    /// Print records (default file: the user cache).
+    Show {
+        files: Vec<std::path::PathBuf>,
+        /// Only this kernel fingerprint.
+        #[arg(long)]
+        kernel: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The fastest valid record per (kernel, shapes, target, codegen version).
+    Best {
+        files: Vec<std::path::PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Merge record files into one.
+    Merge {
+        files: Vec<std::path::PathBuf>,
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+    /// The best records of one target (`cpu`, `cuda`, or part of a device name), to ship
+    /// with an application and embed with `include_tuned!("...")`.
+    Export {
+        files: Vec<std::path::PathBuf>,
+        #[arg(long)]
+        target: Option<String>,
+        #[arg(long)]
+        out: std::path::PathBuf,
     },
 }
 
@@ -161,6 +201,18 @@ fn main() -> ExitCode {
         } => tune::run(
             &kernel, &device, &strategy, trials, seconds, seed, records, json,
         ),
+        Command::Records { action } => match action {
+            RecordsAction::Show {
+                files,
+                kernel,
+                json,
+            } => records_cmd::show(&files, kernel.as_deref(), json),
+            RecordsAction::Best { files, json } => records_cmd::best(&files, json),
+            RecordsAction::Merge { files, out } => records_cmd::merge(&files, &out),
+            RecordsAction::Export { files, target, out } => {
+                records_cmd::export(&files, target.as_deref(), &out)
+            }
+        },
         Command::Landscape {
             kernel,
             out,

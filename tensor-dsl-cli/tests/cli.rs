@@ -198,3 +198,58 @@ fn emitted_cuda_compiles_with_nvrtc_and_ptxas() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[test]
+fn tune_then_records_best_export_merge() {
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-cli-records-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let recs = dir.join("records.jsonl");
+    let (code, out, err) = tensor_dsl(&[
+        "tune",
+        "--kernel",
+        "c[[i,j]] += a[[i,k]] * b[[k,j]]",
+        "--shapes",
+        "a=24x16,b=16x40,c=24x40",
+        "--trials",
+        "5",
+        "--seed",
+        "1",
+        "--records",
+        recs.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["trials"], 5);
+    assert!(v["best_gflops"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["history"].as_array().unwrap().len(), 5);
+    assert!(v["best_config"].as_str().unwrap().contains("vector_axis="));
+
+    let (code, out, _) = tensor_dsl(&["records", "best", recs.to_str().unwrap()]);
+    assert_eq!((code, out.lines().count()), (0, 1), "{out}");
+    let shipped = dir.join("tuned.jsonl");
+    let (code, out, err) = tensor_dsl(&[
+        "records",
+        "export",
+        recs.to_str().unwrap(),
+        "--target",
+        "cpu",
+        "--out",
+        shipped.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"records\":1"), "{out}");
+    let merged = dir.join("merged.jsonl");
+    let (code, out, _) = tensor_dsl(&[
+        "records",
+        "merge",
+        recs.to_str().unwrap(),
+        shipped.to_str().unwrap(),
+        "--out",
+        merged.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("\"records\":5"), "duplicates dropped: {out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
