@@ -11,6 +11,7 @@
 //! ```
 
 use crate::codegen::c::CODEGEN_VERSION;
+use crate::features::{cpu_features, CpuFeatures};
 use crate::ir::{bind, Kernel};
 use crate::measure::cpu::CpuMeasurer;
 use crate::records::{Record, RECORD_VERSION};
@@ -98,7 +99,19 @@ pub fn tune_cpu(
     // The heuristic default is measured first: tuning never ends worse than not tuning.
     let mut strategy = tuner::strategy::Seeded::new(vec![template.default_config()], inner);
     let mut model = Forest::new(opts.seed);
-    let features = |c: &tuner::Config| space.to_features(c).unwrap_or_default();
+    // Knob features, then the analytic ones of the decoded config (zeros where it does not
+    // decode): every vector of one space has the same length.
+    let knob_len = space.feature_names().len();
+    let lanes = simd_lanes();
+    let features = |c: &tuner::Config| {
+        let mut f = space.to_features(c).unwrap_or_default();
+        f.resize(knob_len, 0.0);
+        match template.decode(c) {
+            Ok(cfg) => f.extend(cpu_features(kernel, &extents, shapes, &cfg, lanes).to_vec()),
+            Err(_) => f.resize(knob_len + CpuFeatures::NAMES.len(), 0.0),
+        }
+        f
+    };
     let start = Instant::now();
     let mut done = 0;
     let result = tune(

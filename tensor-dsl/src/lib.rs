@@ -27,6 +27,7 @@ pub mod build;
 pub mod codegen;
 pub mod dispatch;
 mod error;
+pub mod features;
 pub mod measure;
 mod options;
 pub mod records;
