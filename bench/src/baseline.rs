@@ -1,0 +1,437 @@
+//! The CPU baselines: the `matrixmultiply` crate's `sgemm` (threading feature, its AVX-512 /
+//! AVX2+FMA micro-kernels picked at run time) for matmuls, one `sgemm` per batch for batched
+//! matmuls (transposed operands as strides), and im2col + the same `sgemm` per image for
+//! convolutions.
+//!
+//! `matrixmultiply` threads a GEMM only when it is large enough (`(m·k + k·n) / 2^14`
+//! threads at most). When it would run each batch's or image's GEMM on one thread, the
+//! batches/images are split across the cores instead (each thread with its own im2col
+//! buffer), which is what a caller of a single-threaded BLAS would do; otherwise they run
+//! one after the other, each GEMM threaded by `matrixmultiply`, with im2col split across
+//! the cores.
+
+use crate::workloads::{Conv, Op};
+
+/// The baseline's name, for the report.
+pub fn name(op: &Op) -> &'static str {
+    match op {
+        Op::Matmul { .. } => "matrixmultiply 0.3 sgemm (threading)",
+        Op::BatchMatmul { .. } => "matrixmultiply 0.3 sgemm per batch (threading)",
+        Op::Conv2d(_) => "im2col + matrixmultiply 0.3 sgemm per image (threading)",
+    }
+}
+
+/// Row-major strides of a tensor whose axes are named by `axes`, looked up by letter.
+fn letter_strides(axes: &str, dims: &[usize]) -> impl Fn(char) -> isize {
+    let mut strides = vec![1isize; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * dims[d + 1] as isize;
+    }
+    let pairs: Vec<(char, isize)> = axes.chars().zip(strides).collect();
+    move |c| pairs.iter().find(|(x, _)| *x == c).map_or(0, |(_, s)| *s)
+}
+
+/// Whether `matrixmultiply` runs an m×k·k×n GEMM on one thread only.
+fn gemm_is_single_threaded(m: usize, k: usize, n: usize) -> bool {
+    (m * k + k * n) / (1 << 14) < 2
+}
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A GEMM `C = A · B` over raw parts: sizes and element strides.
+#[derive(Clone, Copy)]
+struct Gemm {
+    m: usize,
+    k: usize,
+    n: usize,
+    rsa: isize,
+    csa: isize,
+    rsb: isize,
+    csb: isize,
+    rsc: isize,
+    csc: isize,
+}
+
+impl Gemm {
+    /// Runs the GEMM on slices, checking every access stays inside them.
+    fn run(&self, a: &[f32], b: &[f32], c: &mut [f32]) -> Result<(), String> {
+        let span = |rows: usize, cols: usize, rs: isize, cs: isize| {
+            if rows == 0 || cols == 0 {
+                return 0;
+            }
+            (rows as isize - 1) * rs + (cols as isize - 1) * cs + 1
+        };
+        let need_a = span(self.m, self.k, self.rsa, self.csa);
+        let need_b = span(self.k, self.n, self.rsb, self.csb);
+        let need_c = span(self.m, self.n, self.rsc, self.csc);
+        let strides_ok = [self.rsa, self.csa, self.rsb, self.csb, self.rsc, self.csc]
+            .iter()
+            .all(|&s| s >= 0);
+        if !strides_ok
+            || need_a > a.len() as isize
+            || need_b > b.len() as isize
+            || need_c > c.len() as isize
+        {
+            return Err("baseline GEMM out of bounds (a bug in the bench)".into());
+        }
+        // SAFETY: all strides are non-negative and the largest offset touched in each
+        // operand (computed above) lies inside its slice; `c` is borrowed mutably, so it
+        // does not alias `a` or `b`.
+        unsafe {
+            matrixmultiply::sgemm(
+                self.m,
+                self.k,
+                self.n,
+                1.0,
+                a.as_ptr(),
+                self.rsa,
+                self.csa,
+                b.as_ptr(),
+                self.rsb,
+                self.csb,
+                0.0,
+                c.as_mut_ptr(),
+                self.rsc,
+                self.csc,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Reusable scratch (im2col buffers), so timed runs do not allocate.
+#[derive(Default)]
+pub struct Scratch {
+    cols: Vec<Vec<f32>>,
+}
+
+/// Runs the baseline: `inputs` are the kernel's inputs in parameter order (the output's
+/// slot is skipped), `out` the output buffer.
+pub fn run(
+    op: &Op,
+    inputs: &[&[f32]],
+    out: &mut [f32],
+    scratch: &mut Scratch,
+) -> Result<(), String> {
+    let (a, b) = match inputs {
+        [a, b, ..] => (*a, *b),
+        _ => return Err("the baseline needs two inputs".into()),
+    };
+    match op {
+        Op::Matmul { m, n, k } => Gemm {
+            m: *m,
+            k: *k,
+            n: *n,
+            rsa: *k as isize,
+            csa: 1,
+            rsb: *n as isize,
+            csb: 1,
+            rsc: *n as isize,
+            csc: 1,
+        }
+        .run(a, b, out),
+        Op::BatchMatmul {
+            b: batch,
+            m,
+            n,
+            k,
+            lhs,
+            rhs,
+            out: out_axes,
+        } => {
+            let size = |ch: char| match ch {
+                'b' => *batch,
+                'm' => *m,
+                'n' => *n,
+                _ => *k,
+            };
+            let dims = |s: &str| s.chars().map(size).collect::<Vec<_>>();
+            let (sa, sb, sc) = (
+                letter_strides(lhs, &dims(lhs)),
+                letter_strides(rhs, &dims(rhs)),
+                letter_strides(out_axes, &dims(out_axes)),
+            );
+            let gemm = Gemm {
+                m: *m,
+                k: *k,
+                n: *n,
+                rsa: sa('m'),
+                csa: sa('k'),
+                rsb: sb('k'),
+                csb: sb('n'),
+                rsc: sc('m'),
+                csc: sc('n'),
+            };
+            let (ba, bb, bc) = (sa('b') as usize, sb('b') as usize, sc('b') as usize);
+            if bc == m * n {
+                // Batch outermost in the output: each batch owns a contiguous block.
+                batched(*batch, gemm, a, ba, b, bb, out, bc)
+            } else {
+                // The output interleaves batches: run them in order on one buffer.
+                for i in 0..*batch {
+                    gemm.run(&a[i * ba..], &b[i * bb..], &mut out[i * bc..])?;
+                }
+                Ok(())
+            }
+        }
+        Op::Conv2d(cv) => conv(cv, a, b, out, scratch),
+    }
+}
+
+/// `batch` GEMMs whose outputs are the contiguous blocks of `out` of `bc` elements each,
+/// spread across the cores when each is single-threaded.
+#[allow(clippy::too_many_arguments)]
+fn batched(
+    batch: usize,
+    gemm: Gemm,
+    a: &[f32],
+    ba: usize,
+    b: &[f32],
+    bb: usize,
+    out: &mut [f32],
+    bc: usize,
+) -> Result<(), String> {
+    let workers = threads().min(batch).max(1);
+    if workers == 1 || !gemm_is_single_threaded(gemm.m, gemm.k, gemm.n) {
+        for (i, c) in out.chunks_mut(bc).take(batch).enumerate() {
+            gemm.run(&a[i * ba..], &b[i * bb..], c)?;
+        }
+        return Ok(());
+    }
+    let per = batch.div_ceil(workers);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = out
+            .chunks_mut(per * bc)
+            .enumerate()
+            .map(|(w, chunk)| {
+                s.spawn(move || {
+                    for (j, c) in chunk.chunks_mut(bc).enumerate() {
+                        let i = w * per + j;
+                        gemm.run(&a[i * ba..], &b[i * bb..], c)?;
+                    }
+                    Ok::<(), String>(())
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err("a baseline thread panicked".into()))
+        })
+    })
+}
+
+/// im2col of one image: `col[(c·R + r)·S + s][p·Q + q] = x[c][S·p + r − P][S·q + s − P]`
+/// (zero outside the image), rows `rows` of the full `C·R·S × P·Q` matrix.
+fn im2col_rows(cv: &Conv, image: &[f32], rows: std::ops::Range<usize>, col: &mut [f32]) {
+    let (p_out, q_out) = cv.out_hw();
+    let pq = p_out * q_out;
+    for (row, dst) in rows.zip(col.chunks_mut(pq)) {
+        let c = row / (cv.r * cv.s);
+        let r = (row / cv.s) % cv.r;
+        let s = row % cv.s;
+        let plane = &image[c * cv.h * cv.w..(c + 1) * cv.h * cv.w];
+        for p in 0..p_out {
+            let y = (cv.stride * p + r) as isize - cv.pad as isize;
+            let line = &mut dst[p * q_out..(p + 1) * q_out];
+            if y < 0 || y >= cv.h as isize {
+                line.fill(0.0);
+                continue;
+            }
+            let src = &plane[y as usize * cv.w..(y as usize + 1) * cv.w];
+            for (q, v) in line.iter_mut().enumerate() {
+                let x = (cv.stride * q + s) as isize - cv.pad as isize;
+                *v = if x < 0 || x >= cv.w as isize {
+                    0.0
+                } else {
+                    src[x as usize]
+                };
+            }
+        }
+    }
+}
+
+/// im2col of one image into `col` (`C·R·S × P·Q`), split across `workers` threads.
+fn im2col(cv: &Conv, image: &[f32], col: &mut [f32], workers: usize) {
+    let (p_out, q_out) = cv.out_hw();
+    let pq = p_out * q_out;
+    let rows = cv.c * cv.r * cv.s;
+    if workers <= 1 || rows < 2 {
+        im2col_rows(cv, image, 0..rows, col);
+        return;
+    }
+    let per = rows.div_ceil(workers);
+    std::thread::scope(|s| {
+        for (w, chunk) in col.chunks_mut(per * pq).enumerate() {
+            let start = w * per;
+            let end = (start + per).min(rows);
+            s.spawn(move || im2col_rows(cv, image, start..end, chunk));
+        }
+    });
+}
+
+/// Whether im2col is the identity (a 1×1, stride-1, unpadded convolution).
+fn im2col_is_identity(cv: &Conv) -> bool {
+    cv.r == 1 && cv.s == 1 && cv.stride == 1 && cv.pad == 0
+}
+
+/// One image: im2col (unless it is the identity), then `Y[F × PQ] = W[F × CRS] · col`.
+fn conv_image(
+    cv: &Conv,
+    gemm: Gemm,
+    image: &[f32],
+    w: &[f32],
+    y: &mut [f32],
+    col: &mut Vec<f32>,
+    im2col_workers: usize,
+) -> Result<(), String> {
+    if im2col_is_identity(cv) {
+        return gemm.run(w, image, y);
+    }
+    let need = gemm.k * gemm.n;
+    if col.len() < need {
+        col.resize(need, 0.0);
+    }
+    im2col(cv, image, &mut col[..need], im2col_workers);
+    gemm.run(w, &col[..need], y)
+}
+
+fn conv(
+    cv: &Conv,
+    x: &[f32],
+    w: &[f32],
+    y: &mut [f32],
+    scratch: &mut Scratch,
+) -> Result<(), String> {
+    let (p_out, q_out) = cv.out_hw();
+    let (crs, pq) = (cv.c * cv.r * cv.s, p_out * q_out);
+    let gemm = Gemm {
+        m: cv.f,
+        k: crs,
+        n: pq,
+        rsa: crs as isize,
+        csa: 1,
+        rsb: pq as isize,
+        csb: 1,
+        rsc: pq as isize,
+        csc: 1,
+    };
+    let (image_len, out_len) = (cv.c * cv.h * cv.w, cv.f * pq);
+    let workers = threads().min(cv.n).max(1);
+    if scratch.cols.len() < workers {
+        scratch.cols.resize_with(workers, Vec::new);
+    }
+    if workers == 1 || !gemm_is_single_threaded(gemm.m, gemm.k, gemm.n) {
+        let col = &mut scratch.cols[0];
+        for (i, out) in y.chunks_mut(out_len).take(cv.n).enumerate() {
+            let image = &x[i * image_len..(i + 1) * image_len];
+            conv_image(cv, gemm, image, w, out, col, threads())?;
+        }
+        return Ok(());
+    }
+    let per = cv.n.div_ceil(workers);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = y
+            .chunks_mut(per * out_len)
+            .zip(scratch.cols.iter_mut())
+            .enumerate()
+            .map(|(t, (chunk, col))| {
+                s.spawn(move || {
+                    for (j, out) in chunk.chunks_mut(out_len).enumerate() {
+                        let i = t * per + j;
+                        let image = &x[i * image_len..(i + 1) * image_len];
+                        conv_image(cv, gemm, image, w, out, col, 1)?;
+                    }
+                    Ok::<(), String>(())
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err("a baseline thread panicked".into()))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workloads::{kernel_text, Workload};
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    /// Every baseline agrees with the reference interpreter on awkward small shapes.
+    fn check(op: Op) {
+        let w = Workload {
+            suite: "t".into(),
+            name: "t".into(),
+            op: op.clone(),
+            shape: serde_json::Value::Null,
+        };
+        let p = w.problem().unwrap();
+        let mut rng = StdRng::seed_from_u64(3);
+        let data: Vec<Vec<f32>> = p
+            .kernel
+            .params
+            .iter()
+            .zip(&p.shapes)
+            .map(|(param, s)| {
+                if param.is_output {
+                    Vec::new()
+                } else {
+                    (0..s.iter().product::<usize>())
+                        .map(|_| rng.gen_range(-1.0f32..1.0))
+                        .collect()
+                }
+            })
+            .collect();
+        let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+        let out_len: usize = p.shapes[p.kernel.output].iter().product();
+        let mut want = vec![0.0f32; out_len];
+        tensor_dsl::reference::run(&p.kernel, &p.extents, &p.shape_refs(), &refs, &mut want);
+        let mut got = vec![f32::NAN; out_len];
+        run(&op, &refs, &mut got, &mut Scratch::default()).unwrap();
+        for (n, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                "{:?} element {n}: {g} vs {w} ({})",
+                op,
+                kernel_text(&op).0
+            );
+        }
+    }
+
+    #[test]
+    fn baselines_match_the_reference() {
+        check(Op::Matmul { m: 7, n: 13, k: 5 });
+        for (lhs, rhs, out) in [
+            ("bmk", "bkn", "bmn"),
+            ("bkm", "bkn", "bmn"),
+            ("bkm", "bnk", "bmn"),
+            ("mbk", "bkn", "mbn"),
+        ] {
+            check(Op::BatchMatmul {
+                b: 5,
+                m: 6,
+                n: 7,
+                k: 9,
+                lhs: lhs.into(),
+                rhs: rhs.into(),
+                out: out.into(),
+            });
+        }
+        for (stride, pad, r) in [(1, 0, 1), (1, 1, 3), (2, 1, 3), (3, 0, 2), (2, 3, 7)] {
+            check(Op::Conv2d(Conv {
+                n: 3,
+                c: 2,
+                h: 11,
+                w: 9,
+                f: 4,
+                r,
+                s: r,
+                stride,
+                pad,
+            }));
+        }
+    }
+}

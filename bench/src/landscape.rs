@@ -1,0 +1,81 @@
+//! `--record-landscape DIR`: every measured point of every kernel, in the records format
+//! (`tensor_dsl::records::Record`, JSON Lines), one file per kernel
+//! (`DIR/<suite>_<name>.jsonl`), appended as the search goes. A replay measurer reads them
+//! back to compare strategies offline.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+use tensor_dsl::codegen::c::CODEGEN_VERSION;
+use tensor_dsl::records::{self, Record, Target, RECORD_VERSION};
+use tensor_dsl::template::cpu::CpuTemplate;
+use tuner::{Outcome, Trial};
+
+use crate::workloads::Problem;
+
+/// Writes one kernel's landscape.
+pub struct Landscape {
+    path: PathBuf,
+    kernel: String,
+    kernel_text: String,
+    shapes: Vec<Vec<usize>>,
+    target: Target,
+    strategy: String,
+    flops: f64,
+}
+
+impl Landscape {
+    /// The file for `suite`/`name` under `dir` (created on the first trial).
+    pub fn new(
+        dir: &Path,
+        suite: &str,
+        name: &str,
+        problem: &Problem,
+        strategy: &str,
+    ) -> Landscape {
+        Landscape {
+            path: dir.join(format!("{suite}_{name}.jsonl")),
+            kernel: problem.kernel.fingerprint(),
+            kernel_text: problem.kernel.to_string(),
+            shapes: problem.shapes.clone(),
+            target: Target::this_cpu(),
+            strategy: strategy.to_string(),
+            flops: problem.flops(),
+        }
+    }
+
+    /// The record of one trial.
+    pub fn record(&self, template: &CpuTemplate, trial: &Trial) -> Record {
+        let config = template
+            .space()
+            .format(&trial.config)
+            .unwrap_or_else(|e| format!("<unformattable: {e}>"));
+        let (seconds, samples, error) = match &trial.outcome {
+            Outcome::Valid { samples } => (trial.outcome.seconds(), samples.clone(), None),
+            Outcome::Invalid { reason } => (None, Vec::new(), Some(reason.clone())),
+        };
+        Record {
+            version: RECORD_VERSION,
+            kernel: self.kernel.clone(),
+            kernel_text: self.kernel_text.clone(),
+            shapes: self.shapes.clone(),
+            dtype: "f32".into(),
+            target: self.target.clone(),
+            codegen: CODEGEN_VERSION,
+            config,
+            seconds,
+            samples,
+            error,
+            gflops: seconds.map(|s| self.flops / s / 1e9),
+            strategy: self.strategy.clone(),
+            unix_time: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    /// Appends one trial.
+    pub fn append(&self, template: &CpuTemplate, trial: &Trial) -> Result<(), String> {
+        records::append(&self.path, &[self.record(template, trial)])
+            .map_err(|e| format!("{}: {e}", self.path.display()))
+    }
+}

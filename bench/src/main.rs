@@ -1,0 +1,303 @@
+//! `bench`: tunes the seed workloads (`bench/workloads.json`) with a chosen strategy and
+//! trial budget, then times our best configuration against a BLAS baseline side by side in
+//! the same process (alternating rounds, medians). See `bench/README.md`.
+//!
+//! ```text
+//! cargo run --release -p bench -- --suite bert_matmul --device cpu --trials 32 \
+//!     --strategy random --seed 1 --json results.json --plot results.svg
+//! ```
+
+mod baseline;
+mod landscape;
+mod load;
+mod plot;
+mod report;
+mod run;
+mod timing;
+mod tuning;
+mod workloads;
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use report::{KernelResult, Machine, Report};
+use workloads::{Workload, SMOKE_SUITE};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "bench",
+    version,
+    about = "Tune the seed workloads and time them against a BLAS baseline, side by side"
+)]
+struct Args {
+    /// Suite(s) to run, comma-separated: bert_matmul, opevo_matmul, opevo_batch_matmul,
+    /// opevo_conv2d, resnet50_conv2d, yolo9000_conv2d, or `all`.
+    #[arg(long)]
+    suite: String,
+    /// `cpu`, or `cuda` (not wired yet).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Measured points per kernel.
+    #[arg(long, default_value_t = 32)]
+    trials: usize,
+    /// Search strategy (see `tuner::strategy::by_name`).
+    #[arg(long, default_value = tuner::strategy::DEFAULT_STRATEGY)]
+    strategy: String,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Write the report (JSON) here, updated after every kernel.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Points built in parallel per measurement batch.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Stop tuning a kernel after this many seconds (besides the trial budget).
+    #[arg(long)]
+    tune_seconds: Option<f64>,
+    /// Write every measured point of every kernel to DIR/<suite>_<name>.jsonl (records
+    /// format), for offline strategy replays.
+    #[arg(long, value_name = "DIR")]
+    record_landscape: Option<PathBuf>,
+    /// Draw best-so-far GFLOPS against trials, one line per kernel, into this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Only these workloads (names, comma-separated, e.g. M0,M3).
+    #[arg(long, value_delimiter = ',')]
+    filter: Vec<String>,
+    /// Skip kernels above this many GFLOP (reported as `skipped`).
+    #[arg(long, value_name = "X")]
+    max_gflop: Option<f64>,
+    /// Timed rounds per contender (ours, baseline, default, alternating).
+    #[arg(long, default_value_t = 7)]
+    rounds: usize,
+    /// Target length of one timed round in seconds (a round repeats the call).
+    #[arg(long, default_value_t = 0.05)]
+    round_seconds: f64,
+    /// During tuning, kill candidates slower than this many GFLOPS (recorded as timed out).
+    #[arg(long, default_value_t = 1.0)]
+    min_candidate_gflops: f64,
+    /// During tuning, kill candidates this many times slower than the best so far
+    /// (recorded as timed out); 0 never kills for being relatively slow.
+    #[arg(long, default_value_t = 5.0)]
+    kill_factor: f64,
+    /// Leave the heuristic default out of the search (by default it is the first trial).
+    #[arg(long)]
+    pure_search: bool,
+    /// Before timing each kernel, wait up to this many seconds for the machine to be at
+    /// most 25% busy.
+    #[arg(long, default_value_t = 0.0)]
+    wait_quiet: f64,
+    /// Read workloads from this file instead of the built-in copy of bench/workloads.json.
+    #[arg(long)]
+    workloads: Option<PathBuf>,
+    /// OpenMP idle threads: `passive` (sleep at once; sets OMP_WAIT_POLICY=PASSIVE for this
+    /// process and its measurement children), `active` (spin), or `inherit` (leave the
+    /// environment alone). Spinning threads hold their cores, so on a machine shared with
+    /// other work a parallel kernel waits a whole time slice for a preempted thread.
+    #[arg(long, default_value = "passive", value_parser = ["passive", "active", "inherit"])]
+    omp_wait_policy: String,
+    /// Print one line per trial.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("bench: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workloads `--suite` and `--filter` select.
+fn select(args: &Args) -> Result<Vec<Workload>, String> {
+    let text = match &args.workloads {
+        Some(p) => std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        None => workloads::WORKLOADS_JSON.to_string(),
+    };
+    let suites = workloads::load(&text)?;
+    let mut chosen = Vec::new();
+    for want in args
+        .suite
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        let matched: Vec<&(String, Vec<Workload>)> = suites
+            .iter()
+            .filter(|(name, _)| name == want || (want == "all" && name != SMOKE_SUITE))
+            .collect();
+        if matched.is_empty() {
+            let known: Vec<&str> = suites
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .filter(|n| *n != SMOKE_SUITE)
+                .collect();
+            return Err(format!(
+                "unknown suite `{want}`: expected one of {} or all",
+                known.join(", ")
+            ));
+        }
+        for (_, list) in matched {
+            chosen.extend(list.iter().cloned());
+        }
+    }
+    if !args.filter.is_empty() {
+        for f in &args.filter {
+            if !chosen.iter().any(|w| &w.name == f) {
+                return Err(format!(
+                    "--filter: no workload named `{f}` in the chosen suites"
+                ));
+            }
+        }
+        chosen.retain(|w| args.filter.contains(&w.name));
+    }
+    if chosen.is_empty() {
+        return Err("no workload selected".into());
+    }
+    Ok(chosen)
+}
+
+fn run(args: &Args) -> Result<ExitCode, String> {
+    match args.device.as_str() {
+        "cpu" => {}
+        "cuda" => {
+            eprintln!(
+                "bench: the CUDA bench needs a GPU and is not wired yet: run with --device cpu"
+            );
+            return Ok(ExitCode::from(2));
+        }
+        other => return Err(format!("--device `{other}`: expected cpu or cuda")),
+    }
+    if args.trials == 0 {
+        return Err("--trials must be at least 1".into());
+    }
+    if !tuning::is_strategy(&args.strategy) {
+        return Err(format!(
+            "unknown strategy `{}`: expected one of {} or default",
+            args.strategy,
+            tuning::strategy_names().join(", ")
+        ));
+    }
+    let chosen = select(args)?;
+    match args.omp_wait_policy.as_str() {
+        // Set before anything loads libgomp (it reads the variable once, at load).
+        "passive" => std::env::set_var("OMP_WAIT_POLICY", "PASSIVE"),
+        "active" => std::env::set_var("OMP_WAIT_POLICY", "ACTIVE"),
+        _ => {}
+    }
+    tensor_dsl::runtime::cpu::compiler()
+        .map_err(|e| format!("the CPU bench needs a C compiler: {e}"))?;
+    let settings = tuning::Settings {
+        strategy: args.strategy.clone(),
+        trials: args.trials,
+        batch: args.batch,
+        seconds: args.tune_seconds,
+        seed: args.seed,
+        start_from_default: !args.pure_search,
+        kill_factor: args.kill_factor,
+        floor_gflops: args.min_candidate_gflops,
+    };
+    let opts = run::Options {
+        settings: &settings,
+        plan: timing::Plan {
+            rounds: args.rounds,
+            round_seconds: args.round_seconds,
+        },
+        wait_quiet: std::time::Duration::from_secs_f64(args.wait_quiet.clamp(0.0, 3600.0)),
+        landscape: args.record_landscape.as_deref(),
+        verbose: args.verbose,
+    };
+    let mut report = Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine: Machine::this(),
+        results: Vec::new(),
+    };
+    for w in &chosen {
+        let result = match w.problem() {
+            Err(e) => {
+                let mut r =
+                    KernelResult::empty(&w.suite, &w.name, w.shape.clone(), baseline::name(&w.op));
+                r.fail(e);
+                r
+            }
+            Ok(p) => match args.max_gflop {
+                Some(max) if p.flops() > max * 1e9 => {
+                    let mut r = KernelResult::empty(
+                        &w.suite,
+                        &w.name,
+                        w.shape.clone(),
+                        baseline::name(&w.op),
+                    );
+                    r.flops = p.flops();
+                    r.kernel = p.kernel.to_string();
+                    r.tensor_shapes = p.shapes.clone();
+                    r.strategy = settings.strategy.clone();
+                    r.status = "skipped".into();
+                    r.error = Some(format!(
+                        "{:.1} GFLOP is above --max-gflop {max}",
+                        p.flops() / 1e9
+                    ));
+                    r
+                }
+                _ => {
+                    eprintln!(
+                        "bench: {}/{}: {:.2} GFLOP, tuning {} trials ({})",
+                        w.suite,
+                        w.name,
+                        p.flops() / 1e9,
+                        settings.trials,
+                        settings.strategy
+                    );
+                    run::run(w, &p, &opts)
+                }
+            },
+        };
+        eprintln!(
+            "bench: {}/{}: {} — ours {} GFLOPS, baseline {} GFLOPS, ratio {}{}",
+            result.suite,
+            result.name,
+            result.status,
+            result.ours_gflops.map_or("-".into(), |g| format!("{g:.1}")),
+            result
+                .baseline_gflops
+                .map_or("-".into(), |g| format!("{g:.1}")),
+            result.ratio.map_or("-".into(), |g| format!("{g:.2}")),
+            result
+                .error
+                .as_ref()
+                .map_or(String::new(), |e| format!(" ({e})"))
+        );
+        report.results.push(result);
+        if let Some(path) = &args.json {
+            report::write(path, &report)?;
+        }
+    }
+    if let Some(path) = &args.plot {
+        let series: Vec<plot::Series> = report
+            .results
+            .iter()
+            .filter(|r| !r.history.is_empty())
+            .map(|r| plot::Series {
+                name: r.name.clone(),
+                history: r.history.clone(),
+            })
+            .collect();
+        let title = format!(
+            "{} on {} — {} ({} trials, seed {})",
+            args.suite, report.machine.cpu, settings.strategy, settings.trials, settings.seed
+        );
+        plot::draw(path, &title, &series)?;
+    }
+    print!("{}", report::table(&report.results));
+    let failed = report.results.iter().any(|r| r.status == "failed");
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

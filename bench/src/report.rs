@@ -1,0 +1,232 @@
+//! The JSON report and the table printed at the end.
+
+use serde::Serialize;
+use serde_json::Value;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// One kernel's result. `status` is `ok`, `failed` (see `error`: a tuning, build, run or
+/// output-mismatch failure) or `skipped` (see `error`: why).
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelResult {
+    pub suite: String,
+    pub name: String,
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The workload as written in `workloads.json`.
+    pub shape: Value,
+    /// The kernel in the language.
+    pub kernel: String,
+    /// Tensor shapes in parameter order.
+    pub tensor_shapes: Vec<Vec<usize>>,
+    pub flops: f64,
+    /// Our best tuned config: median GFLOPS over the timed rounds.
+    pub ours_gflops: Option<f64>,
+    pub ours_seconds: Option<f64>,
+    pub baseline: String,
+    pub baseline_gflops: Option<f64>,
+    pub baseline_seconds: Option<f64>,
+    /// `ours_gflops / baseline_gflops` (> 1: we are faster).
+    pub ratio: Option<f64>,
+    /// The untuned heuristic default schedule, timed in the same rounds.
+    pub default_gflops: Option<f64>,
+    /// Trials measured (valid or not).
+    pub trials: usize,
+    pub valid_trials: usize,
+    pub tune_seconds: f64,
+    /// Why tuning stopped: `Trials` (budget spent), `Time` or `Exhausted` (the strategy had
+    /// nothing new to propose).
+    pub stopped: Option<String>,
+    pub strategy: String,
+    pub seed: u64,
+    pub device: String,
+    pub date: String,
+    /// The best config in the template's text form.
+    pub best_config: Option<String>,
+    /// Whether the best config is the heuristic default (tuning found nothing faster).
+    pub best_is_default: Option<bool>,
+    /// The best config's median GFLOPS as measured during tuning (child process).
+    pub tuned_gflops: Option<f64>,
+    /// Best-so-far GFLOPS after each trial (`null` before the first valid trial).
+    pub history: Vec<Option<f64>>,
+    /// Largest |ours − baseline| over the output.
+    pub max_abs_diff: Option<f64>,
+    /// Whether the heuristic default was the search's first trial.
+    pub start_from_default: bool,
+    /// Fraction of all CPU time the machine spent busy (others' work: we are idle then)
+    /// over half a second just before the check and the timed rounds; above ~0.1 the
+    /// timings are noisy.
+    pub machine_busy: Option<f64>,
+    /// Seconds per call in each timed round, in the order they ran.
+    pub ours_rounds: Vec<f64>,
+    pub baseline_rounds: Vec<f64>,
+    pub default_rounds: Vec<f64>,
+}
+
+impl KernelResult {
+    /// A result with everything measured left empty.
+    pub fn empty(suite: &str, name: &str, shape: Value, baseline: &str) -> KernelResult {
+        KernelResult {
+            suite: suite.to_string(),
+            name: name.to_string(),
+            status: "ok".into(),
+            error: None,
+            shape,
+            kernel: String::new(),
+            tensor_shapes: Vec::new(),
+            flops: 0.0,
+            ours_gflops: None,
+            ours_seconds: None,
+            baseline: baseline.to_string(),
+            baseline_gflops: None,
+            baseline_seconds: None,
+            ratio: None,
+            default_gflops: None,
+            trials: 0,
+            valid_trials: 0,
+            tune_seconds: 0.0,
+            stopped: None,
+            strategy: String::new(),
+            seed: 0,
+            device: "cpu".into(),
+            date: now_utc(),
+            best_config: None,
+            best_is_default: None,
+            tuned_gflops: None,
+            history: Vec::new(),
+            max_abs_diff: None,
+            start_from_default: false,
+            machine_busy: None,
+            ours_rounds: Vec::new(),
+            baseline_rounds: Vec::new(),
+            default_rounds: Vec::new(),
+        }
+    }
+
+    pub fn fail(&mut self, error: impl Into<String>) {
+        self.status = "failed".into();
+        self.error = Some(error.into());
+    }
+}
+
+/// The whole report: where and how it ran, then one entry per kernel.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub command: String,
+    pub machine: Machine,
+    pub results: Vec<KernelResult>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Machine {
+    pub cpu: String,
+    /// ISA flags and thread count, as in tuning records.
+    pub detail: String,
+    pub compiler: String,
+    /// `OMP_WAIT_POLICY` as the kernels saw it (`None`: unset, libgomp's default spin).
+    pub omp_wait_policy: Option<String>,
+}
+
+impl Machine {
+    pub fn this() -> Machine {
+        let t = tensor_dsl::records::Target::this_cpu();
+        let compiler = tensor_dsl::runtime::cpu::compiler()
+            .map(|c| format!("{} {}", c.program, c.flags.join(" ")))
+            .unwrap_or_else(|e| format!("none: {e}"));
+        Machine {
+            cpu: t.name,
+            detail: t.detail,
+            compiler,
+            omp_wait_policy: std::env::var("OMP_WAIT_POLICY").ok(),
+        }
+    }
+}
+
+/// Writes the report (pretty JSON) to `path`, replacing it.
+pub fn write(path: &Path, report: &Report) -> Result<(), String> {
+    let text =
+        serde_json::to_string_pretty(report).map_err(|e| format!("serializing the report: {e}"))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text + "\n").map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` now.
+pub fn now_utc() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format_utc(secs)
+}
+
+/// Formats Unix seconds as `YYYY-MM-DDTHH:MM:SSZ` (proleptic Gregorian, H. Hinnant's
+/// days-to-civil).
+pub fn format_utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn num(v: Option<f64>, digits: usize) -> String {
+    v.filter(|x| x.is_finite())
+        .map_or("-".into(), |x| format!("{x:.digits$}"))
+}
+
+/// A Markdown table of the results.
+pub fn table(results: &[KernelResult]) -> String {
+    let mut s = String::from(
+        "| suite | kernel | GFLOP | ours GFLOPS | baseline GFLOPS | ours/baseline | default GFLOPS | trials (valid) | tune s | busy | status |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for r in results {
+        let status = match &r.error {
+            Some(e) => format!("{}: {}", r.status, e.chars().take(80).collect::<String>()),
+            None => r.status.clone(),
+        };
+        s.push_str(&format!(
+            "| {} | {} | {:.2} | {} | {} | {} | {} | {} ({}) | {:.0} | {} | {} |\n",
+            r.suite,
+            r.name,
+            r.flops / 1e9,
+            num(r.ours_gflops, 1),
+            num(r.baseline_gflops, 1),
+            num(r.ratio, 2),
+            num(r.default_gflops, 1),
+            r.trials,
+            r.valid_trials,
+            r.tune_seconds,
+            num(r.machine_busy, 2),
+            status.replace('|', "/").replace('\n', " ")
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(format_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(format_utc(1_735_689_599), "2024-12-31T23:59:59Z");
+    }
+}

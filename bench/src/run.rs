@@ -1,0 +1,239 @@
+//! One kernel on the CPU: tune, then time our best config, the baseline and the untuned
+//! default side by side, after checking our output against the baseline's.
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::path::Path;
+use std::time::Duration;
+use tensor_dsl::measure::cpu::CpuMeasurer;
+use tensor_dsl::runtime::cpu::{self, CpuError};
+use tensor_dsl::template::cpu::{CpuConfig, CpuTemplate};
+use tuner::Trial;
+
+use crate::baseline;
+use crate::landscape::Landscape;
+use crate::load;
+use crate::report::KernelResult;
+use crate::timing::{self, Contender, Plan};
+use crate::tuning::{self, Settings};
+use crate::workloads::{Problem, Workload};
+
+/// Options for one kernel's run.
+pub struct Options<'a> {
+    pub settings: &'a Settings,
+    pub plan: Plan,
+    /// Before timing, wait up to this long for the machine to be at most 25% busy.
+    pub wait_quiet: Duration,
+    pub landscape: Option<&'a Path>,
+    /// Print a line per trial.
+    pub verbose: bool,
+}
+
+fn cpu_err(e: CpuError) -> String {
+    match e {
+        CpuError::NoCompiler(m) => format!("no usable C compiler: {m}"),
+        CpuError::Other(e) => e.to_string(),
+    }
+}
+
+/// Deterministic inputs in [-1, 1) by parameter id (the output's slot empty).
+fn inputs(problem: &Problem, seed: u64) -> Vec<Vec<f32>> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xbe9c_4000);
+    problem
+        .kernel
+        .params
+        .iter()
+        .zip(&problem.shapes)
+        .map(|(param, s)| {
+            if param.is_output {
+                Vec::new()
+            } else {
+                (0..s.iter().product::<usize>())
+                    .map(|_| rng.gen_range(-1.0f32..1.0))
+                    .collect()
+            }
+        })
+        .collect()
+}
+
+/// The first element where `got` and `want` differ by more than 1e-3 relative (1e-3
+/// absolute below magnitude 1), and the largest absolute difference.
+pub fn compare(got: &[f32], want: &[f32]) -> (Option<String>, f64) {
+    let mut first = None;
+    let mut max_diff = 0.0f64;
+    if got.len() != want.len() {
+        return (
+            Some(format!("{} elements, expected {}", got.len(), want.len())),
+            f64::NAN,
+        );
+    }
+    for (n, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let d = f64::from((g - w).abs());
+        if d.is_nan() || d > 1e-3 * f64::from(w.abs().max(1.0)) {
+            first.get_or_insert_with(|| format!("element {n}: ours {g}, baseline {w}"));
+        }
+        if d.is_nan() {
+            max_diff = f64::NAN;
+        } else if d > max_diff {
+            max_diff = d;
+        }
+    }
+    (first, max_diff)
+}
+
+/// Tunes and times one workload; every failure lands in the result, never as an `Err`.
+pub fn run(w: &Workload, problem: &Problem, opts: &Options<'_>) -> KernelResult {
+    let mut r = KernelResult::empty(&w.suite, &w.name, w.shape.clone(), baseline::name(&w.op));
+    r.kernel = problem.kernel.to_string();
+    r.tensor_shapes = problem.shapes.clone();
+    r.flops = problem.flops();
+    r.strategy = opts.settings.strategy.clone();
+    r.start_from_default = opts.settings.start_from_default;
+    r.seed = opts.settings.seed;
+    if let Err(e) = run_into(w, problem, opts, &mut r) {
+        r.fail(e);
+    }
+    r
+}
+
+fn run_into(
+    w: &Workload,
+    problem: &Problem,
+    opts: &Options<'_>,
+    r: &mut KernelResult,
+) -> Result<(), String> {
+    let (kernel, extents) = (&problem.kernel, &problem.extents);
+    let flops = problem.flops();
+    let gflops = |s: f64| flops / s / 1e9;
+    let template = CpuTemplate::new(kernel, extents, cpu::simd_lanes())
+        .map_err(|e| format!("building the CPU space: {e}"))?;
+
+    // --- tune -----------------------------------------------------------------------
+    let tuned = {
+        let mut measurer = CpuMeasurer::new(kernel, &problem.shapes, template.clone())
+            .map_err(|e| format!("preparing the measurer: {e}"))?;
+        let landscape = opts
+            .landscape
+            .map(|dir| Landscape::new(dir, &w.suite, &w.name, problem, &opts.settings.strategy));
+        let mut landscape_error: Option<String> = None;
+        let mut seen = 0usize;
+        let mut best: Option<f64> = None;
+        let total = opts.settings.trials;
+        let label = format!("{}/{}", w.suite, w.name);
+        let mut on_trial = |t: &Trial| {
+            seen += 1;
+            let s = t.outcome.seconds();
+            if let Some(s) = s {
+                best = Some(best.map_or(s, |b: f64| b.min(s)));
+            }
+            if let Some(l) = &landscape {
+                if let Err(e) = l.append(&template, t) {
+                    landscape_error.get_or_insert(e);
+                }
+            }
+            if opts.verbose {
+                let now = match (&t.outcome, s) {
+                    (_, Some(s)) => format!("{:.1} GFLOPS", gflops(s)),
+                    (tuner::Outcome::Invalid { reason }, None) => {
+                        format!("invalid ({})", reason.lines().next().unwrap_or(""))
+                    }
+                    _ => "invalid".into(),
+                };
+                eprintln!(
+                    "  {label} trial {seen}/{total}: {now}; best {}",
+                    best.map_or("-".into(), |b| format!("{:.1} GFLOPS", gflops(b)))
+                );
+            }
+        };
+        let tuned = tuning::tune(
+            problem,
+            &template,
+            &mut measurer,
+            opts.settings,
+            &mut on_trial,
+        )?;
+        if let Some(e) = landscape_error {
+            eprintln!("bench: warning: the landscape could not be written: {e}");
+        }
+        tuned
+    };
+    r.trials = tuned.trials.len();
+    r.valid_trials = tuned.trials.iter().filter(|t| t.outcome.is_valid()).count();
+    r.tune_seconds = tuned.seconds;
+    r.stopped = Some(tuned.stopped.clone());
+    r.history = tuned.history.iter().map(|h| h.map(gflops)).collect();
+    let (best, best_seconds) = tuned
+        .best
+        .ok_or_else(|| format!("no valid trial among {} (see the landscape)", r.trials))?;
+    r.best_config = template.space().format(&best).ok();
+    r.best_is_default = Some(best == template.default_config());
+    r.tuned_gflops = Some(gflops(best_seconds));
+    let ours_cfg = template.decode(&best)?;
+    let default_cfg = template.decode(&template.default_config())?;
+
+    // --- check and time side by side ----------------------------------------------
+    // How busy the others keep the machine (nothing of ours runs now).
+    r.machine_busy = if opts.wait_quiet.is_zero() {
+        load::busy(Duration::from_millis(500))
+    } else {
+        load::wait_quiet(0.25, opts.wait_quiet)
+    };
+    let data = inputs(problem, opts.settings.seed);
+    let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+    let shapes = problem.shape_refs();
+    let out_len: usize = problem.shapes[kernel.output].iter().product();
+    let mut ours_out = vec![f32::NAN; out_len];
+    let mut base_out = vec![f32::NAN; out_len];
+    let mut default_out = vec![f32::NAN; out_len];
+    let mut scratch = baseline::Scratch::default();
+    let run_ours = |cfg: &CpuConfig, out: &mut [f32]| {
+        cpu::run_with(kernel, extents, &shapes, &refs, out, cfg).map_err(cpu_err)
+    };
+    run_ours(&ours_cfg, &mut ours_out)?;
+    run_ours(&default_cfg, &mut default_out)?;
+    baseline::run(&w.op, &refs, &mut base_out, &mut scratch)?;
+    let (mismatch, max_diff) = compare(&ours_out, &base_out);
+    r.max_abs_diff = Some(max_diff).filter(|d| d.is_finite());
+    if let Some(m) = mismatch {
+        return Err(format!("our output differs from the baseline's: {m}"));
+    }
+    if let (Some(m), _) = compare(&default_out, &base_out) {
+        return Err(format!(
+            "the default schedule's output differs from the baseline's: {m}"
+        ));
+    }
+    let timings = {
+        let mut contenders: Vec<Contender<'_>> = vec![
+            Box::new(|| run_ours(&ours_cfg, &mut ours_out)),
+            Box::new(|| baseline::run(&w.op, &refs, &mut base_out, &mut scratch)),
+            Box::new(|| run_ours(&default_cfg, &mut default_out)),
+        ];
+        timing::side_by_side(&mut contenders, opts.plan)?
+    };
+    let [ours, base, default] = timings.as_slice() else {
+        return Err("timing returned the wrong number of contenders".into());
+    };
+    r.ours_seconds = Some(ours.median);
+    r.ours_gflops = Some(gflops(ours.median));
+    r.baseline_seconds = Some(base.median);
+    r.baseline_gflops = Some(gflops(base.median));
+    r.ratio = Some(base.median / ours.median);
+    r.default_gflops = Some(gflops(default.median));
+    r.ours_rounds = ours.rounds.clone();
+    r.baseline_rounds = base.rounds.clone();
+    r.default_rounds = default.rounds.clone();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compare_flags_the_first_mismatch() {
+        assert_eq!(compare(&[1.0, 2.0], &[1.0, 2.0005]).0, None);
+        let (m, d) = compare(&[1.0, 2.0, 9.0], &[1.0, 2.1, 9.5]);
+        assert!(m.unwrap().starts_with("element 1"));
+        assert!((d - 0.5).abs() < 1e-6);
+        assert!(compare(&[f32::NAN], &[1.0]).0.is_some());
+    }
+}

@@ -1,0 +1,179 @@
+//! Tuning one kernel on the CPU: the template's space searched by a `tuner` strategy, each
+//! point measured by `CpuMeasurer` (isolated child processes, output checked against the
+//! reference), every trial reported to a callback (progress, landscape records).
+//!
+//! It follows `tensor_dsl::autotune::tune_cpu` (what `tensor-dsl tune`, first-call and
+//! build-time tuning run): the same strategy wrapper, cost model and features (knob
+//! features, then the analytic CPU features of the decoded config). Two policies:
+//! - as in `tune_cpu`, the search's first trial is the template's heuristic default (what a
+//!   call uses when nothing is tuned), so the tuned result is never worse than the untuned
+//!   one; the other trials are the strategy's (`--pure-search` leaves it out);
+//! - bench only: a candidate more than `kill_factor` times slower than the best so far (or slower than
+//!   an absolute floor) is killed by the measurer's timeout and recorded as invalid, so one
+//!   terrible point cannot eat minutes of a 2-core machine.
+
+use std::time::{Duration, Instant};
+use tensor_dsl::features::{cpu_features, CpuFeatures};
+use tensor_dsl::measure::cpu::CpuMeasurer;
+use tensor_dsl::runtime::cpu::simd_lanes;
+use tensor_dsl::template::cpu::CpuTemplate;
+use tuner::{Config, Measurer, Outcome, Trial};
+
+use crate::workloads::Problem;
+
+/// What a tuning run produced.
+pub struct Tuned {
+    /// The fastest valid point and its median seconds.
+    pub best: Option<(Config, f64)>,
+    pub trials: Vec<Trial>,
+    /// Best-so-far seconds after each trial (`None` before the first valid one).
+    pub history: Vec<Option<f64>>,
+    /// Wall time of the search, builds and measurements included.
+    pub seconds: f64,
+    /// Why the search stopped (`Trials`, `Time` or `Exhausted`).
+    pub stopped: String,
+}
+
+/// The search parameters shared by every kernel.
+pub struct Settings {
+    pub strategy: String,
+    pub trials: usize,
+    pub batch: usize,
+    pub seconds: Option<f64>,
+    pub seed: u64,
+    /// Measure the heuristic default as the first trial.
+    pub start_from_default: bool,
+    /// Kill candidates this many times slower than the best so far (0: never).
+    pub kill_factor: f64,
+    /// Kill candidates slower than this many GFLOPS.
+    pub floor_gflops: f64,
+}
+
+/// The strategies `--strategy` accepts (besides `default`).
+pub fn strategy_names() -> Vec<&'static str> {
+    tuner::strategy::STRATEGY_NAMES.to_vec()
+}
+
+/// Whether `--strategy NAME` names a strategy.
+pub fn is_strategy(name: &str) -> bool {
+    tuner::strategy::by_name(name, &tuner::Budget::new(1)).is_some()
+}
+
+/// `CpuMeasurer` with a timeout that follows the best time so far.
+struct Bounded<'a> {
+    inner: &'a mut CpuMeasurer,
+    flops: f64,
+    kill_factor: f64,
+    floor_gflops: f64,
+    best: Option<f64>,
+}
+
+impl Bounded<'_> {
+    /// The runner makes at least 4 calls (one checked, three timed); allow 4 calls at the
+    /// slowest acceptable speed plus a second of start-up, never under 2 s.
+    fn timeout(&self) -> Duration {
+        let mut per_call = self.flops / (self.floor_gflops.max(1e-3) * 1e9);
+        if let Some(b) = self.best.filter(|_| self.kill_factor > 0.0) {
+            per_call = per_call.min(self.kill_factor * b);
+        }
+        Duration::from_secs_f64((1.0 + 4.0 * per_call).clamp(2.0, 120.0))
+    }
+
+    fn note(&mut self, outcomes: &[Outcome]) {
+        for s in outcomes.iter().filter_map(Outcome::seconds) {
+            self.best = Some(self.best.map_or(s, |b| b.min(s)));
+        }
+    }
+}
+
+impl Measurer for Bounded<'_> {
+    fn measure(&mut self, batch: &[Config]) -> Vec<Outcome> {
+        self.inner.timeout = self.timeout();
+        let out = self.inner.measure(batch);
+        self.note(&out);
+        out
+    }
+
+    fn remeasure(&mut self, config: &Config) -> Outcome {
+        self.inner.timeout = self.timeout();
+        let out = self.inner.remeasure(config);
+        self.note(std::slice::from_ref(&out));
+        out
+    }
+}
+
+/// Tunes with `settings`, calling `on_trial` after every measured point.
+pub fn tune(
+    problem: &Problem,
+    template: &CpuTemplate,
+    measurer: &mut CpuMeasurer,
+    settings: &Settings,
+    on_trial: &mut dyn FnMut(&Trial),
+) -> Result<Tuned, String> {
+    let budget = tuner::Budget {
+        trials: settings.trials,
+        seconds: settings.seconds,
+        batch: settings.batch.max(1),
+    };
+    let inner = tuner::strategy::by_name(&settings.strategy, &budget).ok_or_else(|| {
+        format!(
+            "unknown strategy `{}`: expected one of {} or default",
+            settings.strategy,
+            strategy_names().join(", ")
+        )
+    })?;
+    let seeds = if settings.start_from_default {
+        vec![template.default_config()]
+    } else {
+        Vec::new()
+    };
+    let mut strategy = tuner::strategy::Seeded::new(seeds, inner);
+    let mut model = tuner::cost_model::Forest::new(settings.seed);
+    let space = template.space();
+    let knob_len = space.feature_names().len();
+    let lanes = simd_lanes();
+    let features = |c: &Config| {
+        let mut f = space.to_features(c).unwrap_or_default();
+        f.resize(knob_len, 0.0);
+        match template.decode(c) {
+            Ok(cfg) => f.extend(
+                cpu_features(
+                    &problem.kernel,
+                    &problem.extents,
+                    &problem.shapes,
+                    &cfg,
+                    lanes,
+                )
+                .to_vec(),
+            ),
+            Err(_) => f.resize(knob_len + CpuFeatures::NAMES.len(), 0.0),
+        }
+        f
+    };
+    let flops = measurer.flops();
+    let mut bounded = Bounded {
+        inner: measurer,
+        flops,
+        kill_factor: settings.kill_factor,
+        floor_gflops: settings.floor_gflops,
+        best: None,
+    };
+    let start = Instant::now();
+    let result = tuner::tune(
+        space,
+        &mut strategy,
+        &mut model,
+        &features,
+        &mut bounded,
+        &budget,
+        settings.seed,
+        on_trial,
+    );
+    Ok(Tuned {
+        best: result.best,
+        trials: result.trials,
+        history: result.history,
+        seconds: start.elapsed().as_secs_f64(),
+        stopped: format!("{:?}", result.stopped),
+    })
+}

@@ -1,0 +1,380 @@
+//! The seed workloads (`bench/workloads.json`) and their kernels in the language.
+//!
+//! Each workload becomes one kernel statement with concrete shapes:
+//! - matmul `M,N,K`: `c[[i, j]] += a[[i, k]] * b[[k, j]]`, a: M×K, b: K×N, c: M×N;
+//! - batched matmul with an einsum such as `bkm,bkn->bmn`: `out[[b, m, n]] += lhs[[b, k, m]] *
+//!   rhs[[b, k, n]]`, each tensor's axes in the einsum's order;
+//! - convolution (NCHW input, FCRS weights, stride S, zero padding P on each side):
+//!   `y[[n, f, p, q]] += x[[n, c, S * p + r - P, S * q + s - P]] * w[[f, c, r, s]]`, with
+//!   the output P×Q from the usual formula `(H + 2P - R) / S + 1`.
+
+use serde_json::{json, Map, Value};
+use tensor_dsl::ir::{bind, parse_text, Kernel};
+
+/// The workloads file, as committed beside this crate.
+pub const WORKLOADS_JSON: &str = include_str!("../workloads.json");
+
+/// Suites in the order `--suite all` runs them; suites the file adds later follow, sorted.
+pub const SUITE_ORDER: [&str; 6] = [
+    "bert_matmul",
+    "opevo_matmul",
+    "opevo_batch_matmul",
+    "opevo_conv2d",
+    "resnet50_conv2d",
+    "yolo9000_conv2d",
+];
+
+/// A hidden suite of tiny kernels for the smoke test (`--suite smoke`).
+pub const SMOKE_SUITE: &str = "smoke";
+
+/// What a workload computes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Matmul {
+        m: usize,
+        n: usize,
+        k: usize,
+    },
+    /// A batched matmul; `lhs`, `rhs` and `out` are the einsum's axis letters per tensor,
+    /// over the letters `b`, `m`, `n`, `k`.
+    BatchMatmul {
+        b: usize,
+        m: usize,
+        n: usize,
+        k: usize,
+        lhs: String,
+        rhs: String,
+        out: String,
+    },
+    Conv2d(Conv),
+}
+
+/// A 2-D convolution, NCHW input and FCRS weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub f: usize,
+    pub r: usize,
+    pub s: usize,
+    pub stride: usize,
+    pub pad: usize,
+}
+
+impl Conv {
+    /// Output height and width.
+    pub fn out_hw(&self) -> (usize, usize) {
+        (
+            (self.h + 2 * self.pad - self.r) / self.stride + 1,
+            (self.w + 2 * self.pad - self.s) / self.stride + 1,
+        )
+    }
+}
+
+/// One benchmark case.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub suite: String,
+    pub name: String,
+    pub op: Op,
+    /// The workload's entry as written in the file (reported as `shape`).
+    pub shape: Value,
+}
+
+/// A workload as a kernel of the language with concrete shapes.
+#[derive(Clone, Debug)]
+pub struct Problem {
+    pub kernel: Kernel,
+    /// Shapes by parameter id.
+    pub shapes: Vec<Vec<usize>>,
+    pub extents: Vec<usize>,
+}
+
+impl Problem {
+    pub fn shape_refs(&self) -> Vec<&[usize]> {
+        self.shapes.iter().map(Vec::as_slice).collect()
+    }
+
+    pub fn flops(&self) -> f64 {
+        self.kernel.flops(&self.extents)
+    }
+}
+
+fn field(entry: &Map<String, Value>, key: &str, what: &str) -> Result<usize, String> {
+    entry
+        .get(key)
+        .and_then(Value::as_u64)
+        .and_then(|v| usize::try_from(v).ok())
+        .filter(|&v| v > 0)
+        .ok_or_else(|| format!("{what}: `{key}` must be a positive integer"))
+}
+
+/// Parses one workload entry of `suite`.
+fn workload(suite: &str, entry: &Value) -> Result<Workload, String> {
+    let obj = entry
+        .as_object()
+        .ok_or_else(|| format!("suite `{suite}`: every workload must be an object"))?;
+    let name = obj
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("suite `{suite}`: a workload has no `name`"))?
+        .to_string();
+    let what = format!("{suite}/{name}");
+    let f = |k: &str| field(obj, k, &what);
+    let op = if obj.contains_key("R") {
+        let conv = Conv {
+            n: f("N")?,
+            c: f("C")?,
+            h: f("H")?,
+            w: f("W")?,
+            f: f("F")?,
+            r: f("R")?,
+            s: f("S")?,
+            stride: f("stride")?,
+            pad: obj.get("pad").and_then(Value::as_u64).unwrap_or(0) as usize,
+        };
+        if conv.h + 2 * conv.pad < conv.r || conv.w + 2 * conv.pad < conv.s {
+            return Err(format!(
+                "{what}: the filter is larger than the padded input"
+            ));
+        }
+        Op::Conv2d(conv)
+    } else if obj.contains_key("B") {
+        let einsum = obj
+            .get("einsum")
+            .and_then(Value::as_str)
+            .unwrap_or("bmk,bkn->bmn");
+        let (lhs, rhs, out) = parse_einsum(einsum).map_err(|e| format!("{what}: {e}"))?;
+        Op::BatchMatmul {
+            b: f("B")?,
+            m: f("M")?,
+            n: f("N")?,
+            k: f("K")?,
+            lhs,
+            rhs,
+            out,
+        }
+    } else {
+        Op::Matmul {
+            m: f("M")?,
+            n: f("N")?,
+            k: f("K")?,
+        }
+    };
+    Ok(Workload {
+        suite: suite.to_string(),
+        name,
+        op,
+        shape: entry.clone(),
+    })
+}
+
+/// Splits `bkm,bkn->bmn` into its three axis strings and checks it is a batched matmul over
+/// `b, m, n, k`: the left operand has `b, m, k`, the right `b, k, n`, the output `b, m, n`
+/// (each in any order).
+pub fn parse_einsum(einsum: &str) -> Result<(String, String, String), String> {
+    let bad = || format!("einsum `{einsum}`: expected e.g. `bmk,bkn->bmn`");
+    let (ins, out) = einsum.split_once("->").ok_or_else(bad)?;
+    let (lhs, rhs) = ins.split_once(',').ok_or_else(bad)?;
+    let (lhs, rhs, out) = (lhs.trim(), rhs.trim(), out.trim());
+    let sorted = |s: &str| {
+        let mut v: Vec<char> = s.chars().collect();
+        v.sort_unstable();
+        v.into_iter().collect::<String>()
+    };
+    if sorted(lhs) != "bkm" || sorted(rhs) != "bkn" || sorted(out) != "bmn" {
+        return Err(format!(
+            "einsum `{einsum}`: the operands must hold the axes b,m,k and b,k,n and the output b,m,n"
+        ));
+    }
+    Ok((lhs.to_string(), rhs.to_string(), out.to_string()))
+}
+
+/// Every suite in `text` (a workloads file), in [`SUITE_ORDER`] then sorted, plus the hidden
+/// smoke suite.
+pub fn load(text: &str) -> Result<Vec<(String, Vec<Workload>)>, String> {
+    let root: Value =
+        serde_json::from_str(text).map_err(|e| format!("the workloads file is not JSON: {e}"))?;
+    let obj = root
+        .as_object()
+        .ok_or("the workloads file must be an object of suites")?;
+    let mut names: Vec<&str> = SUITE_ORDER
+        .iter()
+        .copied()
+        .filter(|s| obj.contains_key(*s))
+        .collect();
+    let mut extra: Vec<&str> = obj
+        .iter()
+        .filter(|(k, v)| !k.starts_with('_') && v.is_array() && !SUITE_ORDER.contains(&k.as_str()))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    extra.sort_unstable();
+    names.extend(extra);
+    let mut suites = Vec::new();
+    for name in names {
+        let entries = obj
+            .get(name)
+            .and_then(Value::as_array)
+            .ok_or_else(|| format!("suite `{name}` must be an array"))?;
+        let list = entries
+            .iter()
+            .map(|e| workload(name, e))
+            .collect::<Result<Vec<_>, _>>()?;
+        suites.push((name.to_string(), list));
+    }
+    suites.push((SMOKE_SUITE.to_string(), smoke()?));
+    Ok(suites)
+}
+
+/// Tiny kernels for the smoke test: a 64³ matmul, a strided padded convolution and a
+/// transposed batched matmul.
+fn smoke() -> Result<Vec<Workload>, String> {
+    [
+        json!({"name": "mm64", "M": 64, "N": 64, "K": 64}),
+        json!({"name": "conv_s2p1", "N": 2, "C": 3, "H": 9, "W": 11, "F": 5, "R": 3, "S": 3, "stride": 2, "pad": 1}),
+        json!({"name": "bmm_t", "B": 3, "M": 16, "N": 8, "K": 12, "einsum": "bkm,bkn->bmn"}),
+    ]
+    .iter()
+    .map(|e| workload(SMOKE_SUITE, e))
+    .collect()
+}
+
+/// `S * p + r - P` written plainly (`p + r` when S = 1 and P = 0).
+fn affine(stride: usize, out: &str, filter: &str, pad: usize) -> String {
+    let mut s = if stride == 1 {
+        format!("{out} + {filter}")
+    } else {
+        format!("{stride} * {out} + {filter}")
+    };
+    if pad > 0 {
+        s.push_str(&format!(" - {pad}"));
+    }
+    s
+}
+
+/// The kernel statement and its tensors `(name, shape, is_output)` in parameter order.
+pub fn kernel_text(op: &Op) -> (String, Vec<(String, Vec<usize>, bool)>) {
+    match op {
+        Op::Matmul { m, n, k } => (
+            "c[[i, j]] += a[[i, k]] * b[[k, j]]".to_string(),
+            vec![
+                ("a".into(), vec![*m, *k], false),
+                ("b".into(), vec![*k, *n], false),
+                ("c".into(), vec![*m, *n], true),
+            ],
+        ),
+        Op::BatchMatmul {
+            b,
+            m,
+            n,
+            k,
+            lhs,
+            rhs,
+            out,
+        } => {
+            let size = |ch: char| match ch {
+                'b' => *b,
+                'm' => *m,
+                'n' => *n,
+                _ => *k,
+            };
+            let idx = |s: &str| {
+                s.chars()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let dims = |s: &str| s.chars().map(size).collect::<Vec<_>>();
+            (
+                format!(
+                    "out[[{}]] += lhs[[{}]] * rhs[[{}]]",
+                    idx(out),
+                    idx(lhs),
+                    idx(rhs)
+                ),
+                vec![
+                    ("lhs".into(), dims(lhs), false),
+                    ("rhs".into(), dims(rhs), false),
+                    ("out".into(), dims(out), true),
+                ],
+            )
+        }
+        Op::Conv2d(cv) => {
+            let (p, q) = cv.out_hw();
+            (
+                format!(
+                    "y[[n, f, p, q]] += x[[n, c, {}, {}]] * w[[f, c, r, s]]",
+                    affine(cv.stride, "p", "r", cv.pad),
+                    affine(cv.stride, "q", "s", cv.pad)
+                ),
+                vec![
+                    ("x".into(), vec![cv.n, cv.c, cv.h, cv.w], false),
+                    ("w".into(), vec![cv.f, cv.c, cv.r, cv.s], false),
+                    ("y".into(), vec![cv.n, cv.f, p, q], true),
+                ],
+            )
+        }
+    }
+}
+
+impl Workload {
+    /// The workload as a kernel with bound shapes.
+    pub fn problem(&self) -> Result<Problem, String> {
+        let (text, tensors) = kernel_text(&self.op);
+        let decl: Vec<(String, bool)> = tensors.iter().map(|(n, _, o)| (n.clone(), *o)).collect();
+        let kernel = parse_text(&self.name, &text, Some(&decl))
+            .map_err(|e| format!("{}: kernel `{text}`: {e}", self.name))?;
+        let shapes: Vec<Vec<usize>> = tensors.into_iter().map(|(_, s, _)| s).collect();
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let extents = bind(&kernel, &refs).map_err(|e| format!("{}: {e}", self.name))?;
+        Ok(Problem {
+            kernel,
+            shapes,
+            extents,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_committed_workload_binds() {
+        let suites = load(WORKLOADS_JSON).unwrap();
+        let names: Vec<&str> = suites.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(&names[..6], &SUITE_ORDER);
+        for (_, list) in &suites {
+            for w in list {
+                let p = w.problem().unwrap();
+                assert!(p.flops() > 0.0, "{}", w.name);
+            }
+        }
+    }
+
+    #[test]
+    fn conv_flops_and_output_shape() {
+        let suites = load(WORKLOADS_JSON).unwrap();
+        let r0 = suites
+            .iter()
+            .flat_map(|(_, l)| l)
+            .find(|w| w.name == "R0")
+            .unwrap();
+        let p = r0.problem().unwrap();
+        assert_eq!(p.shapes[2], vec![1, 64, 112, 112]);
+        // 2 · N·F·P·Q · C·R·S
+        assert_eq!(p.flops(), 2.0 * (64 * 112 * 112 * 3 * 7 * 7) as f64);
+        assert_eq!(affine(2, "p", "r", 3), "2 * p + r - 3");
+        assert_eq!(affine(1, "q", "s", 0), "q + s");
+    }
+
+    #[test]
+    fn einsum_checks() {
+        assert!(parse_einsum("bkm,bkn->bmn").is_ok());
+        assert!(parse_einsum("bmk,bkn->bnm").is_ok());
+        assert!(parse_einsum("bmk,bkn").is_err());
+        assert!(parse_einsum("bmk,bkq->bmn").is_err());
+    }
+}

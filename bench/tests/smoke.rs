@@ -1,0 +1,147 @@
+//! Runs the `bench` binary on the hidden `smoke` suite (a 64³ matmul, a strided padded
+//! convolution, a transposed batched matmul) with a tiny budget, and checks the report.
+
+#![allow(clippy::unwrap_used)]
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bench-smoke-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bench"))
+}
+
+fn has_cc() -> bool {
+    Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn smoke_suite_reports_every_field() {
+    if !has_cc() {
+        eprintln!("skipped: no C compiler for the CPU backend");
+        return;
+    }
+    let dir = scratch("full");
+    let (json, svg, land) = (dir.join("r.json"), dir.join("r.svg"), dir.join("land"));
+    let out = bench()
+        .args([
+            "--suite", "smoke", "--device", "cpu", "--trials", "2", "--batch", "2",
+        ])
+        .args(["--strategy", "random", "--seed", "3", "--rounds", "3"])
+        .args(["--round-seconds", "0.002"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .arg("--record-landscape")
+        .arg(&land)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench failed:\n{stderr}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(report["machine"]["cpu"].is_string());
+    let results = report["results"].as_array().unwrap();
+    let names: Vec<&str> = results
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["mm64", "conv_s2p1", "bmm_t"]);
+    for r in results {
+        assert_eq!(r["status"], "ok", "{r}");
+        for key in [
+            "name",
+            "shape",
+            "flops",
+            "ours_gflops",
+            "baseline",
+            "baseline_gflops",
+            "ratio",
+            "trials",
+            "valid_trials",
+            "tune_seconds",
+            "strategy",
+            "device",
+            "date",
+            "best_config",
+            "history",
+        ] {
+            assert!(!r[key].is_null(), "{key} missing in {r}");
+        }
+        let ratio = r["ratio"].as_f64().unwrap();
+        assert!(ratio.is_finite() && ratio > 0.0, "{r}");
+        let (ours, base) = (
+            r["ours_gflops"].as_f64().unwrap(),
+            r["baseline_gflops"].as_f64().unwrap(),
+        );
+        assert!((ours / base - ratio).abs() <= 1e-9 * ratio, "{r}");
+        assert_eq!(r["trials"], 2);
+        assert_eq!(r["strategy"], "random");
+        assert_eq!(r["device"], "cpu");
+        assert_eq!(r["history"].as_array().unwrap().len(), 2);
+        assert_eq!(r["ours_rounds"].as_array().unwrap().len(), 3);
+        // Every measured point is in the landscape, in the records format.
+        let file = land.join(format!("smoke_{}.jsonl", r["name"].as_str().unwrap()));
+        let (records, skipped) = tensor_dsl::records::read(&file).unwrap();
+        assert_eq!((records.len(), skipped), (2, 0), "{}", file.display());
+        assert!(records.iter().all(|x| x.strategy == "random"));
+    }
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("bmm_t"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn max_gflop_skips_with_a_reason_and_filter_picks() {
+    let dir = scratch("skip");
+    let json = dir.join("r.json");
+    let out = bench()
+        .args(["--suite", "opevo_conv2d,smoke", "--filter", "C1,mm64"])
+        .args(["--max-gflop", "0", "--trials", "1"])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for r in results {
+        assert_eq!(r["status"], "skipped");
+        assert!(r["error"].as_str().unwrap().contains("--max-gflop"));
+        assert!(r["ratio"].is_null());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cuda_is_refused_clearly_and_bad_names_fail() {
+    let out = bench()
+        .args(["--suite", "smoke", "--device", "cuda"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("GPU"));
+    let out = bench().args(["--suite", "nope"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bert_matmul"));
+    let out = bench()
+        .args(["--suite", "smoke", "--strategy", "nope"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
