@@ -42,7 +42,7 @@ struct Args {
     #[arg(long, default_value_t = 32)]
     trials: usize,
     /// Search strategy (see `tuner::strategy::by_name`).
-    #[arg(long, default_value = tuner::strategy::DEFAULT_STRATEGY)]
+    #[arg(long, default_value = tensor_dsl::autotune::CPU_DEFAULT_STRATEGY)]
     strategy: String,
     #[arg(long, default_value_t = 0)]
     seed: u64,

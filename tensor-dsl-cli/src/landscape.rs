@@ -14,64 +14,124 @@ use tensor_dsl::template::cpu::CpuTemplate;
 use tensor_dsl::tuned;
 use tuner::{Budget, Config, Forest, Measurer, Outcome, ReplayMeasurer};
 
-/// Measures every point of the space (up to `max`) and appends the records to `out`.
-pub fn record(args: &KernelArgs, out: &Path, max: usize, batch: usize) -> Result<ExitCode, String> {
+/// Measures every point of the space (up to `max`) not yet in `out` and appends the
+/// records; then measures the `refine` fastest points twice more each, so the landscape's
+/// best is not one lucky sample (the replay pools a config's samples).
+pub fn record(
+    args: &KernelArgs,
+    out: &Path,
+    max: usize,
+    batch: usize,
+    refine: usize,
+) -> Result<ExitCode, String> {
     let p = problem(&args.name, &args.kernel, &args.shapes)?;
     let template = CpuTemplate::new(&p.kernel, &p.extents, simd_lanes())?;
-    let points = template
+    let fingerprint = p.kernel.fingerprint();
+    let existing: Vec<Record> = records::read(out)
+        .map(|(rs, _)| rs)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r.kernel == fingerprint && r.shapes == p.shapes)
+        .collect();
+    let done: std::collections::HashSet<String> =
+        existing.iter().map(|r| r.config.clone()).collect();
+    let all = template
         .space()
         .enumerate(max)
         .map_err(|e| format!("{e} (raise --max)"))?;
+    let total = all.len();
+    let missing: Vec<Config> = all
+        .into_iter()
+        .filter(|c| {
+            template
+                .space()
+                .format(c)
+                .map_or(true, |t| !done.contains(&t))
+        })
+        .collect();
     let mut measurer =
         CpuMeasurer::new(&p.kernel, &p.shapes, template.clone()).map_err(|e| e.to_string())?;
+    let mut measured = measure_all(&p, &template, &mut measurer, &missing, batch, out, "points")?;
+    if refine > 0 {
+        let (recs, _) = records::read(out).map_err(|e| e.to_string())?;
+        let mut best: Vec<(f64, String)> = recs
+            .into_iter()
+            .filter(|r| r.kernel == fingerprint && r.shapes == p.shapes)
+            .filter_map(|r| r.seconds.map(|s| (s, r.config)))
+            .collect();
+        best.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut top: Vec<Config> = Vec::new();
+        for (_, text) in best {
+            if let Ok(c) = template.space().parse(&text) {
+                if !top.contains(&c) {
+                    top.push(c);
+                }
+            }
+            if top.len() == refine {
+                break;
+            }
+        }
+        // Two rounds over the whole top set, so a drift of the machine hits them alike.
+        for _ in 0..2 {
+            measured += measure_all(&p, &template, &mut measurer, &top, batch, out, "refining")?;
+        }
+    }
+    println!(
+        "{}",
+        serde_json::json!({ "space": total, "measured_now": measured, "file": out.display().to_string() })
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Measures `points` in batches, appending one record each; returns how many were measured.
+fn measure_all(
+    p: &crate::args::Problem,
+    template: &CpuTemplate,
+    measurer: &mut CpuMeasurer,
+    points: &[Config],
+    batch: usize,
+    out: &Path,
+    what: &str,
+) -> Result<usize, String> {
     let flops = p.kernel.flops(&p.extents);
     let target = tuned::this_cpu().clone();
-    let mut valid = 0;
     for (n, chunk) in points.chunks(batch.max(1)).enumerate() {
         let outcomes = measurer.measure(chunk);
         let recs: Vec<Record> = chunk
             .iter()
             .zip(&outcomes)
-            .map(|(c, o)| {
-                valid += usize::from(o.is_valid());
-                Record {
-                    version: RECORD_VERSION,
-                    kernel: p.kernel.fingerprint(),
-                    kernel_text: p.kernel.to_string(),
-                    shapes: p.shapes.clone(),
-                    dtype: "f32".into(),
-                    target: target.clone(),
-                    codegen: CODEGEN_VERSION,
-                    config: template.space().format(c).unwrap_or_default(),
-                    seconds: o.seconds(),
-                    samples: match o {
-                        Outcome::Valid { samples } => samples.clone(),
-                        Outcome::Invalid { .. } => Vec::new(),
-                    },
-                    error: match o {
-                        Outcome::Invalid { reason } => Some(reason.clone()),
-                        Outcome::Valid { .. } => None,
-                    },
-                    gflops: o.seconds().map(|s| flops / s / 1e9),
-                    strategy: "exhaustive".into(),
-                    unix_time: 0,
-                }
+            .map(|(c, o)| Record {
+                version: RECORD_VERSION,
+                kernel: p.kernel.fingerprint(),
+                kernel_text: p.kernel.to_string(),
+                shapes: p.shapes.clone(),
+                dtype: "f32".into(),
+                target: target.clone(),
+                codegen: CODEGEN_VERSION,
+                config: template.space().format(c).unwrap_or_default(),
+                seconds: o.seconds(),
+                samples: match o {
+                    Outcome::Valid { samples } => samples.clone(),
+                    Outcome::Invalid { .. } => Vec::new(),
+                },
+                error: match o {
+                    Outcome::Invalid { reason } => Some(reason.clone()),
+                    Outcome::Valid { .. } => None,
+                },
+                gflops: o.seconds().map(|s| flops / s / 1e9),
+                strategy: "exhaustive".into(),
+                unix_time: 0,
             })
             .collect();
         records::append(out, &recs).map_err(|e| e.to_string())?;
         eprint!(
-            "\rtensor-dsl: landscape {}: {}/{} points",
-            args.name,
-            (n + 1) * batch.min(points.len()),
+            "\rtensor-dsl: landscape {what}: {}/{}",
+            ((n + 1) * batch.max(1)).min(points.len()),
             points.len()
         );
     }
     eprintln!();
-    println!(
-        "{}",
-        serde_json::json!({ "points": points.len(), "valid": valid, "file": out.display().to_string() })
-    );
-    Ok(ExitCode::SUCCESS)
+    Ok(points.len())
 }
 
 /// Trials to reach `share` of the best throughput, per strategy and seed.
@@ -111,10 +171,21 @@ pub fn replay(
             landscape.display()
         ));
     }
-    let best = ReplayMeasurer::new(points.clone())
-        .best()
-        .map(|(_, s)| s)
-        .ok_or("the landscape has no valid point")?;
+    // Every config's samples pooled over its records, and their median.
+    let mut samples: std::collections::HashMap<Config, Vec<f64>> = std::collections::HashMap::new();
+    for (c, o) in &points {
+        if let Outcome::Valid { samples: s } = o {
+            samples.entry(c.clone()).or_default().extend(s);
+        }
+    }
+    let pooled: std::collections::HashMap<Config, f64> = samples
+        .into_iter()
+        .filter_map(|(c, s)| Outcome::Valid { samples: s }.seconds().map(|m| (c, m)))
+        .collect();
+    let best = pooled.values().copied().fold(f64::INFINITY, f64::min);
+    if !best.is_finite() {
+        return Err("the landscape has no valid point".into());
+    }
     let target = best / share;
     let names: Vec<String> = if strategies == "all" {
         tuner::strategy::STRATEGY_NAMES
@@ -151,16 +222,12 @@ pub fn replay(
                 &mut |_| {},
             );
             reached.push(result.trials_to_reach(target));
-            // The share of the best throughput found, judged by the landscape's medians.
+            // The share of the best throughput found, judged by pooled medians (the same
+            // statistic as the landscape's best).
             let found = result
                 .trials
                 .iter()
-                .filter_map(|t| {
-                    points
-                        .iter()
-                        .find(|(c, _)| *c == t.config)
-                        .and_then(|(_, o)| o.seconds())
-                })
+                .filter_map(|t| pooled.get(&t.config).copied())
                 .fold(f64::INFINITY, f64::min);
             shares.push(best / found);
         }
@@ -192,7 +259,8 @@ pub fn replay(
         serde_json::json!({
             "kernel": p.kernel.to_string(),
             "shapes": p.shapes,
-            "landscape_points": points.len(),
+            "landscape_points": pooled.len(),
+            "records": points.len(),
             "best_seconds": best,
             "best_gflops": p.kernel.flops(&p.extents) / best / 1e9,
             "share": share,

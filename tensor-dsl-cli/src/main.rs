@@ -82,8 +82,8 @@ enum Command {
         /// `cpu` (CUDA tuning needs a GPU).
         #[arg(long, default_value = "cpu")]
         device: String,
-        /// Search strategy: random, evolutionary, opevo, dgd, droplet, combined.
-        #[arg(long, default_value = tuner::strategy::DEFAULT_STRATEGY)]
+        /// Search strategy: random, evolutionary, opevo, dgd, droplet, combined, opevo-droplet.
+        #[arg(long, default_value = tensor_dsl::autotune::CPU_DEFAULT_STRATEGY)]
         strategy: String,
         /// Measurements (invalid ones count).
         #[arg(long, default_value_t = 64)]
@@ -113,6 +113,10 @@ enum Command {
         max: usize,
         #[arg(long, default_value_t = 16)]
         batch: usize,
+        /// Then measure the N fastest points twice more (pooled samples make the
+        /// landscape's best robust to one lucky measurement).
+        #[arg(long, default_value_t = 16)]
+        refine: usize,
     },
     /// Inspect records and prepare them for shipping.
     Records {
@@ -218,7 +222,8 @@ fn main() -> ExitCode {
             out,
             max,
             batch,
-        } => landscape::record(&kernel, &out, max, batch),
+            refine,
+        } => landscape::record(&kernel, &out, max, batch, refine),
         Command::Replay {
             kernel,
             landscape,

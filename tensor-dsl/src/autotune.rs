@@ -23,6 +23,15 @@ use tuner::tune::{tune, Budget};
 use tuner::Forest;
 use tuner::Trial;
 
+/// The strategy CPU tuning uses by default: OpEvo exploration for 60% of the budget, then
+/// Droplet from the best point. Chosen from replays on three real CPU landscapes (every
+/// point of the CPU space measured; 5 seeds x 64 trials each; see
+/// `bench/results/strategies-2026-11-22-cpu.md`): it reached 95% of the landscape's best in
+/// 11 of 15 runs (Droplet 10, OpEvo 9, DGD 9, Combined with the evolutionary explorer 8,
+/// evolutionary 8, random 5) and its median share of the best was at least 0.96 on every
+/// landscape.
+pub const CPU_DEFAULT_STRATEGY: &str = "opevo-droplet";
+
 /// How to tune.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TuneOptions {
@@ -40,7 +49,7 @@ pub struct TuneOptions {
 impl Default for TuneOptions {
     fn default() -> Self {
         TuneOptions {
-            strategy: tuner::strategy::DEFAULT_STRATEGY.to_string(),
+            strategy: CPU_DEFAULT_STRATEGY.to_string(),
             trials: 64,
             seconds: None,
             batch: 8,

@@ -132,7 +132,12 @@ fn by_name_knows_every_strategy() {
     let budget = Budget::new(64);
     for name in STRATEGY_NAMES {
         let s = by_name(name, &budget).unwrap();
-        assert!(s.name().starts_with(name), "{} for {name}", s.name());
+        let expected = if *name == "opevo-droplet" {
+            "combined(opevo+droplet)"
+        } else {
+            name
+        };
+        assert!(s.name().starts_with(expected), "{} for {name}", s.name());
     }
     assert!(by_name("default", &budget).is_some());
     assert!(by_name(DEFAULT_STRATEGY, &budget).is_some());

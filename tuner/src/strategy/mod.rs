@@ -100,7 +100,8 @@ pub trait SearchStrategy {
 
 /// The strategy [`by_name`] builds when asked for `"default"`, chosen from the synthetic
 /// benchmark (`tests/compare.rs`): Combined (model-guided evolutionary exploration for 60% of
-/// the budget, then Droplet).
+/// the budget, then Droplet). Users of a specific target may know better: tensor-dsl's CPU
+/// tuning uses `opevo-droplet`, chosen from real CPU landscapes.
 pub const DEFAULT_STRATEGY: &str = "combined";
 
 /// The names [`by_name`] knows (aliases aside).
@@ -111,10 +112,12 @@ pub const STRATEGY_NAMES: &[&str] = &[
     "dgd",
     "droplet",
     "combined",
+    "opevo-droplet",
 ];
 
 /// Builds a strategy from its name: `random`, `evolutionary` (also `evolution`, `ansor`),
-/// `opevo`, `dgd`, `droplet`, `combined`, or `default` ([`DEFAULT_STRATEGY`]). The budget
+/// `opevo`, `dgd`, `droplet`, `combined`, `opevo-droplet` (Combined with OpEvo exploring),
+/// or `default` ([`DEFAULT_STRATEGY`]). The budget
 /// tells strategies that plan by it (Combined's explore share) how many trials there are.
 /// Names are case-insensitive; an unknown name gives `None`.
 pub fn by_name(name: &str, budget: &Budget) -> Option<Box<dyn SearchStrategy>> {
@@ -131,6 +134,11 @@ pub fn by_name(name: &str, budget: &Budget) -> Option<Box<dyn SearchStrategy>> {
         "dgd" => Box::new(Dgd::new()),
         "droplet" => Box::new(Droplet::new()),
         "combined" => Box::new(Combined::new(budget.trials)),
+        "opevo-droplet" => Box::new(Combined::with_share(
+            Box::new(OpEvo::new()),
+            budget.trials,
+            0.6,
+        )),
         _ => return None,
     })
 }
