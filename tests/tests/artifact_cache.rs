@@ -32,10 +32,17 @@ fn a_second_process_pays_no_compile() {
     let wrapper: PathBuf = dir.join("cc-logging");
     std::fs::write(
         &wrapper,
-        format!("#!/bin/sh\necho \"$@\" >> '{}'\nexec cc \"$@\"\n", log.display()),
+        format!(
+            "#!/bin/sh\necho \"$@\" >> '{}'\nexec cc \"$@\"\n",
+            log.display()
+        ),
     )
     .unwrap();
-    std::process::Command::new("chmod").arg("+x").arg(&wrapper).status().unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&wrapper)
+        .status()
+        .unwrap();
     let run = || {
         let status = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "child_call", "--test-threads", "1"])
@@ -49,11 +56,15 @@ fn a_second_process_pays_no_compile() {
         assert!(status.success());
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         // Kernel compiles (not the compiler probe, not `--version`).
-        text.lines().filter(|l| l.contains("-shared") && !l.contains("probe.c")).count()
+        text.lines()
+            .filter(|l| l.contains("-shared") && !l.contains("probe.c"))
+            .count()
     };
     assert_eq!(run(), 1, "the first process compiles the kernel");
     assert_eq!(run(), 1, "the second process loads it from the disk cache");
-    let objects = std::fs::read_dir(dir.join("cache/objects")).unwrap().count();
+    let objects = std::fs::read_dir(dir.join("cache/objects"))
+        .unwrap()
+        .count();
     assert_eq!(objects, 1);
     let _ = std::fs::remove_dir_all(&dir);
 }

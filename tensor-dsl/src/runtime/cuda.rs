@@ -950,14 +950,15 @@ fn load(
         )));
     }
     let arch = info.target().virtual_arch();
-    let ptx = nvrtc::compile_ptx_cached(&kernel.name, &generated.source, &arch).map_err(|e| match e {
-        Error::Compile { compiler, log, .. } => BuildError::Compile {
-            compiler,
-            log: format!("{log}{}", saved(kernel, &generated.source)),
-        },
-        Error::DeviceUnavailable { reason, .. } => BuildError::Unavailable(reason),
-        other => BuildError::Backend(other.to_string()),
-    })?;
+    let ptx =
+        nvrtc::compile_ptx_cached(&kernel.name, &generated.source, &arch).map_err(|e| match e {
+            Error::Compile { compiler, log, .. } => BuildError::Compile {
+                compiler,
+                log: format!("{log}{}", saved(kernel, &generated.source)),
+            },
+            Error::DeviceUnavailable { reason, .. } => BuildError::Unavailable(reason),
+            other => BuildError::Backend(other.to_string()),
+        })?;
     let load_failure = |what: &str, message: String| {
         BuildError::Backend(format!(
             "{what}: {message}{}",
