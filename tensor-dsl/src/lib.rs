@@ -1,5 +1,6 @@
 //! tensor-dsl: write a tensor kernel as one einsum-style statement inside Rust, get it
-//! compiled for the CPU (generated C, OpenMP) — with the GPU and auto-tuning to follow.
+//! compiled for the CPU (generated C, OpenMP) or an NVIDIA GPU (CUDA C, NVRTC, `cudarc`),
+//! with schedules tuned at build time, at the first call, or shipped in the binary.
 //!
 //! ```
 //! use tensor_dsl::{tensor_kernel, Tensor};
