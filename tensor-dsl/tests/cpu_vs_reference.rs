@@ -152,3 +152,26 @@ fn check_kernel(src: &str, seed: u64) {
         assert!(ran > 0, "{src}: no consistent random shape found");
     }
 }
+
+#[test]
+fn mismatched_buffers_are_errors_not_panics() {
+    let kernel = parse_text("k", "c[[i]] = a[[i]] * 2.0", None).unwrap();
+    let cfg = CpuConfig::naive(&kernel);
+    let a = [1.0f32; 4];
+    let mut out = [0.0f32; 4];
+    let cases: [(Vec<&[usize]>, Vec<&[f32]>); 3] = [
+        (vec![&[4]], vec![&a, &[]]),            // too few shapes
+        (vec![&[4], &[4]], vec![&a]),           // too few data slots
+        (vec![&[4], &[4]], vec![&a[..3], &[]]), // short input
+    ];
+    for (shapes, data) in cases {
+        match cpu::run_with(&kernel, &[4], &shapes, &data, &mut out, &cfg) {
+            Err(cpu::CpuError::Other(e)) => assert!(
+                e.to_string().contains("parameters") || e.to_string().contains("elements"),
+                "{e}"
+            ),
+            Err(cpu::CpuError::NoCompiler(_)) => {}
+            Ok(()) => panic!("accepted mismatched buffers"),
+        }
+    }
+}

@@ -285,20 +285,7 @@ pub fn run_with(
         .validate(kernel)
         .map_err(|e| backend_err(format!("invalid schedule: {e}")))?;
     // The arguments must be exactly what `bind` checked; anything else would be unsound.
-    let expected: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
-    for (p, param) in kernel.params.iter().enumerate() {
-        let len = if param.is_output {
-            out.len()
-        } else {
-            data[p].len()
-        };
-        if len != expected[p] {
-            return Err(backend_err(format!(
-                "tensor `{}` has {len} elements, its shape needs {}",
-                param.name, expected[p]
-            )));
-        }
-    }
+    super::check_buffers(kernel, shapes, data, out).map_err(backend_err)?;
     compiler().map_err(CpuError::NoCompiler)?;
 
     let key = format!(

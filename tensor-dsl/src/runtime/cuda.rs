@@ -1084,28 +1084,8 @@ pub fn run_with(
         kernel: kernel.name.clone(),
         message,
     };
-    if data.len() != kernel.params.len() {
-        return Err(bad(format!(
-            "{} data slots for {} parameters",
-            data.len(),
-            kernel.params.len()
-        )));
-    }
     // The buffers must be exactly what `bind` checked; anything else would be unsound.
-    for (p, param) in kernel.params.iter().enumerate() {
-        let expected: usize = shapes[p].iter().product();
-        let len = if param.is_output {
-            out.len()
-        } else {
-            data[p].len()
-        };
-        if len != expected {
-            return Err(bad(format!(
-                "tensor `{}` has {len} elements, its shape needs {expected}",
-                param.name
-            )));
-        }
-    }
+    super::check_buffers(kernel, shapes, data, out).map_err(bad)?;
     let compiled = compile(kernel, extents, shapes, schedule)?;
     let inputs = kernel
         .inputs()
