@@ -153,13 +153,16 @@ fn check_kernel(src: &str, seed: u64) {
     }
 }
 
+/// Shapes and data slots of one call.
+type Buffers<'a> = (Vec<&'a [usize]>, Vec<&'a [f32]>);
+
 #[test]
 fn mismatched_buffers_are_errors_not_panics() {
     let kernel = parse_text("k", "c[[i]] = a[[i]] * 2.0", None).unwrap();
     let cfg = CpuConfig::naive(&kernel);
     let a = [1.0f32; 4];
     let mut out = [0.0f32; 4];
-    let cases: [(Vec<&[usize]>, Vec<&[f32]>); 3] = [
+    let cases: [Buffers; 3] = [
         (vec![&[4]], vec![&a, &[]]),            // too few shapes
         (vec![&[4], &[4]], vec![&a]),           // too few data slots
         (vec![&[4], &[4]], vec![&a[..3], &[]]), // short input
