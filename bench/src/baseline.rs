@@ -358,7 +358,6 @@ fn conv(
 mod tests {
     use super::*;
     use crate::workloads::{kernel_text, Workload};
-    use rand::{rngs::StdRng, Rng, SeedableRng};
 
     /// Every baseline agrees with the reference interpreter on awkward small shapes.
     fn check(op: Op) {
@@ -369,22 +368,7 @@ mod tests {
             shape: serde_json::Value::Null,
         };
         let p = w.problem().unwrap();
-        let mut rng = StdRng::seed_from_u64(3);
-        let data: Vec<Vec<f32>> = p
-            .kernel
-            .params
-            .iter()
-            .zip(&p.shapes)
-            .map(|(param, s)| {
-                if param.is_output {
-                    Vec::new()
-                } else {
-                    (0..s.iter().product::<usize>())
-                        .map(|_| rng.gen_range(-1.0f32..1.0))
-                        .collect()
-                }
-            })
-            .collect();
+        let data = tensor_dsl::measure::random_inputs(&p.kernel, &p.shapes, 3);
         let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
         let out_len: usize = p.shapes[p.kernel.output].iter().product();
         let mut want = vec![0.0f32; out_len];

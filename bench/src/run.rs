@@ -1,7 +1,6 @@
 //! One kernel on the CPU: tune, then time our best config, the baseline and the untuned
 //! default side by side, after checking our output against the baseline's.
 
-use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::path::Path;
 use std::time::Duration;
 use tensor_dsl::measure::cpu::CpuMeasurer;
@@ -33,26 +32,6 @@ fn cpu_err(e: CpuError) -> String {
         CpuError::NoCompiler(m) => format!("no usable C compiler: {m}"),
         CpuError::Other(e) => e.to_string(),
     }
-}
-
-/// Deterministic inputs in [-1, 1) by parameter id (the output's slot empty).
-fn inputs(problem: &Problem, seed: u64) -> Vec<Vec<f32>> {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0xbe9c_4000);
-    problem
-        .kernel
-        .params
-        .iter()
-        .zip(&problem.shapes)
-        .map(|(param, s)| {
-            if param.is_output {
-                Vec::new()
-            } else {
-                (0..s.iter().product::<usize>())
-                    .map(|_| rng.gen_range(-1.0f32..1.0))
-                    .collect()
-            }
-        })
-        .collect()
 }
 
 /// The first element where `got` and `want` differ by more than 1e-3 relative (1e-3
@@ -177,7 +156,8 @@ fn run_into(
     } else {
         load::wait_quiet(0.25, opts.wait_quiet)
     };
-    let data = inputs(problem, opts.settings.seed);
+    let data =
+        tensor_dsl::measure::random_inputs(&problem.kernel, &problem.shapes, opts.settings.seed);
     let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
     let shapes = problem.shape_refs();
     let out_len: usize = problem.shapes[kernel.output].iter().product();

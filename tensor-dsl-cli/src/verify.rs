@@ -3,7 +3,6 @@
 use crate::args::{parse_selection, problem, Problem, Selection};
 use crate::emit::pick;
 use crate::KernelArgs;
-use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::path::Path;
 use std::process::ExitCode;
 use tensor_dsl::runtime::cpu;
@@ -12,22 +11,7 @@ use tensor_dsl::template::gpu::{GpuTarget, GpuTemplate};
 
 /// Random inputs (by parameter id; the output's slot empty) and the reference output.
 pub fn inputs_and_reference(p: &Problem, seed: u64) -> (Vec<Vec<f32>>, Vec<f32>) {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
-    let data: Vec<Vec<f32>> = p
-        .kernel
-        .params
-        .iter()
-        .zip(&p.shapes)
-        .map(|(param, s)| {
-            if param.is_output {
-                Vec::new()
-            } else {
-                (0..s.iter().product::<usize>())
-                    .map(|_| rng.gen_range(-1.0f32..1.0))
-                    .collect()
-            }
-        })
-        .collect();
+    let data = tensor_dsl::measure::random_inputs(&p.kernel, &p.shapes, seed);
     let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
     let mut want = vec![0.0f32; p.shapes[p.kernel.output].iter().product()];
     tensor_dsl::reference::run(&p.kernel, &p.extents, &p.shape_refs(), &refs, &mut want);

@@ -148,29 +148,20 @@ impl CpuMeasurer {
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         let extents = bind(kernel, &refs)?;
         let dir = cpu::work_dir()?;
-        let mut state: u64 =
-            0x9e37_79b9_7f4a_7c15 ^ u64::from_str_radix(&kernel.fingerprint(), 16).unwrap_or(1);
-        let mut data: Vec<Vec<f32>> = Vec::new();
+        let data = super::random_inputs(
+            kernel,
+            shapes,
+            u64::from_str_radix(&kernel.fingerprint(), 16).unwrap_or(1),
+        );
         let mut inputs = Vec::new();
-        for (p, (param, shape)) in kernel.params.iter().zip(shapes).enumerate() {
+        for (p, (param, values)) in kernel.params.iter().zip(&data).enumerate() {
             if param.is_output {
-                data.push(Vec::new());
                 inputs.push(None);
                 continue;
             }
-            // xorshift: deterministic inputs in [-1, 1) without a rand dependency.
-            let values: Vec<f32> = (0..shape.iter().product::<usize>())
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-                })
-                .collect();
             let path = dir.join(format!("t{p}.bin"));
             let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
             std::fs::write(&path, bytes)?;
-            data.push(values);
             inputs.push(Some(path));
         }
         let data_refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
