@@ -2,8 +2,10 @@
 //! schedules) against the reference interpreter.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use tensor_dsl::ir::{bind, parse_text, Kernel};
+use tensor_dsl::ir::{parse_text, Kernel};
 use tensor_dsl::runtime::cpu;
 use tensor_dsl::template::cpu::{CpuConfig, CpuTemplate};
 
@@ -46,28 +48,9 @@ fn random_case(kernel: &Kernel, rng: &mut StdRng) -> Option<(Vec<usize>, Vec<Vec
         .iter()
         .map(|_| AWKWARD[rng.gen_range(0..AWKWARD.len())])
         .collect();
-    let mut shapes: Vec<Option<Vec<usize>>> = vec![None; kernel.params.len()];
-    for a in kernel.accesses() {
-        if shapes[a.tensor].is_none() {
-            let dims = a
-                .dims
-                .iter()
-                .map(|m| match m.as_var() {
-                    Some(v) => extents[v],
-                    None => {
-                        let (_, hi) = m.range(&extents);
-                        rng.gen_range(1..=(hi.max(0) as usize + 2))
-                    }
-                })
-                .collect();
-            shapes[a.tensor] = Some(dims);
-        }
-    }
-    shapes[kernel.output] = Some(kernel.spatial().iter().map(|&s| extents[s]).collect());
-    let shapes: Vec<Vec<usize>> = shapes.into_iter().map(|s| s.unwrap_or_default()).collect();
-    let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-    let extents = bind(kernel, &refs).ok()?;
-    Some((extents, shapes))
+    common::shapes_for(kernel, &extents, |hi| {
+        rng.gen_range(1..=(hi.max(0) as usize + 2))
+    })
 }
 
 fn close(got: f32, want: f32) -> bool {

@@ -120,8 +120,7 @@ fn unavailable() -> Option<String> {
             );
         }
     }
-    #[cfg(not(feature = "cuda"))]
-    {
+    if cfg!(not(feature = "cuda")) {
         return Some("the `cuda` feature is off".into());
     }
     if tensor_dsl::runtime::ptxas::find().is_none() {

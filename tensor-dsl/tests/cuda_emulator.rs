@@ -8,12 +8,14 @@
 //! `g++`); without it the test prints why and passes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tensor_dsl::codegen::cuda;
-use tensor_dsl::ir::{bind, parse_text, Kernel};
+use tensor_dsl::ir::{parse_text, Kernel};
 use tensor_dsl::template::gpu::{default_schedule, GpuSchedule, GpuTarget, GpuTemplate};
 
 /// Kernels covering the language: many inputs, diagonals, scalars, outer products,
@@ -77,28 +79,9 @@ fn random_case(
     if extents.iter().fold(1usize, |a, &e| a.saturating_mul(e)) > work {
         return None;
     }
-    let mut shapes: Vec<Option<Vec<usize>>> = vec![None; kernel.params.len()];
-    for a in kernel.accesses() {
-        if shapes[a.tensor].is_none() {
-            let dims = a
-                .dims
-                .iter()
-                .map(|m| match m.as_var() {
-                    Some(v) => extents[v],
-                    None => {
-                        let (_, hi) = m.range(&extents);
-                        rng.gen_range(1..=(hi.max(0) as usize + 2))
-                    }
-                })
-                .collect();
-            shapes[a.tensor] = Some(dims);
-        }
-    }
-    shapes[kernel.output] = Some(kernel.spatial().iter().map(|&s| extents[s]).collect());
-    let shapes: Vec<Vec<usize>> = shapes.into_iter().map(|s| s.unwrap_or_default()).collect();
-    let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-    let extents = bind(kernel, &refs).ok()?;
-    Some((extents, shapes))
+    common::shapes_for(kernel, &extents, |hi| {
+        rng.gen_range(1..=(hi.max(0) as usize + 2))
+    })
 }
 
 fn close(got: f32, want: f32) -> bool {

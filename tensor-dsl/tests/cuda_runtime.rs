@@ -44,6 +44,9 @@ fn without_the_cuda_feature_cuda_is_unavailable() {
 }
 
 #[cfg(feature = "cuda")]
+mod common;
+
+#[cfg(feature = "cuda")]
 mod with_cuda {
     use rand::{rngs::StdRng, Rng, SeedableRng};
     use std::path::{Path, PathBuf};
@@ -832,27 +835,9 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
             .iter()
             .map(|_| AWKWARD[rng.gen_range(0..AWKWARD.len())])
             .collect();
-        let mut shapes: Vec<Option<Vec<usize>>> = vec![None; kernel.params.len()];
-        for a in kernel.accesses() {
-            if shapes[a.tensor].is_none() {
-                let dims = a
-                    .dims
-                    .iter()
-                    .map(|m| match m.as_var() {
-                        Some(v) => extents[v],
-                        None => {
-                            let (_, hi) = m.range(&extents);
-                            rng.gen_range(1..=(hi.max(0) as usize + 2))
-                        }
-                    })
-                    .collect();
-                shapes[a.tensor] = Some(dims);
-            }
-        }
-        shapes[kernel.output] = Some(kernel.spatial().iter().map(|&s| extents[s]).collect());
-        let shapes: Vec<Vec<usize>> = shapes.into_iter().map(|s| s.unwrap_or_default()).collect();
-        let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-        let bound = bind(kernel, &refs).ok()?;
+        let (bound, shapes) = crate::common::shapes_for(kernel, &extents, |hi| {
+            rng.gen_range(1..=(hi.max(0) as usize + 2))
+        })?;
         // Keep the reference interpreter fast.
         let work: f64 = bound.iter().map(|&e| e as f64).product();
         (work <= 5e7).then_some(shapes)
