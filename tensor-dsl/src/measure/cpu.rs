@@ -299,18 +299,8 @@ impl CpuMeasurer {
             Err(e) => return invalid(format!("no output: {e}")),
         };
         let _ = std::fs::remove_file(out);
-        if got.len() != self.reference.len() {
-            return invalid(format!(
-                "output has {} elements, expected {}",
-                got.len(),
-                self.reference.len()
-            ));
-        }
-        for (n, (&g, &w)) in got.iter().zip(&self.reference).enumerate() {
-            let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-3 * w.abs().max(1.0);
-            if !ok {
-                return invalid(format!("wrong result: element {n} is {g}, expected {w}"));
-            }
+        if let Err(m) = super::check_output(&got, &self.reference) {
+            return invalid(m);
         }
         let samples: Vec<f64> = stdout
             .lines()

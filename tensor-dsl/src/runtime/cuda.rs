@@ -411,6 +411,45 @@ pub fn synchronize() -> Result<(), Error> {
     runtime()?.synchronize()
 }
 
+/// The runtime's one stream, for interoperation: a cuBLAS or cuDNN handle bound to it orders
+/// its work with every launch and copy of this runtime (what `bench` does to time its
+/// baselines beside our kernels).
+pub fn stream() -> Result<Arc<CudaStream>, Error> {
+    let rt = runtime()?;
+    rt.check_device()?;
+    Ok(Arc::clone(&rt.stream))
+}
+
+/// Times `launches` back-to-back calls of `enqueue` (which must queue its work on [`stream`])
+/// between two CUDA events and returns the seconds per call. Waits for the stream first and
+/// after, so only the queued work is timed; an error inside the work is reported here.
+pub fn time_enqueued(
+    launches: usize,
+    enqueue: &mut dyn FnMut() -> Result<(), Error>,
+) -> Result<f64, Error> {
+    let rt = runtime()?;
+    rt.synchronize()?;
+    let event = || {
+        rt.ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| rt.device_error("creating a CUDA event", e))
+    };
+    let (start, end) = (event()?, event()?);
+    start
+        .record(&rt.stream)
+        .map_err(|e| rt.device_error("recording a CUDA event", e))?;
+    for _ in 0..launches.max(1) {
+        enqueue()?;
+    }
+    end.record(&rt.stream)
+        .map_err(|e| rt.device_error("recording a CUDA event", e))?;
+    rt.synchronize()?;
+    let ms = start
+        .elapsed_ms(&end)
+        .map_err(|e| rt.device_error("reading the CUDA events", e))?;
+    Ok(f64::from(ms) * 1e-3 / launches.max(1) as f64)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Device buffers
 // ---------------------------------------------------------------------------------------------
@@ -448,6 +487,17 @@ impl DeviceBuffer {
         let mut buf = Self::alloc(data.len())?;
         buf.copy_from_host(data)?;
         Ok(buf)
+    }
+
+    /// The `cudarc` allocation behind this buffer (at least one element long even when
+    /// [`len`](Self::len) is 0), for handing to cuBLAS or cuDNN on [`stream`].
+    pub fn cuda_slice(&self) -> &CudaSlice<f32> {
+        &self.slice
+    }
+
+    /// [`cuda_slice`](Self::cuda_slice), writable.
+    pub fn cuda_slice_mut(&mut self) -> &mut CudaSlice<f32> {
+        &mut self.slice
     }
 
     /// Number of elements.

@@ -5,6 +5,15 @@
 //! call checks the library is present first: `cudarc` panics when it is missing.
 
 use crate::Error;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+/// PTX compiled in this process, by (CUDA version, architecture, source): lets a measurer
+/// compile a batch on several threads first and load each kernel afterwards for free, disk
+/// cache or not.
+static MEMORY: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
+/// The memory cache is emptied when it reaches this many entries.
+const MEMORY_ENTRIES: usize = 256;
 
 /// Whether NVRTC can be loaded.
 pub fn available() -> bool {
@@ -49,29 +58,44 @@ pub fn compile_ptx(name: &str, source: &str, arch: &str) -> Result<String, Error
         })
 }
 
-/// [`compile_ptx`] through the disk cache beside the records:
+/// [`compile_ptx`] through a per-process memory cache and the disk cache beside the records:
 /// `<cache>/objects/<hash>.ptx`, the hash covering the source, the architecture and the
 /// CUDA major version, so a second process pays no NVRTC compile. Files are published by rename.
 /// `TENSOR_DSL_NO_DISK_CACHE=1` turns the cache off.
 pub fn compile_ptx_cached(name: &str, source: &str, arch: &str) -> Result<String, Error> {
     let enabled = !std::env::var("TENSOR_DSL_NO_DISK_CACHE").is_ok_and(|v| v == "1");
+    // This build loads NVRTC for CUDA 13 (cudarc `cuda-13000`); its PTX for a given virtual
+    // architecture runs on any CUDA 13 driver.
+    let key = format!("nvrtc cuda-13\n{arch}\n{source}");
+    let hash = tensor_dsl_lang::ir::fnv1a64(key.as_bytes());
+    // The memory cache keeps the whole key: a hash collision must not hand back other code.
+    let memory = MEMORY.get_or_init(Default::default);
+    if let Some(ptx) = memory.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(ptx.clone());
+    }
     let path = available().then(|| {
-        // This build loads NVRTC for CUDA 13 (cudarc `cuda-13000`); its PTX for a given
-        // virtual architecture runs on any CUDA 13 driver.
-        let key = format!("nvrtc cuda-13\n{arch}\n{source}");
-        let hash = tensor_dsl_lang::ir::fnv1a64(key.as_bytes());
         crate::records::cache_dir()
             .join("objects")
             .join(format!("{hash:016x}.ptx"))
     });
+    let remember = |ptx: &String| {
+        let mut map = memory.lock().unwrap_or_else(|p| p.into_inner());
+        // Bounded: a long tuning session must not hold every candidate's PTX.
+        if map.len() >= MEMORY_ENTRIES {
+            map.clear();
+        }
+        map.insert(key.clone(), ptx.clone());
+    };
     if let (true, Some(p)) = (enabled, &path) {
         if let Ok(ptx) = std::fs::read_to_string(p) {
             if ptx.contains(".entry") {
+                remember(&ptx);
                 return Ok(ptx);
             }
         }
     }
     let ptx = compile_ptx(name, source, arch)?;
+    remember(&ptx);
     if let (true, Some(p)) = (enabled, &path) {
         if let Some(dir) = p.parent() {
             if std::fs::create_dir_all(dir).is_ok() {
