@@ -5,10 +5,8 @@
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
-use tensor_dsl::codegen::c::CODEGEN_VERSION;
 use tensor_dsl::records::{self, Record, Target, RECORD_VERSION};
-use tensor_dsl::template::cpu::CpuTemplate;
-use tuner::{Outcome, Trial};
+use tuner::{Outcome, SearchSpace, Trial};
 
 use crate::workloads::Problem;
 
@@ -19,34 +17,38 @@ pub struct Landscape {
     kernel_text: String,
     shapes: Vec<Vec<usize>>,
     target: Target,
+    codegen: u32,
     strategy: String,
     flops: f64,
 }
 
 impl Landscape {
-    /// The file for `suite`/`name` under `dir` (created on the first trial).
+    /// The file for `suite`/`name` under `dir` (created on the first trial); records name
+    /// `target` and the generator's `codegen` version.
     pub fn new(
         dir: &Path,
         suite: &str,
         name: &str,
         problem: &Problem,
         strategy: &str,
+        target: Target,
+        codegen: u32,
     ) -> Landscape {
         Landscape {
             path: dir.join(format!("{suite}_{name}.jsonl")),
             kernel: problem.kernel.fingerprint(),
             kernel_text: problem.kernel.to_string(),
             shapes: problem.shapes.clone(),
-            target: Target::this_cpu(),
+            target,
+            codegen,
             strategy: strategy.to_string(),
             flops: problem.flops(),
         }
     }
 
     /// The record of one trial.
-    pub fn record(&self, template: &CpuTemplate, trial: &Trial) -> Record {
-        let config = template
-            .space()
+    pub fn record(&self, space: &SearchSpace, trial: &Trial) -> Record {
+        let config = space
             .format(&trial.config)
             .unwrap_or_else(|e| format!("<unformattable: {e}>"));
         let (seconds, samples, error) = match &trial.outcome {
@@ -60,7 +62,7 @@ impl Landscape {
             shapes: self.shapes.clone(),
             dtype: "f32".into(),
             target: self.target.clone(),
-            codegen: CODEGEN_VERSION,
+            codegen: self.codegen,
             config,
             seconds,
             samples,
@@ -74,8 +76,8 @@ impl Landscape {
     }
 
     /// Appends one trial.
-    pub fn append(&self, template: &CpuTemplate, trial: &Trial) -> Result<(), String> {
-        records::append(&self.path, &[self.record(template, trial)])
+    pub fn append(&self, space: &SearchSpace, trial: &Trial) -> Result<(), String> {
+        records::append(&self.path, &[self.record(space, trial)])
             .map_err(|e| format!("{}: {e}", self.path.display()))
     }
 }

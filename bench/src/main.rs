@@ -8,6 +8,7 @@
 //! ```
 
 mod baseline;
+mod cuda;
 mod landscape;
 mod load;
 mod plot;
@@ -35,8 +36,9 @@ struct Args {
     /// opevo_conv2d, resnet50_conv2d, yolo9000_conv2d, or `all`.
     #[arg(long)]
     suite: String,
-    /// `cpu`, or `cuda` (not wired yet).
-    #[arg(long, default_value = "cpu")]
+    /// `cpu` (baseline: matrixmultiply, im2col + matrixmultiply) or `cuda` (baseline:
+    /// cuBLAS, cuDNN; needs a GPU, NVRTC, and cuBLAS/cuDNN on the library path).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
     device: String,
     /// Measured points per kernel.
     #[arg(long, default_value_t = 32)]
@@ -163,16 +165,7 @@ fn select(args: &Args) -> Result<Vec<Workload>, String> {
 }
 
 fn run(args: &Args) -> Result<ExitCode, String> {
-    match args.device.as_str() {
-        "cpu" => {}
-        "cuda" => {
-            eprintln!(
-                "bench: the CUDA bench needs a GPU and is not wired yet: run with --device cpu"
-            );
-            return Ok(ExitCode::from(2));
-        }
-        other => return Err(format!("--device `{other}`: expected cpu or cuda")),
-    }
+    let gpu = args.device == "cuda";
     if args.trials == 0 {
         return Err("--trials must be at least 1".into());
     }
@@ -190,8 +183,29 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         "active" => std::env::set_var("OMP_WAIT_POLICY", "ACTIVE"),
         _ => {}
     }
-    tensor_dsl::runtime::cpu::compiler()
-        .map_err(|e| format!("the CPU bench needs a C compiler: {e}"))?;
+    let gpu_name = if gpu {
+        // fp32 against fp32: no TF32 in cuBLAS/cuDNN whatever their defaults (read when
+        // they load, which is later).
+        std::env::set_var("NVIDIA_TF32_OVERRIDE", "0");
+        match cuda::describe_gpu() {
+            Ok(name) => Some(name),
+            Err(reason) => {
+                eprintln!("bench: --device cuda needs a GPU: {reason}");
+                return Ok(ExitCode::from(2));
+            }
+        }
+    } else {
+        tensor_dsl::runtime::cpu::compiler()
+            .map_err(|e| format!("the CPU bench needs a C compiler: {e}"))?;
+        None
+    };
+    let baseline_name = |op: &workloads::Op| {
+        if gpu {
+            cuda::baseline_name(op)
+        } else {
+            baseline::name(op)
+        }
+    };
     let settings = tuning::Settings {
         strategy: args.strategy.clone(),
         trials: args.trials,
@@ -212,16 +226,19 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         landscape: args.record_landscape.as_deref(),
         verbose: args.verbose,
     };
+    let mut machine = Machine::this();
+    machine.gpu = gpu_name;
     let mut report = Report {
         command: std::env::args().collect::<Vec<_>>().join(" "),
-        machine: Machine::this(),
+        machine,
         results: Vec::new(),
     };
     for w in &chosen {
         let result = match w.problem() {
             Err(e) => {
                 let mut r =
-                    KernelResult::empty(&w.suite, &w.name, w.shape.clone(), baseline::name(&w.op));
+                    KernelResult::empty(&w.suite, &w.name, w.shape.clone(), baseline_name(&w.op));
+                r.device = args.device.clone();
                 r.fail(e);
                 r
             }
@@ -231,8 +248,9 @@ fn run(args: &Args) -> Result<ExitCode, String> {
                         &w.suite,
                         &w.name,
                         w.shape.clone(),
-                        baseline::name(&w.op),
+                        baseline_name(&w.op),
                     );
+                    r.device = args.device.clone();
                     r.flops = p.flops();
                     r.kernel = p.kernel.to_string();
                     r.tensor_shapes = p.shapes.clone();
@@ -253,7 +271,11 @@ fn run(args: &Args) -> Result<ExitCode, String> {
                         settings.trials,
                         settings.strategy
                     );
-                    run::run(w, &p, &opts)
+                    if gpu {
+                        cuda::run(w, &p, &opts)
+                    } else {
+                        run::run(w, &p, &opts)
+                    }
                 }
             },
         };
@@ -287,9 +309,10 @@ fn run(args: &Args) -> Result<ExitCode, String> {
                 history: r.history.clone(),
             })
             .collect();
+        let on = report.machine.gpu.as_deref().unwrap_or(&report.machine.cpu);
         let title = format!(
             "{} on {} — {} ({} trials, seed {})",
-            args.suite, report.machine.cpu, settings.strategy, settings.trials, settings.seed
+            args.suite, on, settings.strategy, settings.trials, settings.seed
         );
         plot::draw(path, &title, &series)?;
     }

@@ -126,6 +126,9 @@ pub struct Machine {
     pub compiler: String,
     /// `OMP_WAIT_POLICY` as the kernels saw it (`None`: unset, libgomp's default spin).
     pub omp_wait_policy: Option<String>,
+    /// The GPU (name, index, architecture, SMs, memory, driver) for `--device cuda`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
 }
 
 impl Machine {
@@ -139,6 +142,7 @@ impl Machine {
             detail: t.detail,
             compiler,
             omp_wait_policy: std::env::var("OMP_WAIT_POLICY").ok(),
+            gpu: None,
         }
     }
 }

@@ -90,9 +90,17 @@ fn run_into(
     let tuned = {
         let mut measurer = CpuMeasurer::new(kernel, &problem.shapes, template.clone())
             .map_err(|e| format!("preparing the measurer: {e}"))?;
-        let landscape = opts
-            .landscape
-            .map(|dir| Landscape::new(dir, &w.suite, &w.name, problem, &opts.settings.strategy));
+        let landscape = opts.landscape.map(|dir| {
+            Landscape::new(
+                dir,
+                &w.suite,
+                &w.name,
+                problem,
+                &opts.settings.strategy,
+                tensor_dsl::records::Target::this_cpu(),
+                tensor_dsl::codegen::c::CODEGEN_VERSION,
+            )
+        });
         let mut landscape_error: Option<String> = None;
         let mut seen = 0usize;
         let mut best: Option<f64> = None;
@@ -105,7 +113,7 @@ fn run_into(
                 best = Some(best.map_or(s, |b: f64| b.min(s)));
             }
             if let Some(l) = &landscape {
-                if let Err(e) = l.append(&template, t) {
+                if let Err(e) = l.append(template.space(), t) {
                     landscape_error.get_or_insert(e);
                 }
             }

@@ -128,14 +128,67 @@ fn max_gflop_skips_with_a_reason_and_filter_picks() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// With a GPU (and cuBLAS/cuDNN on the library path) the smoke suite runs on it against the
+/// cuBLAS/cuDNN baselines; without one `--device cuda` exits with status 2 and says why.
 #[test]
-fn cuda_is_refused_clearly_and_bad_names_fail() {
+fn cuda_runs_the_smoke_suite_or_says_why_not() {
+    let dir = scratch("cuda");
+    let (json, land) = (dir.join("r.json"), dir.join("land"));
     let out = bench()
-        .args(["--suite", "smoke", "--device", "cuda"])
+        .args([
+            "--suite", "smoke", "--device", "cuda", "--trials", "4", "--batch", "4",
+        ])
+        .args(["--seed", "1", "--rounds", "3", "--round-seconds", "0.002"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--record-landscape")
+        .arg(&land)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("GPU"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if let Err(reason) = tensor_dsl::runtime::cuda::available() {
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("needs a GPU"), "{stderr}");
+        assert!(
+            stderr.contains(&reason),
+            "the reason should be passed on: {stderr}"
+        );
+        assert!(!json.exists(), "no report without a GPU");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "bench --device cuda failed:\n{stderr}"
+    );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(report["machine"]["gpu"].is_string());
+    for r in report["results"].as_array().unwrap() {
+        assert_eq!(r["device"], "cuda");
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(r["ratio"].as_f64().unwrap() > 0.0);
+        let baseline = r["baseline"].as_str().unwrap();
+        assert!(
+            baseline.contains("cuBLAS") || baseline.contains("cuDNN"),
+            "{baseline}"
+        );
+        let landscape = land.join(format!("smoke_{}.jsonl", r["name"].as_str().unwrap()));
+        let text = std::fs::read_to_string(&landscape).unwrap();
+        let lines = text.lines().count();
+        assert!((1..=4).contains(&lines), "{}: {lines} lines", landscape.display());
+        assert!(text.contains("\"device\":\"cuda\""));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_names_fail() {
+    let out = bench()
+        .args(["--suite", "smoke", "--device", "tpu"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cuda"));
     let out = bench().args(["--suite", "nope"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("bert_matmul"));

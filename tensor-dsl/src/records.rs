@@ -76,6 +76,20 @@ impl Target {
             detail: format!("{};threads={threads}", flags.join(",")),
         }
     }
+
+    /// A CUDA GPU: its name and compute capability (`sm` = major·10 + minor).
+    ///
+    /// ```
+    /// let t = tensor_dsl::records::Target::cuda("NVIDIA H100 80GB HBM3", 90);
+    /// assert_eq!((t.device.as_str(), t.detail.as_str()), ("cuda", "sm_90"));
+    /// ```
+    pub fn cuda(name: &str, sm: u32) -> Target {
+        Target {
+            device: "cuda".into(),
+            name: name.to_string(),
+            detail: format!("sm_{sm}"),
+        }
+    }
 }
 
 /// One measured point.

@@ -1,0 +1,508 @@
+//! The GPU baselines, on the CUDA runtime's own stream and buffers: cuBLAS
+//! `sgemmStridedBatched` for matmuls and batched matmuls, cuDNN's forward convolution for
+//! convolutions. Both in fp32 with TF32 off (cuBLAS `CUBLAS_DEFAULT_MATH`, cuDNN
+//! `CUDNN_FMA_MATH`; `bench` also sets `NVIDIA_TF32_OVERRIDE=0` before CUDA loads), so they
+//! compute what our kernels compute.
+//!
+//! cuDNN is given its best chance: every forward algorithm its heuristics list for the
+//! problem is run and timed once, and the fastest is the baseline (what
+//! `cudnnFindConvolutionForwardAlgorithm` does).
+//!
+//! The libraries are loaded at run time (`libcublas.so.13`, `libcudnn.so.9` on the library
+//! path); without one the baseline is an error that says so, never a panic.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use cudarc::cublas::sys as blas_sys;
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
+use cudarc::cudnn::result as dnn;
+use cudarc::cudnn::sys as dnn_sys;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use tensor_dsl::runtime::cuda::{self, DeviceBuffer};
+
+use super::gemm_plan::{self, Operand};
+use crate::workloads::{Conv, Op};
+
+/// What the report calls the baseline of `op` on the GPU.
+pub fn name(op: &Op) -> &'static str {
+    match op {
+        Op::Matmul { .. } => "cuBLAS sgemm (fp32, TF32 off)",
+        Op::BatchMatmul { .. } => "cuBLAS sgemmStridedBatched (fp32, TF32 off)",
+        Op::Conv2d(_) => "cuDNN convolution forward (fp32, TF32 off, fastest algorithm)",
+    }
+}
+
+/// Runs `f`, turning a panic inside `cudarc` (a library or symbol it cannot load) into an
+/// error.
+fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let text = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(format!("{what}: the CUDA library failed: {text}"))
+    })
+}
+
+/// Forward algorithms cuDNN knows (`CUDNN_CONVOLUTION_FWD_ALGO_COUNT`).
+const ALGOS: usize = 8;
+
+enum Kind {
+    Gemm {
+        blas: CudaBlas,
+        plan: gemm_plan::Plan,
+    },
+    Conv(Box<ConvState>),
+}
+
+/// cuDNN through its C API (`cudarc::cudnn::result`): the safe wrappers do not list every
+/// algorithm, and these handles are few and owned here.
+struct ConvState {
+    handle: dnn_sys::cudnnHandle_t,
+    x: dnn_sys::cudnnTensorDescriptor_t,
+    w: dnn_sys::cudnnFilterDescriptor_t,
+    y: dnn_sys::cudnnTensorDescriptor_t,
+    conv: dnn_sys::cudnnConvolutionDescriptor_t,
+    algo: dnn_sys::cudnnConvolutionFwdAlgo_t,
+    workspace: Option<CudaSlice<u8>>,
+    stream: Arc<CudaStream>,
+}
+
+impl Drop for ConvState {
+    fn drop(&mut self) {
+        // SAFETY: each was created by this struct and is destroyed once; null ones (a
+        // half-built state) are skipped. Errors on teardown are ignored.
+        unsafe {
+            if !self.conv.is_null() {
+                let _ = dnn::destroy_convolution_descriptor(self.conv);
+            }
+            if !self.y.is_null() {
+                let _ = dnn::destroy_tensor_descriptor(self.y);
+            }
+            if !self.w.is_null() {
+                let _ = dnn::destroy_filter_descriptor(self.w);
+            }
+            if !self.x.is_null() {
+                let _ = dnn::destroy_tensor_descriptor(self.x);
+            }
+            if !self.handle.is_null() {
+                let _ = dnn::destroy_handle(self.handle);
+            }
+        }
+    }
+}
+
+/// A baseline ready to run on given device buffers.
+pub struct Baseline {
+    kind: Kind,
+    /// The library call and, for cuDNN, the algorithm chosen.
+    pub description: String,
+}
+
+fn dim(v: usize, what: &str) -> Result<i32, String> {
+    i32::try_from(v).map_err(|_| format!("{what} = {v} does not fit cuBLAS/cuDNN's int"))
+}
+
+impl Baseline {
+    /// Prepares the baseline for `op` (`inputs` in parameter order, `out` the output), on
+    /// the CUDA runtime's stream. For a convolution this runs every algorithm once.
+    pub fn new(
+        op: &Op,
+        inputs: &[&DeviceBuffer],
+        out: &mut DeviceBuffer,
+    ) -> Result<Baseline, String> {
+        match op {
+            Op::Matmul { m, n, k } => {
+                let a = Operand {
+                    rows: *m,
+                    cols: *k,
+                    rs: *k,
+                    cs: 1,
+                    bs: 0,
+                };
+                let b = Operand {
+                    rows: *k,
+                    cols: *n,
+                    rs: *n,
+                    cs: 1,
+                    bs: 0,
+                };
+                let c = Operand {
+                    rows: *m,
+                    cols: *n,
+                    rs: *n,
+                    cs: 1,
+                    bs: 0,
+                };
+                Self::gemm(gemm_plan::plan(&a, &b, &c, 1)?, "cuBLAS sgemm")
+            }
+            Op::BatchMatmul {
+                b: batch,
+                m,
+                n,
+                k,
+                lhs,
+                rhs,
+                out: out_axes,
+            } => {
+                let size = |ch: char| match ch {
+                    'b' => *batch,
+                    'm' => *m,
+                    'n' => *n,
+                    _ => *k,
+                };
+                let strides = |axes: &str| {
+                    let dims: Vec<usize> = axes.chars().map(size).collect();
+                    let mut st = vec![1usize; dims.len()];
+                    for d in (0..dims.len().saturating_sub(1)).rev() {
+                        st[d] = st[d + 1] * dims[d + 1];
+                    }
+                    let pairs: Vec<(char, usize)> = axes.chars().zip(st).collect();
+                    move |c: char| pairs.iter().find(|(x, _)| *x == c).map_or(0, |(_, s)| *s)
+                };
+                let (sa, sb, sc) = (strides(lhs), strides(rhs), strides(out_axes));
+                let a = Operand {
+                    rows: *m,
+                    cols: *k,
+                    rs: sa('m'),
+                    cs: sa('k'),
+                    bs: sa('b'),
+                };
+                let b = Operand {
+                    rows: *k,
+                    cols: *n,
+                    rs: sb('k'),
+                    cs: sb('n'),
+                    bs: sb('b'),
+                };
+                let c = Operand {
+                    rows: *m,
+                    cols: *n,
+                    rs: sc('m'),
+                    cs: sc('n'),
+                    bs: sc('b'),
+                };
+                Self::gemm(
+                    gemm_plan::plan(&a, &b, &c, *batch)?,
+                    "cuBLAS sgemmStridedBatched",
+                )
+            }
+            Op::Conv2d(cv) => Self::conv(cv, inputs, out),
+        }
+    }
+
+    fn gemm(plan: gemm_plan::Plan, what: &str) -> Result<Baseline, String> {
+        // SAFETY: only tries to dlopen the library.
+        if !unsafe { blas_sys::is_culib_present() } {
+            return Err(
+                "cuBLAS (libcublas.so.13) is not on the library path: put the CUDA toolkit's \
+                 lib64 or the nvidia-cublas wheel's lib folder on LD_LIBRARY_PATH"
+                    .into(),
+            );
+        }
+        let stream = cuda::stream().map_err(|e| e.to_string())?;
+        let blas = guarded("creating a cuBLAS handle", || {
+            let blas = CudaBlas::new(stream).map_err(|e| format!("cublasCreate: {e:?}"))?;
+            // SAFETY: a live handle; CUBLAS_DEFAULT_MATH keeps fp32 GEMMs in fp32 (no TF32).
+            unsafe {
+                blas_sys::cublasSetMathMode(
+                    *blas.handle(),
+                    blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH,
+                )
+            }
+            .result()
+            .map_err(|e| format!("cublasSetMathMode: {e:?}"))?;
+            Ok(blas)
+        })?;
+        for v in [
+            plan.m, plan.n, plan.k, plan.ld_l, plan.ld_r, plan.ld_y, plan.batch,
+        ] {
+            dim(v, "a GEMM size")?;
+        }
+        Ok(Baseline {
+            kind: Kind::Gemm { blas, plan },
+            description: format!(
+                "{what} (m={} n={} k={} batch={}, op {}{})",
+                plan.m,
+                plan.n,
+                plan.k,
+                plan.batch,
+                if plan.trans_l { 'T' } else { 'N' },
+                if plan.trans_r { 'T' } else { 'N' }
+            ),
+        })
+    }
+
+    fn conv(
+        cv: &Conv,
+        inputs: &[&DeviceBuffer],
+        out: &mut DeviceBuffer,
+    ) -> Result<Baseline, String> {
+        // SAFETY: only tries to dlopen the library.
+        if !unsafe { dnn_sys::is_culib_present() } {
+            return Err(
+                "cuDNN (libcudnn.so.9) is not on the library path: on the GPU machines it \
+                 comes inside PyTorch's environment (the nvidia-cudnn-cu13 wheel's \
+                 nvidia/cudnn/lib); put that folder on LD_LIBRARY_PATH"
+                    .into(),
+            );
+        }
+        let (x_buf, w_buf) = match inputs {
+            [x, w, ..] => (*x, *w),
+            _ => return Err("a convolution needs two inputs".into()),
+        };
+        let (p, q) = cv.out_hw();
+        let dims = |v: [(usize, &str); 4]| -> Result<[i32; 4], String> {
+            Ok([
+                dim(v[0].0, v[0].1)?,
+                dim(v[1].0, v[1].1)?,
+                dim(v[2].0, v[2].1)?,
+                dim(v[3].0, v[3].1)?,
+            ])
+        };
+        let x_dims = dims([(cv.n, "N"), (cv.c, "C"), (cv.h, "H"), (cv.w, "W")])?;
+        let w_dims = dims([(cv.f, "F"), (cv.c, "C"), (cv.r, "R"), (cv.s, "S")])?;
+        let y_dims = dims([(cv.n, "N"), (cv.f, "F"), (p, "P"), (q, "Q")])?;
+        let (pad, stride) = (dim(cv.pad, "pad")?, dim(cv.stride, "stride")?);
+        let stream = cuda::stream().map_err(|e| e.to_string())?;
+        let mut state = Box::new(ConvState {
+            handle: std::ptr::null_mut(),
+            x: std::ptr::null_mut(),
+            w: std::ptr::null_mut(),
+            y: std::ptr::null_mut(),
+            conv: std::ptr::null_mut(),
+            algo: dnn_sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+            workspace: None,
+            stream,
+        });
+        let candidates = guarded("setting up cuDNN", || {
+            let err = |what: &'static str| move |e: dnn::CudnnError| format!("{what}: {e:?}");
+            let s = &mut *state;
+            s.handle = dnn::create_handle().map_err(err("cudnnCreate"))?;
+            let nchw = dnn_sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+            let f32_t = dnn_sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
+            s.x = dnn::create_tensor_descriptor().map_err(err("the input descriptor"))?;
+            s.w = dnn::create_filter_descriptor().map_err(err("the filter descriptor"))?;
+            s.y = dnn::create_tensor_descriptor().map_err(err("the output descriptor"))?;
+            s.conv = dnn::create_convolution_descriptor().map_err(err("the convolution"))?;
+            let mut count: std::ffi::c_int = 0;
+            // SAFETY: zeroed plain-data structs for cuDNN to fill.
+            let mut perf: [dnn_sys::cudnnConvolutionFwdAlgoPerf_t; ALGOS] =
+                unsafe { std::mem::zeroed() };
+            // SAFETY: every handle and descriptor was just created; `perf` holds ALGOS
+            // entries, the count passed.
+            unsafe {
+                dnn::set_stream(s.handle, s.stream.cu_stream() as dnn_sys::cudaStream_t)
+                    .map_err(err("cudnnSetStream"))?;
+                dnn::set_tensor4d_descriptor(s.x, nchw, f32_t, x_dims)
+                    .map_err(err("the input descriptor"))?;
+                dnn::set_filter4d_descriptor(s.w, f32_t, nchw, w_dims)
+                    .map_err(err("the filter descriptor"))?;
+                dnn::set_tensor4d_descriptor(s.y, nchw, f32_t, y_dims)
+                    .map_err(err("the output descriptor"))?;
+                dnn::set_convolution2d_descriptor(
+                    s.conv,
+                    pad,
+                    pad,
+                    stride,
+                    stride,
+                    1,
+                    1,
+                    dnn_sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                    f32_t,
+                )
+                .map_err(err("the convolution descriptor"))?;
+                dnn::set_convolution_math_type(s.conv, dnn_sys::cudnnMathType_t::CUDNN_FMA_MATH)
+                    .map_err(err("cudnnSetConvolutionMathType"))?;
+                dnn::get_convolution_forward_algorithm(
+                    s.handle,
+                    s.x,
+                    s.w,
+                    s.conv,
+                    s.y,
+                    ALGOS as std::ffi::c_int,
+                    &mut count,
+                    perf.as_mut_ptr(),
+                )
+                .map_err(err("cudnnGetConvolutionForwardAlgorithm_v7"))?;
+            }
+            Ok(perf
+                .iter()
+                .take(count.clamp(0, ALGOS as std::ffi::c_int) as usize)
+                .filter(|p| p.status == dnn_sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
+                .map(|p| p.algo)
+                .collect::<Vec<_>>())
+        })?;
+        if candidates.is_empty() {
+            return Err("cuDNN lists no forward algorithm for this convolution".into());
+        }
+        // Every algorithm listed, each run once to warm up and three times for its time.
+        let mut best: Option<(f64, dnn_sys::cudnnConvolutionFwdAlgo_t)> = None;
+        let mut failures = Vec::new();
+        for algo in candidates {
+            state.algo = algo;
+            let timed = state.prepare_workspace().and_then(|()| {
+                state.launch(x_buf, w_buf, out)?;
+                cuda::time_enqueued(3, &mut || {
+                    state
+                        .launch(x_buf, w_buf, out)
+                        .map_err(|message| tensor_dsl::Error::Backend {
+                            kernel: "cuDNN".into(),
+                            message,
+                        })
+                })
+                .map_err(|e| e.to_string())
+            });
+            match timed {
+                Ok(t) if best.is_none_or(|(b, _)| t < b) => best = Some((t, algo)),
+                Ok(_) => {}
+                Err(e) => failures.push(format!("{algo:?}: {e}")),
+            }
+        }
+        let Some((_, algo)) = best else {
+            return Err(format!("no cuDNN algorithm ran: {}", failures.join("; ")));
+        };
+        state.algo = algo;
+        state.prepare_workspace()?;
+        Ok(Baseline {
+            kind: Kind::Conv(state),
+            description: format!("cuDNN convolution forward, {algo:?}"),
+        })
+    }
+
+    /// Queues one run of the baseline on the runtime's stream.
+    pub fn enqueue(
+        &mut self,
+        inputs: &[&DeviceBuffer],
+        out: &mut DeviceBuffer,
+    ) -> Result<(), String> {
+        let (a, b) = match inputs {
+            [a, b, ..] => (*a, *b),
+            _ => return Err("the baseline needs two inputs".into()),
+        };
+        match &mut self.kind {
+            Kind::Gemm { blas, plan } => {
+                let (l, r) = if plan.swap { (b, a) } else { (a, b) };
+                let op = |t: bool| {
+                    if t {
+                        blas_sys::cublasOperation_t::CUBLAS_OP_T
+                    } else {
+                        blas_sys::cublasOperation_t::CUBLAS_OP_N
+                    }
+                };
+                let gemm = GemmConfig {
+                    transa: op(plan.trans_l),
+                    transb: op(plan.trans_r),
+                    m: plan.m as i32,
+                    n: plan.n as i32,
+                    k: plan.k as i32,
+                    alpha: 1.0f32,
+                    lda: plan.ld_l as i32,
+                    ldb: plan.ld_r as i32,
+                    beta: 0.0f32,
+                    ldc: plan.ld_y as i32,
+                };
+                let result = if plan.batch <= 1 {
+                    // SAFETY: `plan` was derived from the operands' shapes and strides (tested
+                    // against a model of cuBLAS), so every element cuBLAS touches lies inside
+                    // the buffers, whose lengths are those of the kernel's tensors.
+                    unsafe { blas.gemm(gemm, l.cuda_slice(), r.cuda_slice(), out.cuda_slice_mut()) }
+                } else {
+                    let cfg = StridedBatchedConfig {
+                        gemm,
+                        batch_size: plan.batch as i32,
+                        stride_a: plan.stride_l as i64,
+                        stride_b: plan.stride_r as i64,
+                        stride_c: plan.stride_y as i64,
+                    };
+                    // SAFETY: as above, for every batch.
+                    unsafe {
+                        blas.gemm_strided_batched(
+                            cfg,
+                            l.cuda_slice(),
+                            r.cuda_slice(),
+                            out.cuda_slice_mut(),
+                        )
+                    }
+                };
+                result.map_err(|e| format!("cuBLAS: {e:?}"))
+            }
+            Kind::Conv(state) => state.launch(a, b, out),
+        }
+    }
+}
+
+impl ConvState {
+    /// Allocates the chosen algorithm's workspace (none if it needs none).
+    fn prepare_workspace(&mut self) -> Result<(), String> {
+        let mut bytes = 0usize;
+        // SAFETY: live handle and descriptors; cuDNN writes one size_t.
+        unsafe {
+            dnn_sys::cudnnGetConvolutionForwardWorkspaceSize(
+                self.handle,
+                self.x,
+                self.w,
+                self.conv,
+                self.y,
+                self.algo,
+                &mut bytes,
+            )
+        }
+        .result()
+        .map_err(|e| format!("workspace size for {:?}: {e:?}", self.algo))?;
+        self.workspace = if bytes == 0 {
+            None
+        } else {
+            Some(
+                self.stream
+                    .alloc_zeros::<u8>(bytes)
+                    .map_err(|e| format!("allocating {bytes} B of cuDNN workspace: {e:?}"))?,
+            )
+        };
+        Ok(())
+    }
+
+    fn launch(
+        &mut self,
+        x: &DeviceBuffer,
+        w: &DeviceBuffer,
+        y: &mut DeviceBuffer,
+    ) -> Result<(), String> {
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let stream = &self.stream;
+        let (xp, _x) = x.cuda_slice().device_ptr(stream);
+        let (wp, _w) = w.cuda_slice().device_ptr(stream);
+        let (yp, _y) = y.cuda_slice_mut().device_ptr_mut(stream);
+        let (ws, ws_bytes) = match &mut self.workspace {
+            Some(buf) => {
+                let bytes = buf.len();
+                let (p, _) = buf.device_ptr_mut(stream);
+                (p as *mut std::ffi::c_void, bytes)
+            }
+            None => (std::ptr::null_mut(), 0),
+        };
+        // SAFETY: the descriptors describe exactly the kernel's tensors (NCHW input, FCRS
+        // filter, NFPQ output), whose buffers have those lengths; the workspace is the size
+        // cuDNN asked for this algorithm; everything is ordered on the runtime's one stream.
+        unsafe {
+            dnn::convolution_forward(
+                self.handle,
+                (&alpha as *const f32).cast(),
+                self.x,
+                xp as *const std::ffi::c_void,
+                self.w,
+                wp as *const std::ffi::c_void,
+                self.conv,
+                self.algo,
+                ws,
+                ws_bytes,
+                (&beta as *const f32).cast(),
+                self.y,
+                yp as *mut std::ffi::c_void,
+            )
+        }
+        .map_err(|e| format!("cudnnConvolutionForward ({:?}): {e:?}", self.algo))
+    }
+}

@@ -1,0 +1,343 @@
+//! One kernel on the GPU: tune the GPU template with [`CudaMeasurer`], then check and time
+//! our best schedule, the cuBLAS/cuDNN baseline and the untuned default side by side on the
+//! same stream and buffers.
+//!
+//! Timing: every contender is queued back to back between two CUDA events for about
+//! `--round-seconds` (at least once), giving its mean seconds per call for that round;
+//! rounds alternate between the contenders (ours, baseline, default, ours, ...), and each
+//! reports the median of its rounds. Launch latency is hidden by the back-to-back queueing,
+//! as it would be in an application.
+
+mod baseline;
+mod gemm_plan;
+
+use std::time::Instant;
+use tensor_dsl::features::{gpu_features, GpuFeatures};
+use tensor_dsl::measure::cuda::CudaMeasurer;
+use tensor_dsl::records::Target;
+use tensor_dsl::runtime::cuda::{self, DeviceBuffer};
+use tensor_dsl::template::gpu::GpuTemplate;
+use tuner::{Config, Measurer, Outcome, Trial};
+
+use crate::landscape::Landscape;
+use crate::report::KernelResult;
+use crate::run::{compare, Options};
+use crate::timing::{median, Timing};
+use crate::tuning::{Settings, Tuned};
+use crate::workloads::{Problem, Workload};
+
+pub use baseline::name as baseline_name;
+
+/// What the report says about the GPU (name, index, architecture, SMs, memory, driver).
+pub fn describe_gpu() -> Result<String, String> {
+    cuda::available().map(|info| info.to_string())
+}
+
+/// Tunes and times one workload on the GPU; every failure lands in the result.
+pub fn run(w: &Workload, problem: &Problem, opts: &Options<'_>) -> KernelResult {
+    let mut r = KernelResult::empty(&w.suite, &w.name, w.shape.clone(), baseline::name(&w.op));
+    r.device = "cuda".into();
+    r.kernel = problem.kernel.to_string();
+    r.tensor_shapes = problem.shapes.clone();
+    r.flops = problem.flops();
+    r.strategy = opts.settings.strategy.clone();
+    r.start_from_default = opts.settings.start_from_default;
+    r.seed = opts.settings.seed;
+    if let Err(e) = run_into(w, problem, opts, &mut r) {
+        r.fail(e);
+    }
+    r
+}
+
+/// The measurer with a per-launch limit that follows the best time so far (the GPU analogue
+/// of the CPU bench's kill timeout).
+struct Bounded<'a> {
+    inner: &'a mut CudaMeasurer,
+    flops: f64,
+    kill_factor: f64,
+    floor_gflops: f64,
+    best: Option<f64>,
+}
+
+impl Bounded<'_> {
+    fn limit(&self) -> f64 {
+        let mut limit = self.flops / (self.floor_gflops.max(1e-3) * 1e9);
+        if let Some(b) = self.best.filter(|_| self.kill_factor > 0.0) {
+            // The checked launch is timed on the host (launch and copy included): leave room.
+            limit = limit.min(self.kill_factor * b + 0.01);
+        }
+        limit.clamp(0.01, 10.0)
+    }
+
+    fn note(&mut self, outcomes: &[Outcome]) {
+        for s in outcomes.iter().filter_map(Outcome::seconds) {
+            self.best = Some(self.best.map_or(s, |b| b.min(s)));
+        }
+    }
+}
+
+impl Measurer for Bounded<'_> {
+    fn measure(&mut self, batch: &[Config]) -> Vec<Outcome> {
+        self.inner.max_seconds = self.limit();
+        let out = self.inner.measure(batch);
+        self.note(&out);
+        out
+    }
+}
+
+fn tune(
+    problem: &Problem,
+    template: &GpuTemplate,
+    measurer: &mut CudaMeasurer,
+    settings: &Settings,
+    on_trial: &mut dyn FnMut(&Trial),
+) -> Result<Tuned, String> {
+    let budget = tuner::Budget {
+        trials: settings.trials,
+        seconds: settings.seconds,
+        batch: settings.batch.max(1),
+    };
+    let inner = tuner::strategy::by_name(&settings.strategy, &budget)
+        .ok_or_else(|| format!("unknown strategy `{}`", settings.strategy))?;
+    let seeds = if settings.start_from_default {
+        vec![template.default_config()?]
+    } else {
+        Vec::new()
+    };
+    let mut strategy = tuner::strategy::Seeded::new(seeds, inner);
+    let mut model = tuner::cost_model::Forest::new(settings.seed);
+    let space = template.space();
+    let knob_len = space.feature_names().len();
+    let target = measurer.target().clone();
+    let features = |c: &Config| {
+        let mut f = space.to_features(c).unwrap_or_default();
+        f.resize(knob_len, 0.0);
+        match template.decode(c) {
+            Ok(s) => f.extend(
+                gpu_features(
+                    &problem.kernel,
+                    &problem.extents,
+                    &problem.shapes,
+                    &s,
+                    &target,
+                    None,
+                )
+                .to_vec(),
+            ),
+            Err(_) => f.resize(knob_len + GpuFeatures::NAMES.len(), 0.0),
+        }
+        f
+    };
+    let flops = measurer.flops();
+    let mut bounded = Bounded {
+        inner: measurer,
+        flops,
+        kill_factor: settings.kill_factor,
+        floor_gflops: settings.floor_gflops,
+        best: None,
+    };
+    let start = Instant::now();
+    let result = tuner::tune(
+        space,
+        &mut strategy,
+        &mut model,
+        &features,
+        &mut bounded,
+        &budget,
+        settings.seed,
+        on_trial,
+    );
+    Ok(Tuned {
+        best: result.best,
+        trials: result.trials,
+        history: result.history,
+        seconds: start.elapsed().as_secs_f64(),
+        stopped: format!("{:?}", result.stopped),
+    })
+}
+
+/// A contender: queues one call on the runtime's stream.
+type Enqueue<'a> = Box<dyn FnMut() -> Result<(), String> + 'a>;
+
+/// Times the contenders in alternating rounds (see the module docs).
+fn side_by_side(
+    contenders: &mut [Enqueue<'_>],
+    rounds: usize,
+    round_seconds: f64,
+) -> Result<Vec<Timing>, String> {
+    let time = |f: &mut Enqueue<'_>, launches: usize| {
+        cuda::time_enqueued(launches, &mut || {
+            f().map_err(|message| tensor_dsl::Error::Backend {
+                kernel: "bench".into(),
+                message,
+            })
+        })
+        .map_err(|e| e.to_string())
+    };
+    let mut launches = Vec::with_capacity(contenders.len());
+    for f in contenders.iter_mut() {
+        time(f, 3)?; // warm-up
+        let once = time(f, 3)?;
+        let n = (round_seconds / once.max(1e-9)).ceil();
+        launches.push(n.clamp(1.0, 100_000.0) as usize);
+    }
+    let mut per_round = vec![Vec::with_capacity(rounds); contenders.len()];
+    for _ in 0..rounds.max(1) {
+        for (i, f) in contenders.iter_mut().enumerate() {
+            per_round[i].push(time(f, launches[i])?);
+        }
+    }
+    Ok(per_round
+        .into_iter()
+        .map(|r| Timing {
+            median: median(&r),
+            rounds: r,
+        })
+        .collect())
+}
+
+fn run_into(
+    w: &Workload,
+    problem: &Problem,
+    opts: &Options<'_>,
+    r: &mut KernelResult,
+) -> Result<(), String> {
+    let info = cuda::available()?;
+    let target = info.target();
+    let (kernel, extents) = (&problem.kernel, &problem.extents);
+    let flops = problem.flops();
+    let gflops = |s: f64| flops / s / 1e9;
+    let template = GpuTemplate::new(kernel, extents, &target)
+        .map_err(|e| format!("building the GPU space: {e}"))?;
+
+    // --- tune -----------------------------------------------------------------------
+    let tuned = {
+        let mut measurer = CudaMeasurer::new(kernel, &problem.shapes, template.clone())
+            .map_err(|e| format!("preparing the measurer: {e}"))?;
+        let landscape = opts.landscape.map(|dir| {
+            Landscape::new(
+                dir,
+                &w.suite,
+                &w.name,
+                problem,
+                &opts.settings.strategy,
+                Target::cuda(&info.name, info.sm()),
+                tensor_dsl::codegen::cuda::CODEGEN_VERSION,
+            )
+        });
+        let mut landscape_error: Option<String> = None;
+        let mut seen = 0usize;
+        let mut best: Option<f64> = None;
+        let total = opts.settings.trials;
+        let label = format!("{}/{}", w.suite, w.name);
+        let mut on_trial = |t: &Trial| {
+            seen += 1;
+            let s = t.outcome.seconds();
+            if let Some(s) = s {
+                best = Some(best.map_or(s, |b: f64| b.min(s)));
+            }
+            if let Some(l) = &landscape {
+                if let Err(e) = l.append(template.space(), t) {
+                    landscape_error.get_or_insert(e);
+                }
+            }
+            if opts.verbose {
+                let now = match (&t.outcome, s) {
+                    (_, Some(s)) => format!("{:.1} GFLOPS", gflops(s)),
+                    (Outcome::Invalid { reason }, None) => {
+                        format!("invalid ({})", reason.lines().next().unwrap_or(""))
+                    }
+                    _ => "invalid".into(),
+                };
+                eprintln!(
+                    "  {label} trial {seen}/{total}: {now}; best {}",
+                    best.map_or("-".into(), |b| format!("{:.1} GFLOPS", gflops(b)))
+                );
+            }
+        };
+        let tuned = tune(
+            problem,
+            &template,
+            &mut measurer,
+            opts.settings,
+            &mut on_trial,
+        )?;
+        if let Some(e) = landscape_error {
+            eprintln!("bench: warning: the landscape could not be written: {e}");
+        }
+        tuned
+    };
+    r.trials = tuned.trials.len();
+    r.valid_trials = tuned.trials.iter().filter(|t| t.outcome.is_valid()).count();
+    r.tune_seconds = tuned.seconds;
+    r.stopped = Some(tuned.stopped.clone());
+    r.history = tuned.history.iter().map(|h| h.map(gflops)).collect();
+    let (best, best_seconds) = tuned
+        .best
+        .ok_or_else(|| format!("no valid trial among {} (see the landscape)", r.trials))?;
+    r.best_config = template.space().format(&best).ok();
+    r.best_is_default = Some(template.default_config().ok() == Some(best.clone()));
+    r.tuned_gflops = Some(gflops(best_seconds));
+    let ours_schedule = template.decode(&best)?;
+    let default_schedule = template.default_schedule();
+
+    // --- check and time side by side ----------------------------------------------
+    let shapes = problem.shape_refs();
+    let err = |e: tensor_dsl::Error| e.to_string();
+    let ours = cuda::compile(kernel, extents, &shapes, &ours_schedule).map_err(err)?;
+    let default = cuda::compile(kernel, extents, &shapes, &default_schedule).map_err(err)?;
+    let data =
+        tensor_dsl::measure::random_inputs(&problem.kernel, &problem.shapes, opts.settings.seed);
+    let inputs = kernel
+        .inputs()
+        .iter()
+        .map(|&p| DeviceBuffer::from_host(&data[p]))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err)?;
+    let refs: Vec<&DeviceBuffer> = inputs.iter().collect();
+    let out_len: usize = problem.shapes[kernel.output].iter().product();
+    let mut ours_out = DeviceBuffer::zeros(out_len).map_err(err)?;
+    let mut base_out = DeviceBuffer::zeros(out_len).map_err(err)?;
+    let mut default_out = DeviceBuffer::zeros(out_len).map_err(err)?;
+    let mut base = baseline::Baseline::new(&w.op, &refs, &mut base_out)?;
+    r.baseline = base.description.clone();
+    ours.launch(&refs, &mut ours_out).map_err(err)?;
+    default.launch(&refs, &mut default_out).map_err(err)?;
+    base.enqueue(&refs, &mut base_out)?;
+    let (ours_host, base_host, default_host) = (
+        ours_out.to_host().map_err(err)?,
+        base_out.to_host().map_err(err)?,
+        default_out.to_host().map_err(err)?,
+    );
+    let (mismatch, max_diff) = compare(&ours_host, &base_host);
+    r.max_abs_diff = Some(max_diff).filter(|d| d.is_finite());
+    if let Some(m) = mismatch {
+        return Err(format!("our output differs from the baseline's: {m}"));
+    }
+    if let (Some(m), _) = compare(&default_host, &base_host) {
+        return Err(format!(
+            "the default schedule's output differs from the baseline's: {m}"
+        ));
+    }
+    let timings = {
+        let mut contenders: Vec<Enqueue<'_>> = vec![
+            Box::new(|| ours.launch(&refs, &mut ours_out).map_err(err)),
+            Box::new(|| base.enqueue(&refs, &mut base_out)),
+            Box::new(|| default.launch(&refs, &mut default_out).map_err(err)),
+        ];
+        side_by_side(&mut contenders, opts.plan.rounds, opts.plan.round_seconds)?
+    };
+    let [ours_t, base_t, default_t] = timings.as_slice() else {
+        return Err("timing returned the wrong number of contenders".into());
+    };
+    r.ours_seconds = Some(ours_t.median);
+    r.ours_gflops = Some(gflops(ours_t.median));
+    r.baseline_seconds = Some(base_t.median);
+    r.baseline_gflops = Some(gflops(base_t.median));
+    r.ratio = Some(base_t.median / ours_t.median);
+    r.default_gflops = Some(gflops(default_t.median));
+    r.ours_rounds = ours_t.rounds.clone();
+    r.baseline_rounds = base_t.rounds.clone();
+    r.default_rounds = default_t.rounds.clone();
+    Ok(())
+}
