@@ -175,7 +175,11 @@ fn cuda_runs_the_smoke_suite_or_says_why_not() {
         let landscape = land.join(format!("smoke_{}.jsonl", r["name"].as_str().unwrap()));
         let text = std::fs::read_to_string(&landscape).unwrap();
         let lines = text.lines().count();
-        assert!((1..=4).contains(&lines), "{}: {lines} lines", landscape.display());
+        assert!(
+            (1..=4).contains(&lines),
+            "{}: {lines} lines",
+            landscape.display()
+        );
         assert!(text.contains("\"device\":\"cuda\""));
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine (see build.sh): the CUDA tests, then the GPU bench suites named in
+# $SUITES (default: the smoke suite), writing reports, plots and landscapes into $OUT.
+#   SUITES="bert_matmul opevo_matmul" TRIALS=64 bash bench/gpu/run.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+CARRY="$PWD/.gpu-carry"
+OUT="${OUT:-$PWD/gpu-out}"
+mkdir -p "$OUT"
+# NVRTC, cuBLAS and cuDNN: from the CUDA toolkit or PyTorch's NVIDIA wheels, wherever they are.
+libdirs=$(find / -xdev \( -name 'libnvrtc.so.13' -o -name 'libcublas.so.13' -o -name 'libcudnn.so.9' \) \
+    -printf '%h\n' 2>/dev/null | sort -u | paste -sd: -)
+export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv || true
+export TENSOR_DSL_CACHE="$OUT/cache"
+status=0
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    for t in cuda_runtime measure_cuda; do
+        echo "== test $t"
+        "$CARRY/$t" --test-threads=1 2>&1 | tail -40 | tee "$OUT/test-$t.txt" || status=1
+    done
+fi
+date=$(date -u +%Y-%m-%d)
+for s in ${SUITES:-smoke}; do
+    echo "== bench $s"
+    "$CARRY/bench" --suite "$s" --device cuda --trials "${TRIALS:-64}" --seed "${SEED:-1}" \
+        ${BENCH_ARGS:-} \
+        --json "$OUT/$date-cuda-$s.json" --plot "$OUT/$date-cuda-$s.svg" \
+        --record-landscape "$OUT/landscapes" 2>&1 | tail -60 || status=1
+done
+# Landscapes travel back as one archive ($OUT is copied at most two folders deep).
+if [ -d "$OUT/landscapes" ]; then
+    tar -C "$OUT" -czf "$OUT/landscapes-$date-cuda.tar.gz" landscapes && rm -rf "$OUT/landscapes"
+fi
+rm -rf "$OUT/cache"
+exit $status
