@@ -79,7 +79,8 @@ enum Command {
     Tune {
         #[command(flatten)]
         kernel: KernelArgs,
-        /// `cpu` (CUDA tuning needs a GPU).
+        /// `cpu`, or `cuda` (the GPU the CUDA runtime uses; records are keyed by its name and
+        /// compute capability).
         #[arg(long, default_value = "cpu")]
         device: String,
         /// Search strategy: random, evolutionary, opevo, dgd, droplet, combined, opevo-droplet.

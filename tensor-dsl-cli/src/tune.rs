@@ -7,6 +7,35 @@ use std::process::ExitCode;
 use tensor_dsl::autotune::{tune_cpu, TuneOptions};
 use tensor_dsl::records;
 
+/// What either device's tuning found, for the summary.
+struct Outcome {
+    best_gflops: Option<f64>,
+    best_seconds: Option<f64>,
+    best_config: Option<String>,
+    records: Vec<records::Record>,
+    valid_trials: usize,
+    seconds: f64,
+    history: Vec<Option<f64>>,
+}
+
+fn tune_gpu(
+    p: &crate::args::Problem,
+    opts: &TuneOptions,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Outcome, String> {
+    let o = tensor_dsl::autotune::tune_cuda(&p.kernel, &p.shapes, opts, progress)
+        .map_err(|e| e.to_string())?;
+    Ok(Outcome {
+        best_gflops: o.best_gflops,
+        best_seconds: o.best_seconds,
+        best_config: o.best.map(|(_, text)| text),
+        records: o.records,
+        valid_trials: o.valid_trials,
+        seconds: o.seconds,
+        history: o.history,
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     args: &KernelArgs,
@@ -19,9 +48,6 @@ pub fn run(
     json: bool,
 ) -> Result<ExitCode, String> {
     let p = problem(&args.name, &args.kernel, &args.shapes)?;
-    if device != "cpu" {
-        return Err(format!("--device `{device}`: tuning runs on `cpu` in this build (CUDA tuning needs a GPU measurer)"));
-    }
     let opts = TuneOptions {
         strategy: strategy.to_string(),
         trials,
@@ -30,12 +56,28 @@ pub fn run(
         ..TuneOptions::default()
     };
     let quiet = json;
-    let out = tune_cpu(&p.kernel, &p.shapes, &opts, &mut |n| {
+    let mut progress = |n: usize| {
         if !quiet {
             eprint!("\rtensor-dsl: tuning {}: trial {n}/{trials}", args.name);
         }
-    })
-    .map_err(|e| e.to_string())?;
+    };
+    let out = match device {
+        "cpu" => {
+            let o =
+                tune_cpu(&p.kernel, &p.shapes, &opts, &mut progress).map_err(|e| e.to_string())?;
+            Outcome {
+                best_gflops: o.best_gflops,
+                best_seconds: o.best_seconds,
+                best_config: o.best.map(|(_, text)| text),
+                records: o.records,
+                valid_trials: o.valid_trials,
+                seconds: o.seconds,
+                history: o.history,
+            }
+        }
+        "cuda" => tune_gpu(&p, &opts, &mut progress)?,
+        other => return Err(format!("--device `{other}`: expected cpu or cuda")),
+    };
     if !quiet {
         eprintln!();
     }
@@ -48,7 +90,8 @@ pub fn run(
         "strategy": strategy,
         "best_gflops": out.best_gflops,
         "best_seconds": out.best_seconds,
-        "best_config": out.best.as_ref().map(|(_, text)| text.clone()),
+        "best_config": out.best_config,
+        "device": device,
         "trials": out.records.len(),
         "valid_trials": out.valid_trials,
         "tune_seconds": out.seconds,
@@ -61,14 +104,14 @@ pub fn run(
         println!(
             "best {:.2} GFLOPS ({}) after {} trials ({} valid) in {:.1} s; records in {}",
             out.best_gflops.unwrap_or(0.0),
-            out.best.as_ref().map_or("none", |(_, t)| t.as_str()),
+            out.best_config.as_deref().unwrap_or("none"),
             out.records.len(),
             out.valid_trials,
             out.seconds,
             path.display()
         );
     }
-    Ok(if out.best.is_some() {
+    Ok(if out.best_config.is_some() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

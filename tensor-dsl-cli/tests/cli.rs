@@ -253,3 +253,48 @@ fn tune_then_records_best_export_merge() {
     assert!(out.contains("\"records\":5"), "duplicates dropped: {out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tune --device cuda` tunes on the GPU and records the GPU as the target; without one it
+/// fails with the detection's reason.
+#[test]
+fn tune_on_cuda_records_the_gpu_or_says_why_not() {
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-cli-cuda-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let recs = dir.join("records.jsonl");
+    let (code, out, err) = tensor_dsl(&[
+        "tune",
+        "--device",
+        "cuda",
+        "--kernel",
+        "c[[i,j]] += a[[i,k]] * b[[k,j]]",
+        "--shapes",
+        "a=96x80,b=80x112,c=96x112",
+        "--trials",
+        "4",
+        "--records",
+        recs.to_str().unwrap(),
+        "--json",
+    ]);
+    match tensor_dsl::runtime::cuda::available() {
+        Err(reason) => {
+            assert_ne!(code, 0);
+            assert!(err.contains(&reason), "{err}");
+            assert!(!recs.exists());
+        }
+        Ok(_) => {
+            assert_eq!(code, 0, "{out}{err}");
+            let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+            assert_eq!(v["device"], "cuda");
+            assert!(v["best_gflops"].as_f64().unwrap() > 0.0);
+            let text = std::fs::read_to_string(&recs).unwrap();
+            assert_eq!(text.lines().count(), 4);
+            for line in text.lines() {
+                let r: serde_json::Value = serde_json::from_str(line).unwrap();
+                assert_eq!(r["target"]["device"], "cuda");
+                assert!(r["target"]["detail"].as_str().unwrap().starts_with("sm_"));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

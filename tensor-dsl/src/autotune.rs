@@ -137,39 +137,17 @@ pub fn tune_cpu(
         },
     );
     let seconds = start.elapsed().as_secs_f64();
-    let target = tuned::this_cpu().clone();
-    let fingerprint = kernel.fingerprint();
-    let text = kernel.to_string();
     let gflops = |s: f64| flops / s / 1e9;
-    let records: Vec<Record> = result
-        .trials
-        .iter()
-        .map(|t| {
-            let secs = t.outcome.seconds();
-            Record {
-                version: RECORD_VERSION,
-                kernel: fingerprint.clone(),
-                kernel_text: text.clone(),
-                shapes: shapes.to_vec(),
-                dtype: "f32".into(),
-                target: target.clone(),
-                codegen: CODEGEN_VERSION,
-                config: space.format(&t.config).unwrap_or_default(),
-                seconds: secs,
-                samples: match &t.outcome {
-                    tuner::Outcome::Valid { samples } => samples.clone(),
-                    tuner::Outcome::Invalid { .. } => Vec::new(),
-                },
-                error: match &t.outcome {
-                    tuner::Outcome::Invalid { reason } => Some(reason.clone()),
-                    tuner::Outcome::Valid { .. } => None,
-                },
-                gflops: secs.map(gflops),
-                strategy: opts.strategy.clone(),
-                unix_time: now_unix(),
-            }
-        })
-        .collect();
+    let records = records_of(
+        kernel,
+        shapes,
+        flops,
+        &space,
+        &result.trials,
+        tuned::this_cpu(),
+        CODEGEN_VERSION,
+        &opts.strategy,
+    );
     let best = match &result.best {
         Some((config, _)) => Some((
             template.decode(config).map_err(|m| Error::Backend {
@@ -191,6 +169,174 @@ pub fn tune_cpu(
             .filter(|t| t.outcome.is_valid())
             .count(),
         history: result.history.iter().map(|h| h.map(gflops)).collect(),
+        records,
+        seconds,
+    })
+}
+
+/// One record per trial, in order.
+#[allow(clippy::too_many_arguments)]
+fn records_of(
+    kernel: &Kernel,
+    shapes: &[Vec<usize>],
+    flops: f64,
+    space: &tuner::SearchSpace,
+    trials: &[Trial],
+    target: &crate::records::Target,
+    codegen: u32,
+    strategy: &str,
+) -> Vec<Record> {
+    let fingerprint = kernel.fingerprint();
+    let text = kernel.to_string();
+    trials
+        .iter()
+        .map(|t| {
+            let secs = t.outcome.seconds();
+            Record {
+                version: RECORD_VERSION,
+                kernel: fingerprint.clone(),
+                kernel_text: text.clone(),
+                shapes: shapes.to_vec(),
+                dtype: "f32".into(),
+                target: target.clone(),
+                codegen,
+                config: space.format(&t.config).unwrap_or_default(),
+                seconds: secs,
+                samples: match &t.outcome {
+                    tuner::Outcome::Valid { samples } => samples.clone(),
+                    tuner::Outcome::Invalid { .. } => Vec::new(),
+                },
+                error: match &t.outcome {
+                    tuner::Outcome::Invalid { reason } => Some(reason.clone()),
+                    tuner::Outcome::Valid { .. } => None,
+                },
+                gflops: secs.map(|s| flops / s / 1e9),
+                strategy: strategy.to_string(),
+                unix_time: now_unix(),
+            }
+        })
+        .collect()
+}
+
+/// What a GPU tuning run found.
+#[cfg(feature = "cuda")]
+#[derive(Clone, Debug)]
+pub struct CudaTuneOutcome {
+    /// The fastest valid schedule and its text form in the template's space.
+    pub best: Option<(crate::template::gpu::GpuSchedule, String)>,
+    pub best_seconds: Option<f64>,
+    pub best_gflops: Option<f64>,
+    /// One record per measurement, in order (target `cuda`, the GPU's name and `sm_XY`).
+    pub records: Vec<Record>,
+    /// Best-so-far GFLOPS after each trial (`None` before the first valid one).
+    pub history: Vec<Option<f64>>,
+    pub valid_trials: usize,
+    pub seconds: f64,
+}
+
+/// Tunes `kernel` at `shapes` (by parameter, output included) on the GPU the CUDA runtime
+/// uses: the GPU template's space, [`crate::measure::cuda::CudaMeasurer`], the strategy
+/// behind the default schedule as its first trial, the forest cost model on knob features
+/// plus the analytic GPU features. `on_trial(n)` is called after each measurement.
+///
+/// Errors: [`Error::DeviceUnavailable`] without a GPU; [`Error::InvalidSetting`] for an
+/// unknown strategy; shape errors.
+#[cfg(feature = "cuda")]
+pub fn tune_cuda(
+    kernel: &Kernel,
+    shapes: &[Vec<usize>],
+    opts: &TuneOptions,
+    on_trial: &mut dyn FnMut(usize),
+) -> Result<CudaTuneOutcome, Error> {
+    use crate::features::{gpu_features, GpuFeatures};
+    use crate::measure::cuda::CudaMeasurer;
+    use crate::template::gpu::GpuTemplate;
+
+    let info = crate::runtime::cuda::available().map_err(|reason| Error::DeviceUnavailable {
+        device: "cuda".into(),
+        reason,
+    })?;
+    let gpu = info.target();
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    let extents = bind(kernel, &refs)?;
+    let flops = kernel.flops(&extents);
+    let backend = |message: String| Error::Backend {
+        kernel: kernel.name.clone(),
+        message,
+    };
+    let template = GpuTemplate::new(kernel, &extents, &gpu).map_err(backend)?;
+    let space = template.space().clone();
+    let default = template.default_config().map_err(backend)?;
+    let mut measurer = CudaMeasurer::new(kernel, shapes, template.clone())?;
+    let mut budget = Budget::new(opts.trials).with_batch(opts.batch.max(1));
+    budget.seconds = opts.seconds;
+    let inner =
+        tuner::strategy::by_name(&opts.strategy, &budget).ok_or_else(|| Error::InvalidSetting {
+            name: "strategy".into(),
+            value: opts.strategy.clone(),
+            expected: format!("one of {}", tuner::strategy::STRATEGY_NAMES.join(", ")),
+        })?;
+    let mut strategy = tuner::strategy::Seeded::new(vec![default], inner);
+    let mut model = Forest::new(opts.seed);
+    let knob_len = space.feature_names().len();
+    let features = |c: &tuner::Config| {
+        let mut f = space.to_features(c).unwrap_or_default();
+        f.resize(knob_len, 0.0);
+        match template.decode(c) {
+            Ok(s) => f.extend(gpu_features(kernel, &extents, shapes, &s, &gpu, None).to_vec()),
+            Err(_) => f.resize(knob_len + GpuFeatures::NAMES.len(), 0.0),
+        }
+        f
+    };
+    let start = Instant::now();
+    let mut done = 0;
+    let result = tune(
+        &space,
+        &mut strategy,
+        &mut model,
+        &features,
+        &mut measurer,
+        &budget,
+        opts.seed,
+        &mut |_t: &Trial| {
+            done += 1;
+            on_trial(done);
+        },
+    );
+    let seconds = start.elapsed().as_secs_f64();
+    let target = crate::records::Target::cuda(&info.name, info.sm());
+    let records = records_of(
+        kernel,
+        shapes,
+        flops,
+        &space,
+        &result.trials,
+        &target,
+        crate::codegen::cuda::CODEGEN_VERSION,
+        &opts.strategy,
+    );
+    let best = match &result.best {
+        Some((config, _)) => Some((
+            template.decode(config).map_err(backend)?,
+            space.format(config).unwrap_or_default(),
+        )),
+        None => None,
+    };
+    let best_seconds = result.best.as_ref().map(|(_, s)| *s);
+    Ok(CudaTuneOutcome {
+        best,
+        best_seconds,
+        best_gflops: best_seconds.map(|s| flops / s / 1e9),
+        valid_trials: result
+            .trials
+            .iter()
+            .filter(|t| t.outcome.is_valid())
+            .count(),
+        history: result
+            .history
+            .iter()
+            .map(|h| h.map(|s| flops / s / 1e9))
+            .collect(),
         records,
         seconds,
     })

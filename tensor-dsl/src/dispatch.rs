@@ -66,8 +66,8 @@ pub fn call(
     }
 }
 
-/// CUDA with the default schedule; [`Error::DeviceUnavailable`] (with the reason) when there is
-/// no usable GPU.
+/// CUDA with the decided schedule ([`cuda_decision`]); [`Error::DeviceUnavailable`] (with the
+/// reason) when there is no usable GPU.
 #[cfg(feature = "cuda")]
 fn run_cuda(
     kernel: &Kernel,
@@ -76,7 +76,135 @@ fn run_cuda(
     data: &[&[f32]],
     out: &mut [f32],
 ) -> Result<(), Error> {
-    crate::runtime::cuda::run(kernel, extents, shapes, data, out)
+    let decision = cuda_decision(kernel, extents, shapes)?;
+    crate::runtime::cuda::run_with(kernel, extents, shapes, data, out, &decision.schedule)
+}
+
+/// The schedule chosen for a (kernel, shapes) on the GPU, and where it came from.
+#[cfg(feature = "cuda")]
+#[derive(Clone, Debug, PartialEq)]
+pub struct CudaDecision {
+    pub schedule: crate::template::gpu::GpuSchedule,
+    pub source: Source,
+}
+
+/// The schedule a GPU record stands for, if it is valid in this template and fits `target`.
+pub fn gpu_schedule_from_record(
+    template: &crate::template::gpu::GpuTemplate,
+    kernel: &Kernel,
+    extents: &[usize],
+    target: &crate::template::gpu::GpuTarget,
+    record: &Record,
+) -> Option<crate::template::gpu::GpuSchedule> {
+    let point = template.space().parse(&record.config).ok()?;
+    let schedule = template.decode(&point).ok()?;
+    schedule.validate(kernel, extents).ok()?;
+    schedule.check_limits(kernel, target).ok()?;
+    Some(schedule)
+}
+
+/// Decides the GPU schedule for this call (once per kernel, shapes), in the documented
+/// order — embedded records, the user cache, tuning now (`TENSOR_DSL_TUNE=first-call`), the
+/// default schedule — keyed by the GPU's name and compute capability. (The CPU's
+/// "nearest shape" step is not done on the GPU yet.)
+#[cfg(feature = "cuda")]
+pub fn cuda_decision(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+) -> Result<std::sync::Arc<CudaDecision>, Error> {
+    use crate::runtime::cuda;
+    use crate::template::gpu::{default_schedule, GpuTemplate};
+
+    let info = cuda::available().map_err(|reason| Error::DeviceUnavailable {
+        device: Device::Cuda.name().into(),
+        reason,
+    })?;
+    let fingerprint = kernel.fingerprint();
+    cuda_memo().get_or_try(&fingerprint, shapes, "cuda", || {
+        let gpu = info.target();
+        let fallback = CudaDecision {
+            schedule: default_schedule(kernel, extents, &gpu),
+            source: Source::Default,
+        };
+        let decision = match GpuTemplate::new(kernel, extents, &gpu) {
+            Err(_) => fallback,
+            Ok(template) => {
+                let key = tuned::cuda_key(
+                    &fingerprint,
+                    shapes,
+                    records::Target::cuda(&info.name, info.sm()),
+                    crate::codegen::cuda::CODEGEN_VERSION,
+                );
+                let recorded = tuned::lookup(&key).and_then(|(record, source)| {
+                    gpu_schedule_from_record(&template, kernel, extents, &gpu, &record)
+                        .map(|schedule| CudaDecision { schedule, source })
+                });
+                match recorded {
+                    Some(d) => d,
+                    None => tune_cuda_now(kernel, shapes)?.unwrap_or(fallback),
+                }
+            }
+        };
+        if tuned::log_dispatch() {
+            eprintln!(
+                "tensor-dsl: {} {} cuda schedule from {}",
+                kernel.name,
+                shapes_text(shapes),
+                decision.source
+            );
+        }
+        Ok(decision)
+    })
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_memo() -> &'static Memo<CudaDecision> {
+    static M: OnceLock<Memo<CudaDecision>> = OnceLock::new();
+    M.get_or_init(Memo::default)
+}
+
+/// First-call tuning on the GPU, if `TENSOR_DSL_TUNE=first-call`; the records go to the user
+/// cache.
+#[cfg(feature = "cuda")]
+fn tune_cuda_now(kernel: &Kernel, shapes: &[&[usize]]) -> Result<Option<CudaDecision>, Error> {
+    let (policy, opts) = tune_settings()?;
+    if policy != TunePolicy::FirstCall {
+        return Ok(None);
+    }
+    let owned: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
+    let bar = progress_bar(kernel, &opts);
+    let result = crate::autotune::tune_cuda(kernel, &owned, &opts, &mut |n| {
+        if let Some(pb) = &bar {
+            pb.set_position(n as u64);
+        }
+    })?;
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    if let Err(e) = records::append(&records::default_records_file(), &result.records) {
+        eprintln!("tensor-dsl: warning: could not save tuning records: {e}");
+    }
+    tuned::forget_cache();
+    Ok(result.best.map(|(schedule, _)| CudaDecision {
+        schedule,
+        source: Source::Tuned,
+    }))
+}
+
+/// A progress bar for first-call tuning when stderr is a terminal.
+fn progress_bar(kernel: &Kernel, opts: &TuneOptions) -> Option<indicatif::ProgressBar> {
+    std::io::stderr().is_terminal().then(|| {
+        let pb = indicatif::ProgressBar::new(opts.trials as u64);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "tensor-dsl: tuning {msg} [{bar:30}] {pos}/{len} trials, {elapsed}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb.set_message(kernel.name.clone());
+        pb
+    })
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -248,17 +376,7 @@ fn decide_cpu(
     let (policy, opts) = tune_settings()?;
     if policy == TunePolicy::FirstCall && cpu::compiler().is_ok() {
         let owned: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let pb = indicatif::ProgressBar::new(opts.trials as u64);
-            pb.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "tensor-dsl: tuning {msg} [{bar:30}] {pos}/{len} trials, {elapsed}",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            pb.set_message(kernel.name.clone());
-            pb
-        });
+        let bar = progress_bar(kernel, &opts);
         let result = tune_cpu(kernel, &owned, &opts, &mut |n| {
             if let Some(pb) = &bar {
                 pb.set_position(n as u64);
@@ -304,4 +422,59 @@ fn run_cpu(
     cpu::compiler().map_err(cpu::CpuError::NoCompiler)?;
     let decision = cpu_decision(kernel, extents, shapes, data, out)?;
     cpu::run_with(kernel, extents, shapes, data, out, &decision.config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::parse_text;
+    use crate::records::{Target, RECORD_VERSION};
+    use crate::template::gpu::{GpuTarget, GpuTemplate};
+    use rand::{rngs::StdRng, SeedableRng};
+
+    fn record(config: String) -> Record {
+        Record {
+            version: RECORD_VERSION,
+            kernel: String::new(),
+            kernel_text: String::new(),
+            shapes: Vec::new(),
+            dtype: "f32".into(),
+            target: Target::cuda("NVIDIA H100", 90),
+            codegen: crate::codegen::cuda::CODEGEN_VERSION,
+            config,
+            seconds: Some(1e-3),
+            samples: vec![1e-3],
+            error: None,
+            gflops: None,
+            strategy: "random".into(),
+            unix_time: 0,
+        }
+    }
+
+    /// A GPU record's config text becomes the schedule it was measured as; text from
+    /// another space, or garbage, is ignored (the call falls back) rather than an error.
+    #[test]
+    fn gpu_records_round_trip_and_foreign_ones_are_ignored() {
+        let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+        let target = GpuTarget::h100();
+        let extents = [96, 80, 112];
+        let t = GpuTemplate::new(&k, &extents, &target).unwrap();
+        let mut rng = StdRng::seed_from_u64(5);
+        for _ in 0..20 {
+            let c = t.space().sample_uniform(&mut rng).unwrap();
+            let r = record(t.space().format(&c).unwrap());
+            let s = gpu_schedule_from_record(&t, &k, &extents, &target, &r).unwrap();
+            assert_eq!(s, t.decode(&c).unwrap());
+        }
+        let other = GpuTemplate::new(&k, &[1024, 1024, 1024], &target).unwrap();
+        let foreign = record(
+            other
+                .space()
+                .format(&other.default_config().unwrap())
+                .unwrap(),
+        );
+        assert!(gpu_schedule_from_record(&t, &k, &extents, &target, &foreign).is_none());
+        let garbage = record("tile.i=nonsense".into());
+        assert!(gpu_schedule_from_record(&t, &k, &extents, &target, &garbage).is_none());
+    }
 }

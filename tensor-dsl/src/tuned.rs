@@ -112,6 +112,17 @@ pub fn cpu_key(fingerprint: &str, shapes: &[&[usize]], codegen: u32) -> Key {
     }
 }
 
+/// The key of a call on a GPU (`target` from [`Target::cuda`]).
+pub fn cuda_key(fingerprint: &str, shapes: &[&[usize]], target: Target, codegen: u32) -> Key {
+    Key {
+        kernel: fingerprint.to_string(),
+        shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+        dtype: "f32".into(),
+        target,
+        codegen,
+    }
+}
+
 /// This machine's CPU target (computed once).
 pub fn this_cpu() -> &'static Target {
     static T: OnceLock<Target> = OnceLock::new();

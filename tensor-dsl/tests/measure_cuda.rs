@@ -137,3 +137,51 @@ fn on_a_gpu_points_are_checked_and_timed() {
         }
     }
 }
+
+/// On a GPU, a call's schedule comes from an embedded record for this GPU when there is one,
+/// else the default (first-call tuning is off unless asked for).
+#[test]
+fn on_a_gpu_dispatch_uses_an_embedded_record() {
+    use tensor_dsl::dispatch::cuda_decision;
+    use tensor_dsl::records::{Record, Target, RECORD_VERSION};
+    use tensor_dsl::tuned::{register_embedded, Source};
+
+    let Ok(gpu) = cuda::available() else {
+        println!("skipping: no GPU");
+        return;
+    };
+    let shapes: Vec<Vec<usize>> = vec![vec![200, 72], vec![72, 136], vec![200, 136]];
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    let (kernel, shapes, extents) = problem(MATMUL, &refs);
+    let template = GpuTemplate::new(&kernel, &extents, &gpu.target()).unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let config = template.space().sample_uniform(&mut rng).unwrap();
+    let record = Record {
+        version: RECORD_VERSION,
+        kernel: kernel.fingerprint(),
+        kernel_text: kernel.to_string(),
+        shapes: shapes.clone(),
+        dtype: "f32".into(),
+        target: Target::cuda(&gpu.name, gpu.sm()),
+        codegen: tensor_dsl::codegen::cuda::CODEGEN_VERSION,
+        config: template.space().format(&config).unwrap(),
+        seconds: Some(1e-6),
+        samples: vec![1e-6],
+        error: None,
+        gflops: None,
+        strategy: "test".into(),
+        unix_time: 0,
+    };
+    let line = serde_json::to_string(&record).unwrap() + "\n";
+    register_embedded(Box::leak(line.into_boxed_str()));
+    let d = cuda_decision(&kernel, &extents, &refs).unwrap();
+    assert_eq!(d.source, Source::Embedded);
+    assert_eq!(d.schedule, template.decode(&config).unwrap());
+    // Another shape has no record: the default.
+    let other: Vec<&[usize]> = vec![&[64, 72], &[72, 136], &[64, 136]];
+    let other_extents = bind(&kernel, &other).unwrap();
+    if std::env::var("TENSOR_DSL_TUNE").is_err() {
+        let d = cuda_decision(&kernel, &other_extents, &other).unwrap();
+        assert_eq!(d.source, Source::Default);
+    }
+}
