@@ -280,6 +280,11 @@ impl Baseline {
         let candidates = guarded("setting up cuDNN", || {
             let err = |what: &'static str| move |e: dnn::CudnnError| format!("{what}: {e:?}");
             let s = &mut *state;
+            // cuDNN works on the calling thread's current context: make it the runtime's.
+            s.stream
+                .context()
+                .bind_to_thread()
+                .map_err(|e| format!("binding the CUDA context: {e:?}"))?;
             s.handle = dnn::create_handle().map_err(err("cudnnCreate"))?;
             let nchw = dnn_sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
             let f32_t = dnn_sys::cudnnDataType_t::CUDNN_DATA_FLOAT;

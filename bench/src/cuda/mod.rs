@@ -63,10 +63,10 @@ impl Bounded<'_> {
     fn limit(&self) -> f64 {
         let mut limit = self.flops / (self.floor_gflops.max(1e-3) * 1e9);
         if let Some(b) = self.best.filter(|_| self.kill_factor > 0.0) {
-            // The checked launch is timed on the host (launch and copy included): leave room.
-            limit = limit.min(self.kill_factor * b + 0.01);
+            limit = limit.min(self.kill_factor * b);
         }
-        limit.clamp(0.01, 10.0)
+        // Never judge below 1 ms: one event-timed launch of a tiny kernel is noisy.
+        limit.clamp(1e-3, 10.0)
     }
 
     fn note(&mut self, outcomes: &[Outcome]) {

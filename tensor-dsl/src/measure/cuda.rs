@@ -36,7 +36,6 @@ use crate::runtime::{cpu, nvrtc};
 use crate::template::cpu::CpuTemplate;
 use crate::template::gpu::{GpuSchedule, GpuTarget, GpuTemplate};
 use crate::Error;
-use std::time::Instant;
 use tuner::{Config, Measurer, Outcome};
 
 /// Above this many flops the expected output comes from a compiled schedule rather than the
@@ -60,8 +59,8 @@ pub struct CudaMeasurer {
     pub warmup: usize,
     /// Timed samples per candidate (each a mean over enough launches to last 200 µs).
     pub repeats: usize,
-    /// A candidate whose checked launch takes longer than this is not timed and is invalid
-    /// ("too slow"): the tuner's analogue of the CPU measurer's timeout.
+    /// A candidate whose second launch (after the checked one) takes longer than this is not
+    /// timed further and is invalid ("too slow"): the analogue of the CPU measurer's timeout.
     pub max_seconds: f64,
 }
 
@@ -257,7 +256,6 @@ impl CudaMeasurer {
         self.output
             .copy_from_host(&poison)
             .map_err(|e| e.to_string())?;
-        let start = Instant::now();
         compiled
             .launch(&inputs, &mut self.output)
             .map_err(|e| e.to_string())?;
@@ -265,12 +263,16 @@ impl CudaMeasurer {
         self.output
             .copy_to_host(&mut got)
             .map_err(|e| format!("{e}\n{}", compiled.describe()))?;
-        let once = start.elapsed().as_secs_f64();
         super::check_output(&got, &self.reference)
             .map_err(|m| format!("{m} (expected output from {})", self.reference_source))?;
+        // One launch timed with events (the first one may include loading the module) before
+        // spending repeats on it.
+        let output = &mut self.output;
+        let once = cuda::time_enqueued(1, &mut || compiled.launch(&inputs, output))
+            .map_err(|e| e.to_string())?;
         if once > self.max_seconds {
             return Err(format!(
-                "too slow: {once:.3} s for one launch (limit {:.3} s)",
+                "too slow: {once:.4} s for one launch (limit {:.4} s)",
                 self.max_seconds
             ));
         }
