@@ -22,7 +22,9 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
+use std::sync::{Mutex, OnceLock};
 
 /// Element type of a tensor parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -478,7 +480,25 @@ impl Kernel {
     /// A stable 64-bit hash of [`Kernel::canonical`], as 16 hex digits. The same statement
     /// gives the same fingerprint on every build and machine.
     pub fn fingerprint(&self) -> String {
-        format!("{:016x}", fnv1a64(self.canonical().as_bytes()))
+        // Every call of a kernel needs its fingerprint (memo and record keys); formatting the
+        // canonical text each time cost more than a small kernel's arithmetic. Memoized by
+        // address, checked by equality (an address reused by another kernel misses).
+        type Memo = Mutex<HashMap<usize, (Kernel, String)>>;
+        static MEMO: OnceLock<Memo> = OnceLock::new();
+        let memo = MEMO.get_or_init(Default::default);
+        let addr = self as *const Kernel as usize;
+        if let Some((k, fp)) = memo.lock().unwrap_or_else(|p| p.into_inner()).get(&addr) {
+            if k == self {
+                return fp.clone();
+            }
+        }
+        let fp = format!("{:016x}", fnv1a64(self.canonical().as_bytes()));
+        let mut map = memo.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= 256 {
+            map.clear();
+        }
+        map.insert(addr, (self.clone(), fp.clone()));
+        fp
     }
 }
 

@@ -883,6 +883,19 @@ mod tests {
         assert_eq!(a.fingerprint(), fingerprint_of_canonical_matmul());
     }
 
+    /// The fingerprint is memoized by address: a kernel changed in place (same address)
+    /// must not get its old fingerprint back.
+    #[test]
+    fn fingerprint_memo_follows_changes_in_place() {
+        let mut k = parse("c[[i, j]] += a[[i, k]] * b[[k, j]]").unwrap();
+        let before = k.fingerprint();
+        assert_eq!(k.fingerprint(), before);
+        let t = parse("c[[i, j]] += a[[k, i]] * b[[k, j]]").unwrap();
+        k.body = t.body.clone();
+        assert_eq!(k.fingerprint(), t.fingerprint());
+        assert_ne!(k.fingerprint(), before);
+    }
+
     fn fingerprint_of_canonical_matmul() -> String {
         format!(
             "{:016x}",

@@ -51,7 +51,9 @@ pub struct Compiler {
 
 static COMPILER: OnceLock<Result<Compiler, String>> = OnceLock::new();
 type Slot = Arc<OnceLock<Result<Arc<Loaded>, String>>>;
-static CACHE: OnceLock<Mutex<HashMap<String, Slot>>> = OnceLock::new();
+/// (kernel fingerprint, shapes, extents, schedule); the codegen version is fixed per build.
+type CacheKey = (String, Vec<Vec<usize>>, Vec<usize>, CpuConfig);
+static CACHE: OnceLock<Mutex<HashMap<CacheKey, Slot>>> = OnceLock::new();
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// The SIMD width in `f32` lanes of this CPU (16 with AVX-512, 8 with AVX2, else 4).
@@ -288,13 +290,11 @@ pub fn run_with(
     super::check_buffers(kernel, shapes, data, out).map_err(backend_err)?;
     compiler().map_err(CpuError::NoCompiler)?;
 
-    let key = format!(
-        "{}|{:?}|{:?}|{:?}|v{}",
+    let key: CacheKey = (
         kernel.fingerprint(),
-        shapes,
-        extents,
-        config,
-        c::CODEGEN_VERSION
+        shapes.iter().map(|s| s.to_vec()).collect(),
+        extents.to_vec(),
+        config.clone(),
     );
     let slot: Slot = {
         let map = CACHE.get_or_init(Default::default);
