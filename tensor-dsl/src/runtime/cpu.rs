@@ -211,7 +211,10 @@ fn build(kernel: &Kernel, source: &str) -> Result<Loaded, String> {
         // SAFETY: objects in the cache are ones we compiled from generated code and published
         // by rename, so they are complete; their initialisers are the C runtime's.
         Some(path) if path.is_file() => match unsafe { libloading::Library::new(path) } {
-            Ok(lib) => Some(lib),
+            Ok(lib) => {
+                super::object_cache::touch(path);
+                Some(lib)
+            }
             Err(_) => {
                 let _ = std::fs::remove_file(path);
                 None
@@ -237,6 +240,7 @@ fn build(kernel: &Kernel, source: &str) -> Result<Loaded, String> {
                             let _ = std::fs::rename(&tmp, path);
                         }
                         let _ = std::fs::remove_file(&tmp);
+                        super::object_cache::prune(parent, super::object_cache::max_bytes());
                     }
                 }
             }

@@ -4,6 +4,7 @@ pub mod cpu;
 pub mod cuda;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
+pub mod object_cache;
 pub mod ptxas;
 
 /// Why CUDA is unavailable in a build without the `cuda` feature.

@@ -89,6 +89,7 @@ pub fn compile_ptx_cached(name: &str, source: &str, arch: &str) -> Result<String
     if let (true, Some(p)) = (enabled, &path) {
         if let Ok(ptx) = std::fs::read_to_string(p) {
             if ptx.contains(".entry") {
+                super::object_cache::touch(p);
                 remember(&ptx);
                 return Ok(ptx);
             }
@@ -104,6 +105,7 @@ pub fn compile_ptx_cached(name: &str, source: &str, arch: &str) -> Result<String
                     let _ = std::fs::rename(&tmp, p);
                 }
                 let _ = std::fs::remove_file(&tmp);
+                super::object_cache::prune(dir, super::object_cache::max_bytes());
             }
         }
     }
