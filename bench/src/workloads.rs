@@ -9,7 +9,8 @@
 //!   the output P×Q from the usual formula `(H + 2P - R) / S + 1`.
 
 use serde_json::{json, Map, Value};
-use tensor_dsl::ir::{bind, parse_text, Kernel};
+use tensor_dsl::ir::parse_text;
+pub use tensor_dsl::ir::Problem;
 
 /// The workloads file, as committed beside this crate.
 pub const WORKLOADS_JSON: &str = include_str!("../workloads.json");
@@ -81,25 +82,6 @@ pub struct Workload {
     pub op: Op,
     /// The workload's entry as written in the file (reported as `shape`).
     pub shape: Value,
-}
-
-/// A workload as a kernel of the language with concrete shapes.
-#[derive(Clone, Debug)]
-pub struct Problem {
-    pub kernel: Kernel,
-    /// Shapes by parameter id.
-    pub shapes: Vec<Vec<usize>>,
-    pub extents: Vec<usize>,
-}
-
-impl Problem {
-    pub fn shape_refs(&self) -> Vec<&[usize]> {
-        self.shapes.iter().map(Vec::as_slice).collect()
-    }
-
-    pub fn flops(&self) -> f64 {
-        self.kernel.flops(&self.extents)
-    }
 }
 
 fn field(entry: &Map<String, Value>, key: &str, what: &str) -> Result<usize, String> {
@@ -327,13 +309,7 @@ impl Workload {
         let kernel = parse_text(&self.name, &text, Some(&decl))
             .map_err(|e| format!("{}: kernel `{text}`: {e}", self.name))?;
         let shapes: Vec<Vec<usize>> = tensors.into_iter().map(|(_, s, _)| s).collect();
-        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-        let extents = bind(&kernel, &refs).map_err(|e| format!("{}: {e}", self.name))?;
-        Ok(Problem {
-            kernel,
-            shapes,
-            extents,
-        })
+        Problem::new(kernel, shapes).map_err(|e| format!("{}: {e}", self.name))
     }
 }
 

@@ -1,20 +1,7 @@
 //! Parsing of the command line's kernel, shapes and config selections.
 
-use tensor_dsl::ir::{bind, parse_text, Kernel};
-
-/// A kernel statement with the shapes of its tensors, as given on the command line.
-pub struct Problem {
-    pub kernel: Kernel,
-    /// Shapes by parameter id.
-    pub shapes: Vec<Vec<usize>>,
-    pub extents: Vec<usize>,
-}
-
-impl Problem {
-    pub fn shape_refs(&self) -> Vec<&[usize]> {
-        self.shapes.iter().map(Vec::as_slice).collect()
-    }
-}
+use tensor_dsl::ir::parse_text;
+pub use tensor_dsl::ir::Problem;
 
 /// Parses `a=512x1024,b=1024x64,c=512x64` (a rank-0 tensor is `s=` or `s=[]`).
 pub fn parse_shapes(text: &str) -> Result<Vec<(String, Vec<usize>)>, String> {
@@ -73,13 +60,7 @@ pub fn problem(name: &str, kernel: &str, shapes: &str) -> Result<Problem, String
         .collect();
     let kernel = parse_text(name, kernel, Some(&decl))?;
     let shapes: Vec<Vec<usize>> = shapes.into_iter().map(|(_, s)| s).collect();
-    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-    let extents = bind(&kernel, &refs).map_err(|e| e.to_string())?;
-    Ok(Problem {
-        kernel,
-        shapes,
-        extents,
-    })
+    Problem::new(kernel, shapes).map_err(|e| e.to_string())
 }
 
 /// `default` or `random:N`.

@@ -130,6 +130,51 @@ pub fn bind(kernel: &Kernel, shapes: &[&[usize]]) -> Result<Vec<usize>, ShapeErr
         .collect())
 }
 
+/// A kernel with concrete shapes: the parameters' shapes (declaration order, output
+/// included) and the extents [`bind`] derived from them. What tools that take a kernel and
+/// its shapes as data (the CLI, the bench) work with.
+///
+/// ```
+/// use tensor_dsl_lang::{bind::Problem, parse::parse_text};
+/// let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+/// let p = Problem::new(k, vec![vec![2, 3], vec![3, 4], vec![2, 4]]).unwrap();
+/// assert_eq!(p.extents, vec![2, 4, 3]);
+/// assert_eq!(p.flops(), 2.0 * 2.0 * 4.0 * 3.0);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    pub kernel: Kernel,
+    /// Shapes by parameter id.
+    pub shapes: Vec<Vec<usize>>,
+    /// Extent of every index, by index id.
+    pub extents: Vec<usize>,
+}
+
+impl Problem {
+    /// Binds `kernel` to `shapes`.
+    ///
+    /// Errors: the [`ShapeError`] of [`bind`].
+    pub fn new(kernel: Kernel, shapes: Vec<Vec<usize>>) -> Result<Problem, ShapeError> {
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let extents = bind(&kernel, &refs)?;
+        Ok(Problem {
+            kernel,
+            shapes,
+            extents,
+        })
+    }
+
+    /// The shapes as slices, as the runtimes take them.
+    pub fn shape_refs(&self) -> Vec<&[usize]> {
+        self.shapes.iter().map(Vec::as_slice).collect()
+    }
+
+    /// The kernel's flop count at these extents.
+    pub fn flops(&self) -> f64 {
+        self.kernel.flops(&self.extents)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

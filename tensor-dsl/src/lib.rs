@@ -45,7 +45,7 @@ pub use tensor_dsl_macros::tensor_kernel;
 
 /// The kernel IR, its parser (for text, as the CLI uses it) and shape binding.
 pub mod ir {
-    pub use tensor_dsl_lang::bind::{bind, ExtentConflict, ShapeError};
+    pub use tensor_dsl_lang::bind::{bind, ExtentConflict, Problem, ShapeError};
     pub use tensor_dsl_lang::ir::*;
     pub use tensor_dsl_lang::parse::parse_text;
 }
