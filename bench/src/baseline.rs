@@ -22,7 +22,7 @@ pub fn name(op: &Op) -> &'static str {
 }
 
 /// Row-major strides of a tensor whose axes are named by `axes`, looked up by letter.
-fn letter_strides(axes: &str, dims: &[usize]) -> impl Fn(char) -> isize {
+pub fn letter_strides(axes: &str, dims: &[usize]) -> impl Fn(char) -> isize {
     let mut strides = vec![1isize; dims.len()];
     for d in (0..dims.len().saturating_sub(1)).rev() {
         strides[d] = strides[d + 1] * dims[d + 1] as isize;

@@ -6,14 +6,13 @@ use std::time::Duration;
 use tensor_dsl::measure::cpu::CpuMeasurer;
 use tensor_dsl::runtime::cpu::{self, CpuError};
 use tensor_dsl::template::cpu::{CpuConfig, CpuTemplate};
-use tuner::Trial;
 
 use crate::baseline;
 use crate::landscape::Landscape;
 use crate::load;
 use crate::report::KernelResult;
 use crate::timing::{self, Contender, Plan};
-use crate::tuning::{self, Settings};
+use crate::tuning::{self, Settings, TrialLog};
 use crate::workloads::{Problem, Workload};
 
 /// Options for one kernel's run.
@@ -101,59 +100,21 @@ fn run_into(
                 tensor_dsl::codegen::c::CODEGEN_VERSION,
             )
         });
-        let mut landscape_error: Option<String> = None;
-        let mut seen = 0usize;
-        let mut best: Option<f64> = None;
-        let total = opts.settings.trials;
-        let label = format!("{}/{}", w.suite, w.name);
-        let mut on_trial = |t: &Trial| {
-            seen += 1;
-            let s = t.outcome.seconds();
-            if let Some(s) = s {
-                best = Some(best.map_or(s, |b: f64| b.min(s)));
-            }
-            if let Some(l) = &landscape {
-                if let Err(e) = l.append(template.space(), t) {
-                    landscape_error.get_or_insert(e);
-                }
-            }
-            if opts.verbose {
-                let now = match (&t.outcome, s) {
-                    (_, Some(s)) => format!("{:.1} GFLOPS", gflops(s)),
-                    (tuner::Outcome::Invalid { reason }, None) => {
-                        format!("invalid ({})", reason.lines().next().unwrap_or(""))
-                    }
-                    _ => "invalid".into(),
-                };
-                eprintln!(
-                    "  {label} trial {seen}/{total}: {now}; best {}",
-                    best.map_or("-".into(), |b| format!("{:.1} GFLOPS", gflops(b)))
-                );
-            }
-        };
-        let tuned = tuning::tune(
-            problem,
-            &template,
-            &mut measurer,
-            opts.settings,
-            &mut on_trial,
-        )?;
-        if let Some(e) = landscape_error {
-            eprintln!("bench: warning: the landscape could not be written: {e}");
-        }
+        let mut log = TrialLog::new(
+            format!("{}/{}", w.suite, w.name),
+            template.space(),
+            landscape,
+            opts.settings.trials,
+            flops,
+            opts.verbose,
+        );
+        let tuned = tuning::tune(problem, &template, &mut measurer, opts.settings, &mut |t| {
+            log.trial(t)
+        })?;
+        log.finish();
         tuned
     };
-    r.trials = tuned.trials.len();
-    r.valid_trials = tuned.trials.iter().filter(|t| t.outcome.is_valid()).count();
-    r.tune_seconds = tuned.seconds;
-    r.stopped = Some(tuned.stopped.clone());
-    r.history = tuned.history.iter().map(|h| h.map(gflops)).collect();
-    let (best, best_seconds) = tuned
-        .best
-        .ok_or_else(|| format!("no valid trial among {} (see the landscape)", r.trials))?;
-    r.best_config = template.space().format(&best).ok();
-    r.best_is_default = Some(best == template.default_config());
-    r.tuned_gflops = Some(gflops(best_seconds));
+    let best = tuned.report(r, template.space(), Some(&template.default_config()))?;
     let ours_cfg = template.decode(&best)?;
     let default_cfg = template.decode(&template.default_config())?;
 

@@ -12,13 +12,16 @@
 //!   an absolute floor) is killed by the measurer's timeout and recorded as invalid, so one
 //!   terrible point cannot eat minutes of a 2-core machine.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tensor_dsl::autotune::{combined_features, TuneOptions};
 use tensor_dsl::features::{cpu_features, CpuFeatures};
 use tensor_dsl::measure::cpu::CpuMeasurer;
 use tensor_dsl::runtime::cpu::simd_lanes;
 use tensor_dsl::template::cpu::CpuTemplate;
-use tuner::{Config, Measurer, Outcome, Trial};
+use tuner::{Config, Measurer, Outcome, SearchSpace, Trial};
 
+use crate::landscape::Landscape;
+use crate::report::KernelResult;
 use crate::workloads::Problem;
 
 /// What a tuning run produced.
@@ -32,6 +35,31 @@ pub struct Tuned {
     pub seconds: f64,
     /// Why the search stopped (`Trials`, `Time` or `Exhausted`).
     pub stopped: String,
+}
+
+impl Tuned {
+    /// Writes the search's part of the report (trials, time, history, the winner) and
+    /// returns the winner; `default` is the template's default point.
+    pub fn report(
+        self,
+        r: &mut KernelResult,
+        space: &SearchSpace,
+        default: Option<&Config>,
+    ) -> Result<Config, String> {
+        let gflops = |s: f64| r.flops / s / 1e9;
+        r.trials = self.trials.len();
+        r.valid_trials = self.trials.iter().filter(|t| t.outcome.is_valid()).count();
+        r.tune_seconds = self.seconds;
+        r.stopped = Some(self.stopped);
+        r.history = self.history.iter().map(|h| h.map(gflops)).collect();
+        let (best, best_seconds) = self
+            .best
+            .ok_or_else(|| format!("no valid trial among {} (see the landscape)", r.trials))?;
+        r.tuned_gflops = Some(gflops(best_seconds));
+        r.best_config = space.format(&best).ok();
+        r.best_is_default = Some(default == Some(&best));
+        Ok(best)
+    }
 }
 
 /// The search parameters shared by every kernel.
@@ -110,46 +138,20 @@ pub fn tune(
     settings: &Settings,
     on_trial: &mut dyn FnMut(&Trial),
 ) -> Result<Tuned, String> {
-    let budget = tuner::Budget {
-        trials: settings.trials,
-        seconds: settings.seconds,
-        batch: settings.batch.max(1),
-    };
-    let inner = tuner::strategy::by_name(&settings.strategy, &budget).ok_or_else(|| {
-        format!(
-            "unknown strategy `{}`: expected one of {} or default",
-            settings.strategy,
-            strategy_names().join(", ")
-        )
-    })?;
-    let seeds = if settings.start_from_default {
-        vec![template.default_config()]
-    } else {
-        Vec::new()
-    };
-    let mut strategy = tuner::strategy::Seeded::new(seeds, inner);
-    let mut model = tuner::cost_model::Forest::new(settings.seed);
-    let space = template.space();
-    let knob_len = space.feature_names().len();
     let lanes = simd_lanes();
-    let features = |c: &Config| {
-        let mut f = space.to_features(c).unwrap_or_default();
-        f.resize(knob_len, 0.0);
-        match template.decode(c) {
-            Ok(cfg) => f.extend(
-                cpu_features(
-                    &problem.kernel,
-                    &problem.extents,
-                    &problem.shapes,
-                    &cfg,
-                    lanes,
-                )
-                .to_vec(),
-            ),
-            Err(_) => f.resize(knob_len + CpuFeatures::NAMES.len(), 0.0),
-        }
-        f
-    };
+    let features = combined_features(template.space(), CpuFeatures::NAMES.len(), |c| {
+        let cfg = template.decode(c).ok()?;
+        Some(
+            cpu_features(
+                &problem.kernel,
+                &problem.extents,
+                &problem.shapes,
+                &cfg,
+                lanes,
+            )
+            .to_vec(),
+        )
+    });
     let flops = measurer.flops();
     let mut bounded = Bounded {
         inner: measurer,
@@ -158,22 +160,121 @@ pub fn tune(
         floor_gflops: settings.floor_gflops,
         best: None,
     };
-    let start = Instant::now();
-    let result = tuner::tune(
-        space,
-        &mut strategy,
-        &mut model,
+    let seeds = if settings.start_from_default {
+        vec![template.default_config()]
+    } else {
+        Vec::new()
+    };
+    search(
+        template.space(),
+        seeds,
+        settings,
         &features,
         &mut bounded,
-        &budget,
-        settings.seed,
         on_trial,
-    );
+    )
+}
+
+/// [`tensor_dsl::autotune::search`] (what the product's tuning runs) with the bench's
+/// settings.
+pub fn search(
+    space: &SearchSpace,
+    seeds: Vec<Config>,
+    settings: &Settings,
+    features: &dyn Fn(&Config) -> Vec<f64>,
+    measurer: &mut dyn Measurer,
+    on_trial: &mut dyn FnMut(&Trial),
+) -> Result<Tuned, String> {
+    let opts = TuneOptions {
+        strategy: settings.strategy.clone(),
+        trials: settings.trials,
+        seconds: settings.seconds,
+        batch: settings.batch.max(1),
+        seed: settings.seed,
+    };
+    let (result, seconds) =
+        tensor_dsl::autotune::search(space, seeds, &opts, features, measurer, on_trial)
+            .map_err(|e| e.to_string())?;
     Ok(Tuned {
         best: result.best,
         trials: result.trials,
         history: result.history,
-        seconds: start.elapsed().as_secs_f64(),
+        seconds,
         stopped: format!("{:?}", result.stopped),
     })
+}
+
+/// What the bench does with every trial: append it to the kernel's landscape, and with
+/// `-v` print a line.
+pub struct TrialLog<'a> {
+    pub label: String,
+    pub space: &'a SearchSpace,
+    pub landscape: Option<Landscape>,
+    pub total: usize,
+    pub flops: f64,
+    pub verbose: bool,
+    seen: usize,
+    best: Option<f64>,
+    landscape_error: Option<String>,
+}
+
+impl<'a> TrialLog<'a> {
+    pub fn new(
+        label: String,
+        space: &'a SearchSpace,
+        landscape: Option<Landscape>,
+        total: usize,
+        flops: f64,
+        verbose: bool,
+    ) -> TrialLog<'a> {
+        TrialLog {
+            label,
+            space,
+            landscape,
+            total,
+            flops,
+            verbose,
+            seen: 0,
+            best: None,
+            landscape_error: None,
+        }
+    }
+
+    pub fn trial(&mut self, t: &Trial) {
+        self.seen += 1;
+        let gflops = |s: f64| self.flops / s / 1e9;
+        let s = t.outcome.seconds();
+        if let Some(s) = s {
+            self.best = Some(self.best.map_or(s, |b: f64| b.min(s)));
+        }
+        if let Some(l) = &self.landscape {
+            if let Err(e) = l.append(self.space, t) {
+                self.landscape_error.get_or_insert(e);
+            }
+        }
+        if self.verbose {
+            let now = match (&t.outcome, s) {
+                (_, Some(s)) => format!("{:.1} GFLOPS", gflops(s)),
+                (Outcome::Invalid { reason }, None) => {
+                    format!("invalid ({})", reason.lines().next().unwrap_or(""))
+                }
+                _ => "invalid".into(),
+            };
+            eprintln!(
+                "  {} trial {}/{}: {now}; best {}",
+                self.label,
+                self.seen,
+                self.total,
+                self.best
+                    .map_or("-".into(), |b| format!("{:.1} GFLOPS", gflops(b)))
+            );
+        }
+    }
+
+    /// Warns once if the landscape could not be written.
+    pub fn finish(self) {
+        if let Some(e) = self.landscape_error {
+            eprintln!("bench: warning: the landscape could not be written: {e}");
+        }
+    }
 }

@@ -19,9 +19,8 @@ use crate::runtime::cpu::simd_lanes;
 use crate::template::cpu::{CpuConfig, CpuTemplate};
 use crate::{tuned, Error};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use tuner::tune::{tune, Budget};
-use tuner::Forest;
-use tuner::Trial;
+use tuner::tune::{tune, Budget, TuneResult};
+use tuner::{Config, Forest, Measurer, SearchSpace, Trial};
 
 /// The strategy CPU tuning uses by default: OpEvo exploration for 60% of the budget, then
 /// Droplet from the best point. Chosen from replays on three real CPU landscapes (every
@@ -97,46 +96,19 @@ pub fn tune_cpu(
         })?;
     let space = template.space().clone();
     let mut measurer = CpuMeasurer::new(kernel, shapes, template.clone())?;
-    let mut budget = Budget::new(opts.trials).with_batch(opts.batch.max(1));
-    budget.seconds = opts.seconds;
-    let inner =
-        tuner::strategy::by_name(&opts.strategy, &budget).ok_or_else(|| Error::InvalidSetting {
-            name: "strategy".into(),
-            value: opts.strategy.clone(),
-            expected: format!("one of {}", tuner::strategy::STRATEGY_NAMES.join(", ")),
-        })?;
-    // The heuristic default is measured first: tuning never ends worse than not tuning.
-    let mut strategy = tuner::strategy::Seeded::new(vec![template.default_config()], inner);
-    let mut model = Forest::new(opts.seed);
-    // Knob features, then the analytic ones of the decoded config (zeros where it does not
-    // decode): every vector of one space has the same length.
-    let knob_len = space.feature_names().len();
     let lanes = simd_lanes();
-    let features = |c: &tuner::Config| {
-        let mut f = space.to_features(c).unwrap_or_default();
-        f.resize(knob_len, 0.0);
-        match template.decode(c) {
-            Ok(cfg) => f.extend(cpu_features(kernel, &extents, shapes, &cfg, lanes).to_vec()),
-            Err(_) => f.resize(knob_len + CpuFeatures::NAMES.len(), 0.0),
-        }
-        f
-    };
-    let start = Instant::now();
-    let mut done = 0;
-    let result = tune(
+    let features = combined_features(&space, CpuFeatures::NAMES.len(), |c| {
+        let cfg = template.decode(c).ok()?;
+        Some(cpu_features(kernel, &extents, shapes, &cfg, lanes).to_vec())
+    });
+    let (result, seconds) = search(
         &space,
-        &mut strategy,
-        &mut model,
+        vec![template.default_config()],
+        opts,
         &features,
         &mut measurer,
-        &budget,
-        opts.seed,
-        &mut |_t: &Trial| {
-            done += 1;
-            on_trial(done);
-        },
-    );
-    let seconds = start.elapsed().as_secs_f64();
+        &mut counting(on_trial),
+    )?;
     let gflops = |s: f64| flops / s / 1e9;
     let records = records_of(
         kernel,
@@ -172,6 +144,73 @@ pub fn tune_cpu(
         records,
         seconds,
     })
+}
+
+/// The feature vector the cost model sees: the knob features of a point, then
+/// `analytic(point)` (`analytic_len` zeros where the point does not decode), so every vector
+/// of one space has the same length.
+pub fn combined_features<'a>(
+    space: &'a SearchSpace,
+    analytic_len: usize,
+    analytic: impl Fn(&Config) -> Option<Vec<f64>> + 'a,
+) -> impl Fn(&Config) -> Vec<f64> + 'a {
+    let knob_len = space.feature_names().len();
+    move |c: &Config| {
+        let mut f = space.to_features(c).unwrap_or_default();
+        f.resize(knob_len, 0.0);
+        match analytic(c) {
+            Some(a) => f.extend(a),
+            None => f.resize(knob_len + analytic_len, 0.0),
+        }
+        f
+    }
+}
+
+/// One search, as every tuning path runs it: `seeds` measured first (the template's
+/// default: tuning never ends worse than not tuning), then the strategy named in `opts`,
+/// guided by the forest cost model on `features`, within the budget of `opts`. Returns the
+/// result and its wall time in seconds. `on_trial` sees every measurement.
+///
+/// Errors: [`Error::InvalidSetting`] for an unknown strategy.
+pub fn search(
+    space: &SearchSpace,
+    seeds: Vec<Config>,
+    opts: &TuneOptions,
+    features: &dyn Fn(&Config) -> Vec<f64>,
+    measurer: &mut dyn Measurer,
+    on_trial: &mut dyn FnMut(&Trial),
+) -> Result<(TuneResult, f64), Error> {
+    let mut budget = Budget::new(opts.trials).with_batch(opts.batch.max(1));
+    budget.seconds = opts.seconds;
+    let inner =
+        tuner::strategy::by_name(&opts.strategy, &budget).ok_or_else(|| Error::InvalidSetting {
+            name: "strategy".into(),
+            value: opts.strategy.clone(),
+            expected: format!("one of {}", tuner::strategy::STRATEGY_NAMES.join(", ")),
+        })?;
+    let mut strategy = tuner::strategy::Seeded::new(seeds, inner);
+    let mut model = Forest::new(opts.seed);
+    let start = Instant::now();
+    let result = tune(
+        space,
+        &mut strategy,
+        &mut model,
+        features,
+        measurer,
+        &budget,
+        opts.seed,
+        on_trial,
+    );
+    Ok((result, start.elapsed().as_secs_f64()))
+}
+
+/// A trial callback that reports how many trials are done.
+fn counting(on_trial: &mut dyn FnMut(usize)) -> impl FnMut(&Trial) + '_ {
+    let mut done = 0;
+    move |_| {
+        done += 1;
+        on_trial(done);
+    }
 }
 
 /// One record per trial, in order.
@@ -268,42 +307,18 @@ pub fn tune_cuda(
     let space = template.space().clone();
     let default = template.default_config().map_err(backend)?;
     let mut measurer = CudaMeasurer::new(kernel, shapes, template.clone())?;
-    let mut budget = Budget::new(opts.trials).with_batch(opts.batch.max(1));
-    budget.seconds = opts.seconds;
-    let inner =
-        tuner::strategy::by_name(&opts.strategy, &budget).ok_or_else(|| Error::InvalidSetting {
-            name: "strategy".into(),
-            value: opts.strategy.clone(),
-            expected: format!("one of {}", tuner::strategy::STRATEGY_NAMES.join(", ")),
-        })?;
-    let mut strategy = tuner::strategy::Seeded::new(vec![default], inner);
-    let mut model = Forest::new(opts.seed);
-    let knob_len = space.feature_names().len();
-    let features = |c: &tuner::Config| {
-        let mut f = space.to_features(c).unwrap_or_default();
-        f.resize(knob_len, 0.0);
-        match template.decode(c) {
-            Ok(s) => f.extend(gpu_features(kernel, &extents, shapes, &s, &gpu, None).to_vec()),
-            Err(_) => f.resize(knob_len + GpuFeatures::NAMES.len(), 0.0),
-        }
-        f
-    };
-    let start = Instant::now();
-    let mut done = 0;
-    let result = tune(
+    let features = combined_features(&space, GpuFeatures::NAMES.len(), |c| {
+        let s = template.decode(c).ok()?;
+        Some(gpu_features(kernel, &extents, shapes, &s, &gpu, None).to_vec())
+    });
+    let (result, seconds) = search(
         &space,
-        &mut strategy,
-        &mut model,
+        vec![default],
+        opts,
         &features,
         &mut measurer,
-        &budget,
-        opts.seed,
-        &mut |_t: &Trial| {
-            done += 1;
-            on_trial(done);
-        },
-    );
-    let seconds = start.elapsed().as_secs_f64();
+        &mut counting(on_trial),
+    )?;
     let target = crate::records::Target::cuda(&info.name, info.sm());
     let records = records_of(
         kernel,

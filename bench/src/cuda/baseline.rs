@@ -11,7 +11,6 @@
 //! The libraries are loaded at run time (`libcublas.so.13`, `libcudnn.so.9` on the library
 //! path); without one the baseline is an error that says so, never a panic.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use cudarc::cublas::sys as blas_sys;
@@ -19,9 +18,10 @@ use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::cudnn::result as dnn;
 use cudarc::cudnn::sys as dnn_sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use tensor_dsl::runtime::cuda::{self, DeviceBuffer};
+use tensor_dsl::runtime::cuda::{self, guarded, DeviceBuffer};
 
 use super::gemm_plan::{self, Operand};
+use crate::baseline::letter_strides;
 use crate::workloads::{Conv, Op};
 
 /// What the report calls the baseline of `op` on the GPU.
@@ -31,19 +31,6 @@ pub fn name(op: &Op) -> &'static str {
         Op::BatchMatmul { .. } => "cuBLAS sgemmStridedBatched (fp32, TF32 off)",
         Op::Conv2d(_) => "cuDNN convolution forward (fp32, TF32 off, fastest algorithm)",
     }
-}
-
-/// Runs `f`, turning a panic inside `cudarc` (a library or symbol it cannot load) into an
-/// error.
-fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let text = payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "unknown panic".into());
-        Err(format!("{what}: the CUDA library failed: {text}"))
-    })
 }
 
 /// Forward algorithms cuDNN knows (`CUDNN_CONVOLUTION_FWD_ALGO_COUNT`).
@@ -155,12 +142,8 @@ impl Baseline {
                 };
                 let strides = |axes: &str| {
                     let dims: Vec<usize> = axes.chars().map(size).collect();
-                    let mut st = vec![1usize; dims.len()];
-                    for d in (0..dims.len().saturating_sub(1)).rev() {
-                        st[d] = st[d + 1] * dims[d + 1];
-                    }
-                    let pairs: Vec<(char, usize)> = axes.chars().zip(st).collect();
-                    move |c: char| pairs.iter().find(|(x, _)| *x == c).map_or(0, |(_, s)| *s)
+                    let st = letter_strides(axes, &dims);
+                    move |c: char| st(c).unsigned_abs()
                 };
                 let (sa, sb, sc) = (strides(lhs), strides(rhs), strides(out_axes));
                 let a = Operand {

@@ -11,7 +11,7 @@
 mod baseline;
 mod gemm_plan;
 
-use std::time::Instant;
+use tensor_dsl::autotune::combined_features;
 use tensor_dsl::features::{gpu_features, GpuFeatures};
 use tensor_dsl::measure::cuda::CudaMeasurer;
 use tensor_dsl::records::Target;
@@ -23,7 +23,7 @@ use crate::landscape::Landscape;
 use crate::report::KernelResult;
 use crate::run::{compare, Options};
 use crate::timing::{median, Timing};
-use crate::tuning::{Settings, Tuned};
+use crate::tuning::{search, Settings, TrialLog, Tuned};
 use crate::workloads::{Problem, Workload};
 
 pub use baseline::name as baseline_name;
@@ -92,42 +92,21 @@ fn tune(
     settings: &Settings,
     on_trial: &mut dyn FnMut(&Trial),
 ) -> Result<Tuned, String> {
-    let budget = tuner::Budget {
-        trials: settings.trials,
-        seconds: settings.seconds,
-        batch: settings.batch.max(1),
-    };
-    let inner = tuner::strategy::by_name(&settings.strategy, &budget)
-        .ok_or_else(|| format!("unknown strategy `{}`", settings.strategy))?;
-    let seeds = if settings.start_from_default {
-        vec![template.default_config()?]
-    } else {
-        Vec::new()
-    };
-    let mut strategy = tuner::strategy::Seeded::new(seeds, inner);
-    let mut model = tuner::cost_model::Forest::new(settings.seed);
-    let space = template.space();
-    let knob_len = space.feature_names().len();
     let target = measurer.target().clone();
-    let features = |c: &Config| {
-        let mut f = space.to_features(c).unwrap_or_default();
-        f.resize(knob_len, 0.0);
-        match template.decode(c) {
-            Ok(s) => f.extend(
-                gpu_features(
-                    &problem.kernel,
-                    &problem.extents,
-                    &problem.shapes,
-                    &s,
-                    &target,
-                    None,
-                )
-                .to_vec(),
-            ),
-            Err(_) => f.resize(knob_len + GpuFeatures::NAMES.len(), 0.0),
-        }
-        f
-    };
+    let features = combined_features(template.space(), GpuFeatures::NAMES.len(), |c| {
+        let s = template.decode(c).ok()?;
+        Some(
+            gpu_features(
+                &problem.kernel,
+                &problem.extents,
+                &problem.shapes,
+                &s,
+                &target,
+                None,
+            )
+            .to_vec(),
+        )
+    });
     let flops = measurer.flops();
     let mut bounded = Bounded {
         inner: measurer,
@@ -136,24 +115,19 @@ fn tune(
         floor_gflops: settings.floor_gflops,
         best: None,
     };
-    let start = Instant::now();
-    let result = tuner::tune(
-        space,
-        &mut strategy,
-        &mut model,
+    let seeds = if settings.start_from_default {
+        vec![template.default_config()?]
+    } else {
+        Vec::new()
+    };
+    search(
+        template.space(),
+        seeds,
+        settings,
         &features,
         &mut bounded,
-        &budget,
-        settings.seed,
         on_trial,
-    );
-    Ok(Tuned {
-        best: result.best,
-        trials: result.trials,
-        history: result.history,
-        seconds: start.elapsed().as_secs_f64(),
-        stopped: format!("{:?}", result.stopped),
-    })
+    )
 }
 
 /// A contender: queues one call on the runtime's stream.
@@ -225,59 +199,21 @@ fn run_into(
                 tensor_dsl::codegen::cuda::CODEGEN_VERSION,
             )
         });
-        let mut landscape_error: Option<String> = None;
-        let mut seen = 0usize;
-        let mut best: Option<f64> = None;
-        let total = opts.settings.trials;
-        let label = format!("{}/{}", w.suite, w.name);
-        let mut on_trial = |t: &Trial| {
-            seen += 1;
-            let s = t.outcome.seconds();
-            if let Some(s) = s {
-                best = Some(best.map_or(s, |b: f64| b.min(s)));
-            }
-            if let Some(l) = &landscape {
-                if let Err(e) = l.append(template.space(), t) {
-                    landscape_error.get_or_insert(e);
-                }
-            }
-            if opts.verbose {
-                let now = match (&t.outcome, s) {
-                    (_, Some(s)) => format!("{:.1} GFLOPS", gflops(s)),
-                    (Outcome::Invalid { reason }, None) => {
-                        format!("invalid ({})", reason.lines().next().unwrap_or(""))
-                    }
-                    _ => "invalid".into(),
-                };
-                eprintln!(
-                    "  {label} trial {seen}/{total}: {now}; best {}",
-                    best.map_or("-".into(), |b| format!("{:.1} GFLOPS", gflops(b)))
-                );
-            }
-        };
-        let tuned = tune(
-            problem,
-            &template,
-            &mut measurer,
-            opts.settings,
-            &mut on_trial,
-        )?;
-        if let Some(e) = landscape_error {
-            eprintln!("bench: warning: the landscape could not be written: {e}");
-        }
+        let mut log = TrialLog::new(
+            format!("{}/{}", w.suite, w.name),
+            template.space(),
+            landscape,
+            opts.settings.trials,
+            flops,
+            opts.verbose,
+        );
+        let tuned = tune(problem, &template, &mut measurer, opts.settings, &mut |t| {
+            log.trial(t)
+        })?;
+        log.finish();
         tuned
     };
-    r.trials = tuned.trials.len();
-    r.valid_trials = tuned.trials.iter().filter(|t| t.outcome.is_valid()).count();
-    r.tune_seconds = tuned.seconds;
-    r.stopped = Some(tuned.stopped.clone());
-    r.history = tuned.history.iter().map(|h| h.map(gflops)).collect();
-    let (best, best_seconds) = tuned
-        .best
-        .ok_or_else(|| format!("no valid trial among {} (see the landscape)", r.trials))?;
-    r.best_config = template.space().format(&best).ok();
-    r.best_is_default = Some(template.default_config().ok() == Some(best.clone()));
-    r.tuned_gflops = Some(gflops(best_seconds));
+    let best = tuned.report(r, template.space(), template.default_config().ok().as_ref())?;
     let ours_schedule = template.decode(&best)?;
     let default_schedule = template.default_schedule();
 

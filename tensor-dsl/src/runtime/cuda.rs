@@ -161,8 +161,10 @@ fn unavailable(reason: &str) -> Error {
     }
 }
 
-/// Runs `f`, turning a panic inside `cudarc` (a library or symbol it cannot load) into an error.
-fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+/// Runs `f`, turning a panic inside `cudarc` (a library or symbol it cannot load) into an
+/// error that starts with `what`. Public for code that calls other `cudarc` libraries
+/// (cuBLAS, cuDNN) beside this runtime.
+pub fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(payload) => {
