@@ -76,7 +76,7 @@ fn run_cuda(
     data: &[&[f32]],
     out: &mut [f32],
 ) -> Result<(), Error> {
-    let decision = cuda_decision(kernel, extents, shapes)?;
+    let decision = cuda_decision(kernel, extents, shapes, data)?;
     crate::runtime::cuda::run_with(kernel, extents, shapes, data, out, &decision.schedule)
 }
 
@@ -105,13 +105,14 @@ pub fn gpu_schedule_from_record(
 
 /// Decides the GPU schedule for this call (once per kernel, shapes), in the documented
 /// order — embedded records, the user cache, tuning now (`TENSOR_DSL_TUNE=first-call`), the
-/// default schedule — keyed by the GPU's name and compute capability. (The CPU's
-/// "nearest shape" step is not done on the GPU yet.)
+/// nearest tuned shape (if measured on `data` to be no slower), the default schedule — keyed
+/// by the GPU's name and compute capability. `data` holds the call's inputs by parameter id.
 #[cfg(feature = "cuda")]
 pub fn cuda_decision(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
+    data: &[&[f32]],
 ) -> Result<std::sync::Arc<CudaDecision>, Error> {
     use crate::runtime::cuda;
     use crate::template::gpu::{default_schedule, GpuTemplate};
@@ -140,9 +141,38 @@ pub fn cuda_decision(
                     gpu_schedule_from_record(&template, kernel, extents, &gpu, &record)
                         .map(|schedule| CudaDecision { schedule, source })
                 });
-                match recorded {
+                let decided = match recorded {
+                    Some(d) => Some(d),
+                    None => tune_cuda_now(kernel, shapes)?,
+                };
+                match decided {
                     Some(d) => d,
-                    None => tune_cuda_now(kernel, shapes)?.unwrap_or(fallback),
+                    None => {
+                        // The nearest tuned shape's schedule, only if it is valid here and
+                        // measured on the call's data to be no slower than the default.
+                        let nearest = tuned::nearest(&key).and_then(|record| {
+                            gpu_schedule_from_record(&template, kernel, extents, &gpu, &record)
+                        });
+                        match nearest {
+                            Some(schedule)
+                                if schedule != fallback.schedule
+                                    && gpu_not_slower(
+                                        kernel,
+                                        extents,
+                                        shapes,
+                                        data,
+                                        &schedule,
+                                        &fallback.schedule,
+                                    )? =>
+                            {
+                                CudaDecision {
+                                    schedule,
+                                    source: Source::Nearest,
+                                }
+                            }
+                            _ => fallback,
+                        }
+                    }
                 }
             }
         };
@@ -156,6 +186,42 @@ pub fn cuda_decision(
         }
         Ok(decision)
     })
+}
+
+/// Times two GPU schedules on the call's inputs (median of 3 samples each, alternating
+/// twice) and returns whether `candidate` is not slower than `default`.
+#[cfg(feature = "cuda")]
+fn gpu_not_slower(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    data: &[&[f32]],
+    candidate: &crate::template::gpu::GpuSchedule,
+    default: &crate::template::gpu::GpuSchedule,
+) -> Result<bool, Error> {
+    use crate::runtime::cuda::{self, DeviceBuffer};
+    let compiled = [
+        cuda::compile(kernel, extents, shapes, default)?,
+        cuda::compile(kernel, extents, shapes, candidate)?,
+    ];
+    let inputs = kernel
+        .inputs()
+        .iter()
+        .map(|&p| DeviceBuffer::from_host(data[p]))
+        .collect::<Result<Vec<_>, _>>()?;
+    let refs: Vec<&DeviceBuffer> = inputs.iter().collect();
+    let mut out = DeviceBuffer::zeros(shapes[kernel.output].iter().product())?;
+    let mut best = [f64::INFINITY; 2];
+    for _ in 0..2 {
+        for (n, k) in compiled.iter().enumerate() {
+            let mut samples = k.time(&refs, &mut out, 1, 3)?;
+            samples.sort_by(f64::total_cmp);
+            if let Some(&median) = samples.get(samples.len() / 2) {
+                best[n] = best[n].min(median);
+            }
+        }
+    }
+    Ok(best[1] <= best[0])
 }
 
 #[cfg(feature = "cuda")]

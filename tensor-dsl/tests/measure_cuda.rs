@@ -174,14 +174,24 @@ fn on_a_gpu_dispatch_uses_an_embedded_record() {
     };
     let line = serde_json::to_string(&record).unwrap() + "\n";
     register_embedded(Box::leak(line.into_boxed_str()));
-    let d = cuda_decision(&kernel, &extents, &refs).unwrap();
+    let data = tensor_dsl::measure::random_inputs(&kernel, &shapes, 1);
+    let data_refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+    let d = cuda_decision(&kernel, &extents, &refs, &data_refs).unwrap();
     assert_eq!(d.source, Source::Embedded);
     assert_eq!(d.schedule, template.decode(&config).unwrap());
-    // Another shape has no record: the default.
-    let other: Vec<&[usize]> = vec![&[64, 72], &[72, 136], &[64, 136]];
+    // Another shape has no record of its own: the nearest shape's schedule if it is valid
+    // there and measured no slower, else the default.
+    let other_shapes = vec![vec![64, 72], vec![72, 136], vec![64, 136]];
+    let other: Vec<&[usize]> = other_shapes.iter().map(Vec::as_slice).collect();
     let other_extents = bind(&kernel, &other).unwrap();
+    let other_data = tensor_dsl::measure::random_inputs(&kernel, &other_shapes, 1);
+    let other_refs: Vec<&[f32]> = other_data.iter().map(Vec::as_slice).collect();
     if std::env::var("TENSOR_DSL_TUNE").is_err() {
-        let d = cuda_decision(&kernel, &other_extents, &other).unwrap();
-        assert_eq!(d.source, Source::Default);
+        let d = cuda_decision(&kernel, &other_extents, &other, &other_refs).unwrap();
+        assert!(
+            matches!(d.source, Source::Default | Source::Nearest),
+            "{:?}",
+            d.source
+        );
     }
 }
