@@ -22,6 +22,11 @@
 //! tuned again, and the script asks cargo to re-run only when `build.rs` or the kernel
 //! crate changes. `TENSOR_DSL_BUILD_TUNE=off` skips tuning (only records already at hand
 //! are written); `TENSOR_DSL_BUILD_TRIALS=N` overrides the trial budget.
+//!
+//! With [`BuildTuner::gpu`], the build machine's GPU (if it has one) is tuned for too. GPU
+//! records for these kernels and shapes that are already in the output — tuned on another
+//! machine and shipped, or from an earlier build — are kept, so building on a machine
+//! without that GPU does not lose them.
 
 use crate::autotune::{tune_cpu, TuneOptions};
 use crate::codegen::c::CODEGEN_VERSION;
@@ -39,6 +44,7 @@ pub fn tune() -> BuildTuner {
         jobs: Vec::new(),
         options: TuneOptions::default(),
         out: None,
+        gpu: false,
     }
 }
 
@@ -47,6 +53,7 @@ pub struct BuildTuner {
     jobs: Vec<(Kernel, Vec<Vec<usize>>)>,
     options: TuneOptions,
     out: Option<PathBuf>,
+    gpu: bool,
 }
 
 impl BuildTuner {
@@ -72,6 +79,13 @@ impl BuildTuner {
     /// The search strategy (default: the tuner's default).
     pub fn strategy(mut self, name: &str) -> Self {
         self.options.strategy = name.to_string();
+        self
+    }
+
+    /// Also tune for this machine's GPU when it has one (default off: a GPU build machine is
+    /// rare, and tuning takes the GPU for a while).
+    pub fn gpu(mut self, on: bool) -> Self {
+        self.gpu = on;
         self
     }
 
@@ -109,10 +123,9 @@ impl BuildTuner {
         let tune_allowed = std::env::var("TENSOR_DSL_BUILD_TUNE").map_or(true, |v| v != "off");
 
         // What we already have: the previous output and the user cache.
+        let previous: Vec<Record> = records::read(&out).map(|(rs, _)| rs).unwrap_or_default();
         let mut known = Index::new();
-        if let Ok((rs, _)) = records::read(&out) {
-            known.extend(&rs);
-        }
+        known.extend(&previous);
         known.extend(tuned::cache_index().iter());
 
         let mut best: Vec<Record> = Vec::new();
@@ -153,6 +166,7 @@ impl BuildTuner {
                 ),
             }
         }
+        best.extend(self.gpu_records(&known, &previous, tune_allowed)?);
         // Rewrite the output with exactly this build's records.
         let _ = std::fs::remove_file(&out);
         if best.is_empty() {
@@ -164,5 +178,168 @@ impl BuildTuner {
             records::append(&out, &best)?;
         }
         Ok(out)
+    }
+
+    /// The GPU records of every job: this machine's GPU's (at hand, or tuned now with
+    /// [`BuildTuner::gpu`]), and every other GPU's from the previous output.
+    fn gpu_records(
+        &self,
+        known: &Index,
+        previous: &[Record],
+        tune_allowed: bool,
+    ) -> Result<Vec<Record>, Error> {
+        let codegen = crate::codegen::cuda::CODEGEN_VERSION;
+        let mut out: Vec<Record> = Vec::new();
+        for (kernel, shapes) in &self.jobs {
+            let fingerprint = kernel.fingerprint();
+            if self.gpu {
+                if let Some(r) = self.tune_gpu(kernel, shapes, known, tune_allowed)? {
+                    out.push(r);
+                }
+            }
+            for r in previous {
+                let same_job = r.kernel == fingerprint && r.shapes == *shapes;
+                if r.target.device == "cuda"
+                    && same_job
+                    && r.codegen == codegen
+                    && !out.iter().any(|o| o.key() == r.key())
+                {
+                    out.push(r.clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// This GPU's best record for one job: at hand, or tuned now.
+    #[cfg(feature = "cuda")]
+    fn tune_gpu(
+        &self,
+        kernel: &Kernel,
+        shapes: &[Vec<usize>],
+        known: &Index,
+        tune_allowed: bool,
+    ) -> Result<Option<Record>, Error> {
+        let info = match crate::runtime::cuda::available() {
+            Ok(info) => info,
+            Err(reason) => {
+                println!(
+                    "cargo:warning=tensor-dsl: not tuning `{}` for a GPU: {reason}",
+                    kernel.name
+                );
+                return Ok(None);
+            }
+        };
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let key = tuned::cuda_key(
+            &kernel.fingerprint(),
+            &refs,
+            records::Target::cuda(&info.name, info.sm()),
+            crate::codegen::cuda::CODEGEN_VERSION,
+        );
+        if let Some(r) = known.best(&key) {
+            return Ok(Some(r.clone()));
+        }
+        if !tune_allowed {
+            return Ok(None);
+        }
+        let result = crate::autotune::tune_cuda(kernel, shapes, &self.options, &mut |_| {})?;
+        if let Err(e) = records::append(&records::default_records_file(), &result.records) {
+            println!("cargo:warning=tensor-dsl: could not update the user cache: {e}");
+        }
+        let mut index = Index::new();
+        index.extend(&result.records);
+        let best = index.best(&key).cloned();
+        if let Some(r) = &best {
+            println!(
+                "cargo:warning=tensor-dsl: tuned `{}` {shapes:?} on {}: {:.2} GFLOPS after {} trials",
+                kernel.name,
+                info.name,
+                r.gflops.unwrap_or(0.0),
+                result.records.len()
+            );
+        }
+        Ok(best)
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn tune_gpu(
+        &self,
+        kernel: &Kernel,
+        _: &[Vec<usize>],
+        _: &Index,
+        _: bool,
+    ) -> Result<Option<Record>, Error> {
+        println!(
+            "cargo:warning=tensor-dsl: not tuning `{}` for a GPU: {}",
+            kernel.name,
+            crate::runtime::NO_CUDA_FEATURE
+        );
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::parse_text;
+    use crate::records::{Target, RECORD_VERSION};
+
+    fn record(kernel: &Kernel, shapes: &[Vec<usize>], target: Target, codegen: u32) -> Record {
+        Record {
+            version: RECORD_VERSION,
+            kernel: kernel.fingerprint(),
+            kernel_text: kernel.to_string(),
+            shapes: shapes.to_vec(),
+            dtype: "f32".into(),
+            target,
+            codegen,
+            config: "shipped".into(),
+            seconds: Some(1e-3),
+            samples: vec![1e-3],
+            error: None,
+            gflops: Some(1.0),
+            strategy: "test".into(),
+            unix_time: 0,
+        }
+    }
+
+    /// A build on a machine without the GPU keeps the GPU records already in the output
+    /// (shipped from a GPU machine), and drops ones for jobs no longer listed.
+    #[test]
+    fn gpu_records_in_the_output_survive_a_build_without_that_gpu() {
+        let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+        let shapes = vec![vec![8, 4], vec![4, 6], vec![8, 6]];
+        let gone = vec![vec![2, 2], vec![2, 2], vec![2, 2]];
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let mut cpu = record(&k, &shapes, tuned::this_cpu().clone(), CODEGEN_VERSION);
+        cpu.config = "cpu".into();
+        let gpu = record(
+            &k,
+            &shapes,
+            Target::cuda("Some GPU", 90),
+            crate::codegen::cuda::CODEGEN_VERSION,
+        );
+        let stale = record(
+            &k,
+            &gone,
+            Target::cuda("Some GPU", 90),
+            crate::codegen::cuda::CODEGEN_VERSION,
+        );
+        let dir = std::env::temp_dir().join(format!("td-build-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = dir.join(OUTPUT_FILE);
+        records::append(&out, &[cpu.clone(), gpu.clone(), stale]).unwrap();
+        // The CPU record is at hand, so nothing is tuned.
+        let written = tune()
+            .kernel(&k, &refs)
+            .gpu(false)
+            .out_file(&out)
+            .run()
+            .unwrap();
+        let (rs, _) = records::read(&written).unwrap();
+        assert_eq!(rs.len(), 2, "{rs:?}");
+        assert!(rs.contains(&cpu) && rs.contains(&gpu));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
