@@ -11,7 +11,7 @@ rm -rf "$CARRY" && mkdir -p "$CARRY"
 cargo build --release -p bench
 cp "$CARGO_TARGET_DIR/release/bench" "$CARRY/"
 # The test binaries that need a GPU to do more than their no-GPU checks.
-cargo test --release -p tensor-dsl --test cuda_runtime --test measure_cuda --no-run \
+cargo test --release -p tensor-dsl --test cuda_runtime --test measure_cuda --test device_tensor --no-run \
     --message-format=json 2>/dev/null |
     python3 -c '
 import json, sys, shutil

@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 export TENSOR_DSL_CACHE="$OUT/cache"
 status=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-    for t in cuda_runtime measure_cuda; do
+    for t in cuda_runtime measure_cuda device_tensor; do
         echo "== test $t"
         "$CARRY/$t" --test-threads=1 2>&1 | tail -40 | tee "$OUT/test-$t.txt" || status=1
     done

@@ -66,8 +66,8 @@ pub fn call(
     }
 }
 
-/// CUDA with the decided schedule ([`cuda_decision`]); [`Error::DeviceUnavailable`] (with the
-/// reason) when there is no usable GPU.
+/// CUDA with the decided schedule ([`cuda_decision`]): inputs copied to the GPU, the output
+/// back; [`Error::DeviceUnavailable`] (with the reason) when there is no usable GPU.
 #[cfg(feature = "cuda")]
 fn run_cuda(
     kernel: &Kernel,
@@ -76,8 +76,48 @@ fn run_cuda(
     data: &[&[f32]],
     out: &mut [f32],
 ) -> Result<(), Error> {
-    let decision = cuda_decision(kernel, extents, shapes, data)?;
-    crate::runtime::cuda::run_with(kernel, extents, shapes, data, out, &decision.schedule)
+    use crate::runtime::cuda::{self, DeviceBuffer};
+    cuda::available().map_err(|reason| Error::DeviceUnavailable {
+        device: Device::Cuda.name().into(),
+        reason,
+    })?;
+    // The buffers must be exactly what `bind` checked; anything else would be unsound.
+    crate::runtime::check_buffers(kernel, shapes, data, out).map_err(|message| Error::Backend {
+        kernel: kernel.name.clone(),
+        message,
+    })?;
+    let inputs = kernel
+        .inputs()
+        .iter()
+        .map(|&p| DeviceBuffer::from_host(data[p]))
+        .collect::<Result<Vec<_>, _>>()?;
+    let refs: Vec<&DeviceBuffer> = inputs.iter().collect();
+    let mut output = DeviceBuffer::zeros(out.len())?;
+    let describe = run_on_gpu(kernel, extents, shapes, &refs, &mut output)?;
+    output.copy_to_host(out).map_err(|e| match e {
+        // A fault inside the kernel shows up at this copy: report it against the kernel.
+        Error::Device { message, .. } => Error::Backend {
+            kernel: kernel.name.clone(),
+            message: format!("{message}\n{describe}"),
+        },
+        other => other,
+    })
+}
+
+/// Launches `kernel` with the decided schedule on buffers already on the GPU (inputs in
+/// declaration order); returns the launch's description for error messages. Asynchronous.
+#[cfg(feature = "cuda")]
+pub(crate) fn run_on_gpu(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    inputs: &[&crate::runtime::cuda::DeviceBuffer],
+    output: &mut crate::runtime::cuda::DeviceBuffer,
+) -> Result<String, Error> {
+    let decision = cuda_decision(kernel, extents, shapes, inputs, output)?;
+    let compiled = crate::runtime::cuda::compile(kernel, extents, shapes, &decision.schedule)?;
+    compiled.launch(inputs, output)?;
+    Ok(compiled.describe())
 }
 
 /// The schedule chosen for a (kernel, shapes) on the GPU, and where it came from.
@@ -106,13 +146,15 @@ pub fn gpu_schedule_from_record(
 /// Decides the GPU schedule for this call (once per kernel, shapes), in the documented
 /// order — embedded records, the user cache, tuning now (`TENSOR_DSL_TUNE=first-call`), the
 /// nearest tuned shape (if measured on `data` to be no slower), the default schedule — keyed
-/// by the GPU's name and compute capability. `data` holds the call's inputs by parameter id.
+/// by the GPU's name and compute capability. `inputs` (declaration order) and `output` are
+/// the call's buffers, used to time the nearest shape's schedule.
 #[cfg(feature = "cuda")]
 pub fn cuda_decision(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
-    data: &[&[f32]],
+    inputs: &[&crate::runtime::cuda::DeviceBuffer],
+    output: &mut crate::runtime::cuda::DeviceBuffer,
 ) -> Result<std::sync::Arc<CudaDecision>, Error> {
     use crate::runtime::cuda;
     use crate::template::gpu::{default_schedule, GpuTemplate};
@@ -160,7 +202,8 @@ pub fn cuda_decision(
                                         kernel,
                                         extents,
                                         shapes,
-                                        data,
+                                        inputs,
+                                        output,
                                         &schedule,
                                         &fallback.schedule,
                                     )? =>
@@ -188,33 +231,27 @@ pub fn cuda_decision(
     })
 }
 
-/// Times two GPU schedules on the call's inputs (median of 3 samples each, alternating
+/// Times two GPU schedules on the call's buffers (median of 3 samples each, alternating
 /// twice) and returns whether `candidate` is not slower than `default`.
 #[cfg(feature = "cuda")]
 fn gpu_not_slower(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
-    data: &[&[f32]],
+    inputs: &[&crate::runtime::cuda::DeviceBuffer],
+    output: &mut crate::runtime::cuda::DeviceBuffer,
     candidate: &crate::template::gpu::GpuSchedule,
     default: &crate::template::gpu::GpuSchedule,
 ) -> Result<bool, Error> {
-    use crate::runtime::cuda::{self, DeviceBuffer};
+    use crate::runtime::cuda;
     let compiled = [
         cuda::compile(kernel, extents, shapes, default)?,
         cuda::compile(kernel, extents, shapes, candidate)?,
     ];
-    let inputs = kernel
-        .inputs()
-        .iter()
-        .map(|&p| DeviceBuffer::from_host(data[p]))
-        .collect::<Result<Vec<_>, _>>()?;
-    let refs: Vec<&DeviceBuffer> = inputs.iter().collect();
-    let mut out = DeviceBuffer::zeros(shapes[kernel.output].iter().product())?;
     let mut best = [f64::INFINITY; 2];
     for _ in 0..2 {
         for (n, k) in compiled.iter().enumerate() {
-            let mut samples = k.time(&refs, &mut out, 1, 3)?;
+            let mut samples = k.time(inputs, output, 1, 3)?;
             samples.sort_by(f64::total_cmp);
             if let Some(&median) = samples.get(samples.len() / 2) {
                 best[n] = best[n].min(median);

@@ -26,6 +26,7 @@
 pub mod autotune;
 pub mod build;
 pub mod codegen;
+pub mod device_tensor;
 pub mod dispatch;
 mod error;
 pub mod features;
@@ -38,6 +39,7 @@ pub mod template;
 mod tensor;
 pub mod tuned;
 
+pub use device_tensor::DeviceTensor;
 pub use error::Error;
 pub use options::{Device, Options};
 pub use tensor::{Element, Tensor};

@@ -14,6 +14,7 @@
 use rand::{rngs::StdRng, SeedableRng};
 use tensor_dsl::ir::{bind, parse_text, Kernel};
 use tensor_dsl::measure::cuda::{compile_batch, CudaMeasurer};
+use tensor_dsl::runtime::cuda::DeviceBuffer;
 use tensor_dsl::runtime::{cuda, nvrtc};
 use tensor_dsl::template::gpu::{GpuTarget, GpuTemplate};
 use tensor_dsl::Error;
@@ -174,9 +175,9 @@ fn on_a_gpu_dispatch_uses_an_embedded_record() {
     };
     let line = serde_json::to_string(&record).unwrap() + "\n";
     register_embedded(Box::leak(line.into_boxed_str()));
-    let data = tensor_dsl::measure::random_inputs(&kernel, &shapes, 1);
-    let data_refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
-    let d = cuda_decision(&kernel, &extents, &refs, &data_refs).unwrap();
+    let (inputs, mut out) = device_args(&kernel, &shapes);
+    let input_refs: Vec<&DeviceBuffer> = inputs.iter().collect();
+    let d = cuda_decision(&kernel, &extents, &refs, &input_refs, &mut out).unwrap();
     assert_eq!(d.source, Source::Embedded);
     assert_eq!(d.schedule, template.decode(&config).unwrap());
     // Another shape has no record of its own: the nearest shape's schedule if it is valid
@@ -184,14 +185,27 @@ fn on_a_gpu_dispatch_uses_an_embedded_record() {
     let other_shapes = vec![vec![64, 72], vec![72, 136], vec![64, 136]];
     let other: Vec<&[usize]> = other_shapes.iter().map(Vec::as_slice).collect();
     let other_extents = bind(&kernel, &other).unwrap();
-    let other_data = tensor_dsl::measure::random_inputs(&kernel, &other_shapes, 1);
-    let other_refs: Vec<&[f32]> = other_data.iter().map(Vec::as_slice).collect();
+    let (other_inputs, mut other_out) = device_args(&kernel, &other_shapes);
+    let other_refs: Vec<&DeviceBuffer> = other_inputs.iter().collect();
     if std::env::var("TENSOR_DSL_TUNE").is_err() {
-        let d = cuda_decision(&kernel, &other_extents, &other, &other_refs).unwrap();
+        let d =
+            cuda_decision(&kernel, &other_extents, &other, &other_refs, &mut other_out).unwrap();
         assert!(
             matches!(d.source, Source::Default | Source::Nearest),
             "{:?}",
             d.source
         );
     }
+}
+
+/// Random inputs (declaration order) and a zero output on the GPU.
+fn device_args(kernel: &Kernel, shapes: &[Vec<usize>]) -> (Vec<DeviceBuffer>, DeviceBuffer) {
+    let data = tensor_dsl::measure::random_inputs(kernel, shapes, 1);
+    let inputs = kernel
+        .inputs()
+        .iter()
+        .map(|&p| DeviceBuffer::from_host(&data[p]).unwrap())
+        .collect();
+    let out = DeviceBuffer::zeros(shapes[kernel.output].iter().product()).unwrap();
+    (inputs, out)
 }
