@@ -102,6 +102,10 @@ struct Args {
     /// Print one line per trial.
     #[arg(long, short)]
     verbose: bool,
+    /// Print the selected workloads as kernels of the language (JSON: suite, name, kernel,
+    /// flops, tensors with name, shape and whether it is the output) and exit.
+    #[arg(long)]
+    list_kernels: bool,
 }
 
 fn main() -> ExitCode {
@@ -164,7 +168,34 @@ fn select(args: &Args) -> Result<Vec<Workload>, String> {
     Ok(chosen)
 }
 
+/// `--list-kernels`.
+fn list_kernels(chosen: &[Workload]) -> Result<ExitCode, String> {
+    let mut list = Vec::new();
+    for w in chosen {
+        let p = w.problem()?;
+        let tensors: Vec<serde_json::Value> = p
+            .kernel
+            .params
+            .iter()
+            .zip(&p.shapes)
+            .map(|(param, shape)| {
+                serde_json::json!({"name": param.name, "shape": shape, "output": param.is_output})
+            })
+            .collect();
+        list.push(serde_json::json!({
+            "suite": w.suite, "name": w.name, "kernel": p.kernel.to_string(),
+            "flops": p.flops(), "tensors": tensors,
+        }));
+    }
+    let text = serde_json::to_string_pretty(&list).map_err(|e| e.to_string())?;
+    println!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
 fn run(args: &Args) -> Result<ExitCode, String> {
+    if args.list_kernels {
+        return list_kernels(&select(args)?);
+    }
     let gpu = args.device == "cuda";
     if args.trials == 0 {
         return Err("--trials must be at least 1".into());
