@@ -15,8 +15,12 @@ use tensor_dsl::codegen::cuda;
 use tensor_dsl::runtime::{nvrtc, ptxas};
 use tensor_dsl::template::gpu::{GpuTarget, GpuTemplate};
 
-/// The bench's workloads as kernels, through the binary (`--list-kernels` prints them).
-fn workloads() -> Vec<(String, String, Vec<(String, Vec<usize>, bool)>)> {
+/// A tensor: name, shape, whether it is the output.
+type TensorDecl = (String, Vec<usize>, bool);
+
+/// The bench's workloads as kernels (name, kernel text, tensors), through the binary
+/// (`--list-kernels` prints them).
+fn workloads() -> Vec<(String, String, Vec<TensorDecl>)> {
     let out = Command::new(env!("CARGO_BIN_EXE_bench"))
         .args(["--suite", "all", "--list-kernels"])
         .output()
