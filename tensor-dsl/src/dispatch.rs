@@ -145,7 +145,7 @@ pub fn gpu_schedule_from_record(
 
 /// Decides the GPU schedule for this call (once per kernel, shapes), in the documented
 /// order — embedded records, the user cache, tuning now (`TENSOR_DSL_TUNE=first-call`), the
-/// nearest tuned shape (if measured on `data` to be no slower), the default schedule — keyed
+/// nearest tuned shape (if timed on the call's buffers to be no slower), the default schedule — keyed
 /// by the GPU's name and compute capability. `inputs` (declaration order) and `output` are
 /// the call's buffers, used to time the nearest shape's schedule.
 #[cfg(feature = "cuda")]
