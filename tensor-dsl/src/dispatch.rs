@@ -385,7 +385,7 @@ fn cpu_memo() -> &'static Memo<CpuDecision> {
 
 /// The schedule a record stands for, if it is valid in this template.
 fn from_record(template: &CpuTemplate, kernel: &Kernel, record: &Record) -> Option<CpuConfig> {
-    let point = template.space().parse(&record.config).ok()?;
+    let point = template.parse(&record.config).ok()?;
     let config = template.decode(&point).ok()?;
     config.validate(kernel).ok()?;
     Some(config)

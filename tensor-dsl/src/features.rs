@@ -20,7 +20,9 @@
 
 use crate::ir::{Access, BodyKind, IndexKind, Kernel};
 use crate::runtime::ptxas::PtxasReport;
-use crate::template::cpu::{pack_stride, packed_access, CpuConfig};
+use crate::template::cpu::{
+    blocked_reduction, pack_stride, packed_access, panel_points, u_block, CpuConfig,
+};
 use crate::template::gpu::{padded_extents, stageable_accesses, GpuSchedule, GpuTarget};
 
 /// Bytes of one element (the language computes in f32).
@@ -328,20 +330,24 @@ pub fn cpu_features(
 
 /// Analytic features of `config` for `kernel` at `extents` with `lanes` f32 SIMD lanes and
 /// `threads` cores (a serial config uses 1). `v`, `u` are the vector and unroll tiles,
-/// `E_v`, `E_u` their axes' extents (1 without the axis).
+/// `E_v`, `E_u` their axes' extents (1 without the axis). `L` is the vector width the
+/// compiler uses: `lanes`, or 8 when `lanes` is 16 and the config does not ask for wide
+/// vectors (GCC then prefers 256-bit ones).
 ///
-/// * `register_pressure = v · u / (lanes · 32)`;
+/// * `register_pressure = v · u / (L · 32)`;
 /// * `vector_utilisation = ⌊E_v / v⌋ · v / E_v` (1 when `v` divides `E_v`), likewise
-///   `unroll_utilisation`; `vector_lanes = v / lanes`;
+///   `unroll_utilisation`; `vector_lanes = v / L`;
 /// * `rounds = N / threads`, `N = ⌈E_v / v⌉ · ⌈E_u / u⌉ · Π` other spatial extents (the
-///   outer iterations); `last_round_fill = (N mod threads) / threads`, 1 when it divides;
+///   outer iterations; with a blocked reduction the unroll axis counts its u-blocks, see
+///   [`u_block`]); `last_round_fill = (N mod threads) / threads`, 1 when it divides;
 /// * `log2_l1_ratio = log2(W / 48 KiB)`, `log2_l2_ratio = log2(W / 2 MiB)`, `W = 4 ·` (the
 ///   output tile `v · u` + for every input access the box of elements it reads while one
-///   tile sweeps the whole reduction: per dimension `1 + Σ |c| (span − 1)`, span `v`, `u`,
-///   1 for other spatial indices and the extent for reduction indices); a packed access
-///   counts its panel rows at [`pack_stride`];
+///   tile sweeps the whole reduction, or one block of it: per dimension
+///   `1 + Σ |c| (span − 1)`, span `v`, `u`, 1 for other spatial indices, the extent for
+///   reduction indices and `k_block` for a blocked one); a packed access counts its panel
+///   rows at [`pack_stride`];
 /// * `packed` = [`packed_access`] is some, `log2_pack_bytes = log2(1 + 4 · R ·
-///   pack_stride(v))`, `R` the reduction points.
+///   pack_stride(v))`, `R` the reduction points of one panel ([`panel_points`]).
 ///
 /// `shapes` is not needed (the extents say it all) and accepted for symmetry.
 pub fn cpu_features_with_threads(
@@ -352,19 +358,23 @@ pub fn cpu_features_with_threads(
     lanes: usize,
     threads: usize,
 ) -> CpuFeatures {
-    let lanes = lanes.max(1);
+    let lanes = if lanes >= 16 && !config.wide_simd {
+        8
+    } else {
+        lanes.max(1)
+    };
     let ext = |i: usize| extents.get(i).copied().unwrap_or(1).max(1);
+    let block = blocked_reduction(kernel, extents, config);
     let v = config.vector.max(1);
     let u = config.unroll.max(1);
     let ev = config.vector_axis.map_or(1, ext);
     let eu = config.unroll_axis.map_or(1, ext);
     let util = |e: usize, t: usize| ratio(((e / t) * t) as f64, e as f64);
-    let reduction = if kernel.kind == BodyKind::Sum {
-        kernel.reduction()
+    let red_points = if kernel.kind == BodyKind::Sum {
+        panel_points(kernel, extents, config)
     } else {
-        Vec::new()
+        1
     };
-    let red_points = prod(reduction.iter().map(|&r| ext(r)));
 
     let others = prod(
         kernel
@@ -373,7 +383,11 @@ pub fn cpu_features_with_threads(
             .filter(|&s| Some(s) != config.vector_axis && Some(s) != config.unroll_axis)
             .map(ext),
     );
-    let outer = prod([ev.div_ceil(v), eu.div_ceil(u), others]);
+    let u_tiles = match block {
+        Some(_) => eu.div_ceil(u_block(kernel, extents, config).max(1)),
+        None => eu.div_ceil(u),
+    };
+    let outer = prod([ev.div_ceil(v), u_tiles, others]);
     let threads = if config.parallel { threads.max(1) } else { 1 };
     let rest = outer % threads;
     let last_round_fill = if rest == 0 {
@@ -388,6 +402,8 @@ pub fn cpu_features_with_threads(
             v.min(ev)
         } else if Some(i) == config.unroll_axis {
             u.min(eu)
+        } else if let Some((r0, b)) = block.filter(|&(r0, _)| r0 == i) {
+            b.min(ext(r0))
         } else if kernel.indices.get(i).map(|x| x.kind) == Some(IndexKind::Reduction) {
             ext(i)
         } else {

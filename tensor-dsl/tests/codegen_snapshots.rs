@@ -73,3 +73,29 @@ fn generated_c() {
         insta::assert_snapshot!(format!("c_{}", case.name), code);
     }
 }
+
+/// The blocked-reduction loop nest and the 512-bit request, on the matmul and the padded
+/// convolution cases: blocks that do not divide the reduction (48 = 2·20 + 8, 3 = 2 + 1).
+#[test]
+fn generated_c_blocked() {
+    for (name, k_block) in [("matmul", 20), ("conv_bias_relu", 2)] {
+        let case = load_cases().into_iter().find(|c| c.name == name).unwrap();
+        let decl: Vec<(String, bool)> = case
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, (n, _))| (n.clone(), i + 1 == case.params.len()))
+            .collect();
+        let kernel = parse_text(&case.name, &case.kernel, Some(&decl)).unwrap();
+        let shapes: Vec<&[usize]> = case.params.iter().map(|(_, s)| s.as_slice()).collect();
+        let extents = bind(&kernel, &shapes).unwrap();
+        let config = CpuConfig {
+            k_block,
+            ..CpuConfig::heuristic(&kernel, &extents, 16)
+        };
+        assert!(config.wide_simd);
+        assert!(tensor_dsl::template::cpu::blocked_reduction(&kernel, &extents, &config).is_some());
+        let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+        insta::assert_snapshot!(format!("c_blocked_{}", case.name), code);
+    }
+}

@@ -54,7 +54,20 @@ fn random_case(kernel: &Kernel, rng: &mut StdRng) -> Option<(Vec<usize>, Vec<Vec
 }
 
 fn close(got: f32, want: f32) -> bool {
-    (got.is_nan() && want.is_nan()) || (got - want).abs() <= 1e-4 * (1.0 + want.abs())
+    close_within(got, want, 1.0)
+}
+
+/// `close` with the tolerance scaled by `scale`: f32 rounding in a sum grows about with the
+/// square root of its length, see [`sum_scale`].
+fn close_within(got: f32, want: f32, scale: f32) -> bool {
+    (got.is_nan() && want.is_nan()) || (got - want).abs() <= 1e-4 * scale * (1.0 + want.abs())
+}
+
+/// Tolerance scale for a kernel's reduction: 1 up to 1000 terms, then √(terms / 1000) (a
+/// 33·13·64-term convolution sums to 1.5e-4 off the interpreter in plain sequential f32).
+fn sum_scale(kernel: &Kernel, extents: &[usize]) -> f32 {
+    let terms: usize = kernel.reduction().iter().map(|&r| extents[r]).product();
+    (terms as f32 / 1000.0).sqrt().max(1.0)
 }
 
 #[test]
@@ -117,6 +130,7 @@ fn check_kernel(src: &str, seed: u64) {
                 let point = template.space().sample_uniform(&mut rng).unwrap();
                 configs.push(template.decode(&point).unwrap());
             }
+            let scale = sum_scale(&kernel, &extents);
             for cfg in configs {
                 let mut got = vec![f32::NAN; n_out];
                 if let Err(cpu::CpuError::Other(e)) =
@@ -126,7 +140,7 @@ fn check_kernel(src: &str, seed: u64) {
                 }
                 for (n, (g, w)) in got.iter().zip(&want).enumerate() {
                     assert!(
-                        close(*g, *w),
+                        close_within(*g, *w, scale),
                         "{src} shapes {shapes:?} {cfg:?}: element {n}: cpu {g} vs reference {w}"
                     );
                 }
@@ -134,6 +148,123 @@ fn check_kernel(src: &str, seed: u64) {
         }
         assert!(ran > 0, "{src}: no consistent random shape found");
     }
+}
+
+/// Runs `configs` of `src` at `extents` (shapes derived, padded reads exercised) and checks
+/// each against the reference interpreter.
+fn check_configs(src: &str, extents: &[usize], configs: &[CpuConfig]) {
+    let kernel = parse_text("k", src, None).unwrap();
+    let mut rng = StdRng::seed_from_u64(7);
+    let (extents, shapes) = common::shapes_for(&kernel, extents, |hi| hi.max(1) as usize).unwrap();
+    let data: Vec<Vec<f32>> = shapes
+        .iter()
+        .map(|s| {
+            (0..s.iter().product::<usize>())
+                .map(|_| rng.gen_range(-1.0..1.0))
+                .collect()
+        })
+        .collect();
+    let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+    let data_refs: Vec<&[f32]> = data.iter().map(|d| d.as_slice()).collect();
+    let n_out: usize = shapes[kernel.output].iter().product();
+    let mut want = vec![0.0f32; n_out];
+    tensor_dsl::reference::run(&kernel, &extents, &shape_refs, &data_refs, &mut want);
+    for cfg in configs {
+        cfg.validate(&kernel).unwrap();
+        let mut got = vec![f32::NAN; n_out];
+        match cpu::run_with(&kernel, &extents, &shape_refs, &data_refs, &mut got, cfg) {
+            Ok(()) => {}
+            Err(cpu::CpuError::NoCompiler(e)) => {
+                eprintln!("no C compiler ({e}): skipped");
+                return;
+            }
+            Err(cpu::CpuError::Other(e)) => panic!("{src} {shapes:?} {cfg:?}: {e}"),
+        }
+        for (n, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                close(*g, *w),
+                "{src} shapes {shapes:?} {cfg:?}: element {n}: cpu {g} vs reference {w}"
+            );
+        }
+    }
+}
+
+/// Every combination of the knobs that change a blocked reduction's loop nest: blocks that
+/// divide the reduction and blocks that do not, packed or not, parallel or not.
+fn blocked_variants(base: &CpuConfig, blocks: &[usize]) -> Vec<CpuConfig> {
+    let mut out = Vec::new();
+    for &k_block in blocks {
+        for pack in [true, false] {
+            for parallel in [true, false] {
+                out.push(CpuConfig {
+                    k_block,
+                    pack,
+                    parallel,
+                    ..base.clone()
+                });
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn blocked_reductions_match_reference() {
+    let lanes = cpu::simd_lanes();
+    // Matmul: 7 and 16 do not divide K = 100, 50 does; M = 131 spans three u-blocks
+    // (64 rows rounded to the unroll tile of 3), N = 37 leaves an edge vector tile.
+    let mm = "c[[i, j]] += a[[i, k]] * b[[k, j]]";
+    let k = parse_text("k", mm, None).unwrap();
+    let base = CpuConfig {
+        unroll: 3,
+        ..CpuConfig::heuristic(&k, &[131, 37, 100], lanes)
+    };
+    check_configs(mm, &[131, 37, 100], &blocked_variants(&base, &[7, 16, 50]));
+
+    // Convolution with padding and a fused epilogue: the epilogue must run once, after the
+    // last block, on the full sum; c = 13 is blocked by 4 (not dividing) and by 1.
+    let conv = "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 1, 2 * q + s - 1]] * w[[f, c, r, s]]; \
+                y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])";
+    let k = parse_text("k", conv, None).unwrap();
+    let id = |name: &str| k.indices.iter().position(|i| i.name == name).unwrap();
+    let mut e = vec![0; k.indices.len()];
+    for (name, extent) in [("n", 2), ("f", 5), ("p", 7), ("q", 9), ("c", 13)] {
+        e[id(name)] = extent;
+    }
+    e[id("r")] = 3;
+    e[id("s")] = 3;
+    assert_eq!(
+        k.reduction().first(),
+        Some(&id("c")),
+        "c is the blocked index"
+    );
+    let heuristic = CpuConfig::heuristic(&k, &e, lanes);
+    let mut configs = blocked_variants(&heuristic, &[1, 4]);
+    // The channel axis vectorized instead (the weights are packed along f).
+    let f_axis = CpuConfig {
+        vector_axis: Some(id("f")),
+        vector: 4,
+        unroll_axis: Some(id("q")),
+        unroll: 2,
+        ..heuristic.clone()
+    };
+    configs.extend(blocked_variants(&f_axis, &[4]));
+    check_configs(conv, &e, &configs);
+
+    // No unroll axis (a rank-1 output), an epilogue, and a rank-0 output.
+    let gemv = "o[[i]] += a[[i, k]] * b[[k]]; o[[i]] = o[[i]] * 0.5 + 1.0";
+    let k = parse_text("k", gemv, None).unwrap();
+    let base = CpuConfig::heuristic(&k, &[70, 45], lanes);
+    check_configs(gemv, &[70, 45], &blocked_variants(&base, &[16]));
+    let dot = "s[[]] += a[[i]] * b[[i]]";
+    let k = parse_text("k", dot, None).unwrap();
+    check_configs(dot, &[99], &blocked_variants(&CpuConfig::naive(&k), &[32]));
+
+    // Several reduction indices, the first one blocked.
+    let chain = "o[[i]] += a[[i, j]] * b[[j, l]] * c[[l]] * d[[i]]";
+    let k = parse_text("k", chain, None).unwrap();
+    let base = CpuConfig::heuristic(&k, &[9, 17, 6], lanes);
+    check_configs(chain, &[9, 17, 6], &blocked_variants(&base, &[5]));
 }
 
 /// Shapes and data slots of one call.

@@ -178,6 +178,8 @@ fn cpu_vector_utilisation_is_one_exactly_when_the_tile_divides() {
         parallel: true,
         pack: true,
         unroll_outer: false,
+        k_block: 0,
+        wide_simd: true,
     };
     let f = cpu_features(&k, &[64, 64, 64], &[], &cfg, 16);
     assert_eq!(f.vector_utilisation, 1.0);
@@ -191,6 +193,24 @@ fn cpu_vector_utilisation_is_one_exactly_when_the_tile_divides() {
     // 16 x 4 outer iterations on 3 threads: 64 mod 3 = 1 busy in the last round.
     let h = cpu_features_with_threads(&k, &[64, 64, 64], &[], &cfg, 16, 3);
     assert!((h.last_round_fill - 1.0 / 3.0).abs() < 1e-12, "{h:?}");
+    // Without the 512-bit request GCC uses 8-lane vectors: the same tile is two of them.
+    let narrow = CpuConfig {
+        wide_simd: false,
+        ..cfg.clone()
+    };
+    let n = cpu_features(&k, &[64, 64, 64], &[], &narrow, 16);
+    assert_eq!(n.vector_lanes, 2.0);
+    assert!(n.register_pressure > f.register_pressure);
+    // A blocked reduction packs one block: a smaller panel and working set.
+    let blocked = CpuConfig {
+        k_block: 16,
+        ..cfg.clone()
+    };
+    let b = cpu_features(&k, &[64, 64, 64], &[], &blocked, 16);
+    assert!(
+        b.log2_pack_bytes < f.log2_pack_bytes && b.log2_l1_ratio < f.log2_l1_ratio,
+        "{b:?}"
+    );
     // A bigger register tile is more register pressure.
     let big = CpuConfig { unroll: 12, ..cfg };
     assert!(cpu_features(&k, &[64, 64, 64], &[], &big, 16).register_pressure > f.register_pressure);
@@ -270,7 +290,7 @@ fn analytic_features_on_a_recorded_landscape() {
         let t = CpuTemplate::new(&k, &e, lanes).unwrap();
         let (mut knob, mut both, mut scores) = (Vec::new(), Vec::new(), Vec::new());
         for r in records.iter().filter(|r| r.shapes == first.shapes) {
-            let Ok(c) = t.space().parse(&r.config) else {
+            let Ok(c) = t.parse(&r.config) else {
                 continue;
             };
             let Ok(cfg) = t.decode(&c) else { continue };
