@@ -167,7 +167,9 @@ pub fn replay(
         .collect();
     if points.is_empty() {
         return Err(format!(
-            "{} has no records for this kernel and shapes",
+            "{} has no records for this kernel and shapes in the current CPU space (a \
+             landscape recorded before a knob was added, e.g. k_block and simd, covers only \
+             part of the space: record it again with `tensor-dsl landscape`)",
             landscape.display()
         ));
     }
