@@ -2,6 +2,9 @@
 # Runs on a GPU machine (see build.sh): the CUDA tests, then the GPU bench suites named in
 # $SUITES (default: the smoke suite), writing reports, plots and landscapes into $OUT.
 #   SUITES="bert_matmul opevo_matmul" TRIALS=64 bash bench/gpu/run.sh
+# One device call may run 10 minutes: run the tests with the smoke suite first, then one
+# suite per call (SKIP_TESTS=1 SUITES=resnet50_conv2d ...). Each suite is stopped after
+# $SUITE_SECONDS (default 540) so that what it finished still comes back.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 CARRY="$PWD/.gpu-carry"
@@ -24,6 +27,7 @@ fi
 date=$(date -u +%Y-%m-%d)
 for s in ${SUITES:-smoke}; do
     echo "== bench $s"
+    timeout "${SUITE_SECONDS:-540}" \
     "$CARRY/bench" --suite "$s" --device cuda --trials "${TRIALS:-64}" --seed "${SEED:-1}" \
         ${BENCH_ARGS:-} \
         --json "$OUT/$date-cuda-$s.json" --plot "$OUT/$date-cuda-$s.svg" \
