@@ -76,31 +76,13 @@ fn run_cuda(
     data: &[&[f32]],
     out: &mut [f32],
 ) -> Result<(), Error> {
-    use crate::runtime::cuda::{self, DeviceBuffer};
+    use crate::runtime::cuda;
     cuda::available().map_err(|reason| Error::DeviceUnavailable {
         device: Device::Cuda.name().into(),
         reason,
     })?;
-    // The buffers must be exactly what `bind` checked; anything else would be unsound.
-    crate::runtime::check_buffers(kernel, shapes, data, out).map_err(|message| Error::Backend {
-        kernel: kernel.name.clone(),
-        message,
-    })?;
-    let inputs = kernel
-        .inputs()
-        .iter()
-        .map(|&p| DeviceBuffer::from_host(data[p]))
-        .collect::<Result<Vec<_>, _>>()?;
-    let refs: Vec<&DeviceBuffer> = inputs.iter().collect();
-    let mut output = DeviceBuffer::zeros(out.len())?;
-    let describe = run_on_gpu(kernel, extents, shapes, &refs, &mut output)?;
-    output.copy_to_host(out).map_err(|e| match e {
-        // A fault inside the kernel shows up at this copy: report it against the kernel.
-        Error::Device { message, .. } => Error::Backend {
-            kernel: kernel.name.clone(),
-            message: format!("{message}\n{describe}"),
-        },
-        other => other,
+    cuda::run_host(kernel, shapes, data, out, |inputs, output| {
+        run_on_gpu(kernel, extents, shapes, inputs, output)
     })
 }
 

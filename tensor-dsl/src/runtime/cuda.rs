@@ -1132,13 +1132,30 @@ pub fn run_with(
 ) -> Result<(), Error> {
     runtime()?;
     check_shapes(kernel, extents, shapes)?;
+    run_host(kernel, shapes, data, out, |inputs, output| {
+        let compiled = compile(kernel, extents, shapes, schedule)?;
+        compiled.launch(inputs, output)?;
+        Ok(compiled.describe())
+    })
+}
+
+/// A host-tensor call around `launch`: checks the buffers against `shapes`, copies the inputs
+/// (`data` by parameter id) to the GPU, lets `launch` queue the kernel on them (it returns the
+/// launch's description), and copies the output back into `out`, reporting a fault inside
+/// the kernel against it.
+pub fn run_host(
+    kernel: &Kernel,
+    shapes: &[&[usize]],
+    data: &[&[f32]],
+    out: &mut [f32],
+    launch: impl FnOnce(&[&DeviceBuffer], &mut DeviceBuffer) -> Result<String, Error>,
+) -> Result<(), Error> {
     let bad = |message: String| Error::Backend {
         kernel: kernel.name.clone(),
         message,
     };
     // The buffers must be exactly what `bind` checked; anything else would be unsound.
     super::check_buffers(kernel, shapes, data, out).map_err(bad)?;
-    let compiled = compile(kernel, extents, shapes, schedule)?;
     let inputs = kernel
         .inputs()
         .iter()
@@ -1146,10 +1163,10 @@ pub fn run_with(
         .collect::<Result<Vec<_>, _>>()?;
     let refs: Vec<&DeviceBuffer> = inputs.iter().collect();
     let mut output = DeviceBuffer::alloc(out.len())?;
-    compiled.launch(&refs, &mut output)?;
+    let describe = launch(&refs, &mut output)?;
     output.copy_to_host(out).map_err(|e| match e {
         // A fault inside the kernel shows up at this copy: report it against the kernel.
-        Error::Device { message, .. } => bad(format!("{message}\n{}", compiled.describe())),
+        Error::Device { message, .. } => bad(format!("{message}\n{describe}")),
         other => other,
     })
 }
