@@ -258,28 +258,24 @@ fn tune_cuda_now(kernel: &Kernel, shapes: &[&[usize]]) -> Result<Option<CudaDeci
         return Ok(None);
     }
     let owned: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
-    let bar = progress_bar(kernel, &opts);
-    let result = crate::autotune::tune_cuda(kernel, &owned, &opts, &mut |n| {
-        if let Some(pb) = &bar {
-            pb.set_position(n as u64);
-        }
+    let result = with_progress(kernel, &opts, |progress| {
+        crate::autotune::tune_cuda(kernel, &owned, &opts, progress)
     })?;
-    if let Some(pb) = bar {
-        pb.finish_and_clear();
-    }
-    if let Err(e) = records::append(&records::default_records_file(), &result.records) {
-        eprintln!("tensor-dsl: warning: could not save tuning records: {e}");
-    }
-    tuned::forget_cache();
+    save_tuned(&result.records);
     Ok(result.best.map(|(schedule, _)| CudaDecision {
         schedule,
         source: Source::Tuned,
     }))
 }
 
-/// A progress bar for first-call tuning when stderr is a terminal.
-fn progress_bar(kernel: &Kernel, opts: &TuneOptions) -> Option<indicatif::ProgressBar> {
-    std::io::stderr().is_terminal().then(|| {
+/// Runs first-call tuning with a progress bar on stderr when it is a terminal; `tune` gets
+/// the callback that reports the trials done.
+fn with_progress<T>(
+    kernel: &Kernel,
+    opts: &TuneOptions,
+    tune: impl FnOnce(&mut dyn FnMut(usize)) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let bar = std::io::stderr().is_terminal().then(|| {
         let pb = indicatif::ProgressBar::new(opts.trials as u64);
         pb.set_style(
             indicatif::ProgressStyle::with_template(
@@ -289,7 +285,25 @@ fn progress_bar(kernel: &Kernel, opts: &TuneOptions) -> Option<indicatif::Progre
         );
         pb.set_message(kernel.name.clone());
         pb
-    })
+    });
+    let result = tune(&mut |n| {
+        if let Some(pb) = &bar {
+            pb.set_position(n as u64);
+        }
+    });
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    result
+}
+
+/// Saves first-call tuning's records to the user cache (a failure is a warning: the call
+/// still uses what it found) and makes the next lookup read them.
+fn save_tuned(records: &[Record]) {
+    if let Err(e) = records::append(&records::default_records_file(), records) {
+        eprintln!("tensor-dsl: warning: could not save tuning records: {e}");
+    }
+    tuned::forget_cache();
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -461,19 +475,10 @@ fn decide_cpu(
     let (policy, opts) = tune_settings()?;
     if policy == TunePolicy::FirstCall && cpu::compiler().is_ok() {
         let owned: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
-        let bar = progress_bar(kernel, &opts);
-        let result = tune_cpu(kernel, &owned, &opts, &mut |n| {
-            if let Some(pb) = &bar {
-                pb.set_position(n as u64);
-            }
+        let result = with_progress(kernel, &opts, |progress| {
+            tune_cpu(kernel, &owned, &opts, progress)
         })?;
-        if let Some(pb) = bar {
-            pb.finish_and_clear();
-        }
-        if let Err(e) = records::append(&records::default_records_file(), &result.records) {
-            eprintln!("tensor-dsl: warning: could not save tuning records: {e}");
-        }
-        tuned::forget_cache();
+        save_tuned(&result.records);
         if let Some((config, _)) = result.best {
             return Ok(CpuDecision {
                 config,
