@@ -8,7 +8,6 @@ use tensor_dsl::runtime::cpu::{self, CpuError};
 use tensor_dsl::template::cpu::{CpuConfig, CpuTemplate};
 
 use crate::baseline;
-use crate::landscape::Landscape;
 use crate::load;
 use crate::report::KernelResult;
 use crate::timing::{self, Contender, Plan};
@@ -89,24 +88,13 @@ fn run_into(
     let tuned = {
         let mut measurer = CpuMeasurer::new(kernel, &problem.shapes, template.clone())
             .map_err(|e| format!("preparing the measurer: {e}"))?;
-        let landscape = opts.landscape.map(|dir| {
-            Landscape::new(
-                dir,
-                &w.suite,
-                &w.name,
-                problem,
-                &opts.settings.strategy,
-                tensor_dsl::records::Target::this_cpu(),
-                tensor_dsl::codegen::c::CODEGEN_VERSION,
-            )
-        });
         let mut log = TrialLog::new(
-            format!("{}/{}", w.suite, w.name),
+            w,
+            problem,
+            opts,
             template.space(),
-            landscape,
-            opts.settings.trials,
-            flops,
-            opts.verbose,
+            tensor_dsl::records::Target::this_cpu(),
+            tensor_dsl::codegen::c::CODEGEN_VERSION,
         );
         let tuned = tuning::tune(problem, &template, &mut measurer, opts.settings, &mut |t| {
             log.trial(t)

@@ -16,13 +16,15 @@ use std::time::Duration;
 use tensor_dsl::autotune::{combined_features, TuneOptions};
 use tensor_dsl::features::{cpu_features, CpuFeatures};
 use tensor_dsl::measure::cpu::CpuMeasurer;
+use tensor_dsl::records::Target;
 use tensor_dsl::runtime::cpu::simd_lanes;
 use tensor_dsl::template::cpu::CpuTemplate;
 use tuner::{Config, Measurer, Outcome, SearchSpace, Trial};
 
 use crate::landscape::Landscape;
 use crate::report::KernelResult;
-use crate::workloads::Problem;
+use crate::run::Options;
+use crate::workloads::{Problem, Workload};
 
 /// What a tuning run produced.
 pub struct Tuned {
@@ -77,6 +79,18 @@ pub struct Settings {
     pub floor_gflops: f64,
 }
 
+impl Settings {
+    /// The points measured before the strategy's: the template's default, unless
+    /// `--pure-search`.
+    pub fn seeds(&self, default: Config) -> Vec<Config> {
+        if self.start_from_default {
+            vec![default]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
 /// The strategies `--strategy` accepts (besides `default`).
 pub fn strategy_names() -> Vec<&'static str> {
     tuner::strategy::STRATEGY_NAMES.to_vec()
@@ -87,24 +101,27 @@ pub fn is_strategy(name: &str) -> bool {
     tuner::strategy::by_name(name, &tuner::Budget::new(1)).is_some()
 }
 
-/// `CpuMeasurer` with a timeout that follows the best time so far.
-struct Bounded<'a> {
-    inner: &'a mut CpuMeasurer,
-    flops: f64,
-    kill_factor: f64,
-    floor_gflops: f64,
-    best: Option<f64>,
+/// A measurer whose per-call limit follows the best time so far: a candidate slower than
+/// `kill_factor` times the best (or than `floor_gflops`) is cut off, so one terrible point
+/// cannot eat minutes. `apply` turns the per-call limit in seconds into the measurer's own
+/// setting (the CPU runner's timeout, the GPU measurer's per-launch limit).
+pub struct Bounded<'a, M: Measurer> {
+    pub inner: &'a mut M,
+    pub apply: fn(&mut M, f64),
+    pub flops: f64,
+    pub kill_factor: f64,
+    pub floor_gflops: f64,
+    pub best: Option<f64>,
 }
 
-impl Bounded<'_> {
-    /// The runner makes at least 4 calls (one checked, three timed); allow 4 calls at the
-    /// slowest acceptable speed plus a second of start-up, never under 2 s.
-    fn timeout(&self) -> Duration {
+impl<M: Measurer> Bounded<'_, M> {
+    /// Seconds per call above which a candidate is cut off.
+    fn per_call(&self) -> f64 {
         let mut per_call = self.flops / (self.floor_gflops.max(1e-3) * 1e9);
         if let Some(b) = self.best.filter(|_| self.kill_factor > 0.0) {
             per_call = per_call.min(self.kill_factor * b);
         }
-        Duration::from_secs_f64((1.0 + 4.0 * per_call).clamp(2.0, 120.0))
+        per_call
     }
 
     fn note(&mut self, outcomes: &[Outcome]) {
@@ -114,20 +131,26 @@ impl Bounded<'_> {
     }
 }
 
-impl Measurer for Bounded<'_> {
+impl<M: Measurer> Measurer for Bounded<'_, M> {
     fn measure(&mut self, batch: &[Config]) -> Vec<Outcome> {
-        self.inner.timeout = self.timeout();
+        (self.apply)(self.inner, self.per_call());
         let out = self.inner.measure(batch);
         self.note(&out);
         out
     }
 
     fn remeasure(&mut self, config: &Config) -> Outcome {
-        self.inner.timeout = self.timeout();
+        (self.apply)(self.inner, self.per_call());
         let out = self.inner.remeasure(config);
         self.note(std::slice::from_ref(&out));
         out
     }
+}
+
+/// The CPU runner makes at least 4 calls (one checked, three timed): allow 4 calls at the
+/// limit plus a second of start-up, never under 2 s.
+fn cpu_timeout(m: &mut CpuMeasurer, per_call: f64) {
+    m.timeout = Duration::from_secs_f64((1.0 + 4.0 * per_call).clamp(2.0, 120.0));
 }
 
 /// Tunes with `settings`, calling `on_trial` after every measured point.
@@ -152,19 +175,15 @@ pub fn tune(
             .to_vec(),
         )
     });
-    let flops = measurer.flops();
     let mut bounded = Bounded {
+        flops: measurer.flops(),
         inner: measurer,
-        flops,
+        apply: cpu_timeout,
         kill_factor: settings.kill_factor,
         floor_gflops: settings.floor_gflops,
         best: None,
     };
-    let seeds = if settings.start_from_default {
-        vec![template.default_config()]
-    } else {
-        Vec::new()
-    };
+    let seeds = settings.seeds(template.default_config());
     search(
         template.space(),
         seeds,
@@ -219,21 +238,34 @@ pub struct TrialLog<'a> {
 }
 
 impl<'a> TrialLog<'a> {
+    /// The log of one workload's search over `space`; with `--record-landscape`, its records
+    /// name `target` and the generator's `codegen` version.
     pub fn new(
-        label: String,
+        w: &Workload,
+        problem: &Problem,
+        opts: &Options<'_>,
         space: &'a SearchSpace,
-        landscape: Option<Landscape>,
-        total: usize,
-        flops: f64,
-        verbose: bool,
+        target: Target,
+        codegen: u32,
     ) -> TrialLog<'a> {
+        let landscape = opts.landscape.map(|dir| {
+            Landscape::new(
+                dir,
+                &w.suite,
+                &w.name,
+                problem,
+                &opts.settings.strategy,
+                target,
+                codegen,
+            )
+        });
         TrialLog {
-            label,
+            label: format!("{}/{}", w.suite, w.name),
             space,
             landscape,
-            total,
-            flops,
-            verbose,
+            total: opts.settings.trials,
+            flops: problem.flops(),
+            verbose: opts.verbose,
             seen: 0,
             best: None,
             landscape_error: None,

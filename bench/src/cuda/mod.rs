@@ -17,13 +17,12 @@ use tensor_dsl::measure::cuda::CudaMeasurer;
 use tensor_dsl::records::Target;
 use tensor_dsl::runtime::cuda::{self, DeviceBuffer};
 use tensor_dsl::template::gpu::GpuTemplate;
-use tuner::{Config, Measurer, Outcome, Trial};
+use tuner::Trial;
 
-use crate::landscape::Landscape;
 use crate::report::KernelResult;
 use crate::run::{compare, Options};
 use crate::timing::{median, Timing};
-use crate::tuning::{search, Settings, TrialLog, Tuned};
+use crate::tuning::{search, Bounded, Settings, TrialLog, Tuned};
 use crate::workloads::{Problem, Workload};
 
 pub use baseline::name as baseline_name;
@@ -49,40 +48,10 @@ pub fn run(w: &Workload, problem: &Problem, opts: &Options<'_>) -> KernelResult 
     r
 }
 
-/// The measurer with a per-launch limit that follows the best time so far (the GPU analogue
-/// of the CPU bench's kill timeout).
-struct Bounded<'a> {
-    inner: &'a mut CudaMeasurer,
-    flops: f64,
-    kill_factor: f64,
-    floor_gflops: f64,
-    best: Option<f64>,
-}
-
-impl Bounded<'_> {
-    fn limit(&self) -> f64 {
-        let mut limit = self.flops / (self.floor_gflops.max(1e-3) * 1e9);
-        if let Some(b) = self.best.filter(|_| self.kill_factor > 0.0) {
-            limit = limit.min(self.kill_factor * b);
-        }
-        // Never judge below 1 ms: one event-timed launch of a tiny kernel is noisy.
-        limit.clamp(1e-3, 10.0)
-    }
-
-    fn note(&mut self, outcomes: &[Outcome]) {
-        for s in outcomes.iter().filter_map(Outcome::seconds) {
-            self.best = Some(self.best.map_or(s, |b| b.min(s)));
-        }
-    }
-}
-
-impl Measurer for Bounded<'_> {
-    fn measure(&mut self, batch: &[Config]) -> Vec<Outcome> {
-        self.inner.max_seconds = self.limit();
-        let out = self.inner.measure(batch);
-        self.note(&out);
-        out
-    }
+/// The GPU measurer's per-launch limit, never under 1 ms (one event-timed launch of a tiny
+/// kernel is noisy) nor over 10 s.
+fn gpu_limit(m: &mut CudaMeasurer, per_call: f64) {
+    m.max_seconds = per_call.clamp(1e-3, 10.0);
 }
 
 fn tune(
@@ -107,19 +76,15 @@ fn tune(
             .to_vec(),
         )
     });
-    let flops = measurer.flops();
     let mut bounded = Bounded {
+        flops: measurer.flops(),
         inner: measurer,
-        flops,
+        apply: gpu_limit,
         kill_factor: settings.kill_factor,
         floor_gflops: settings.floor_gflops,
         best: None,
     };
-    let seeds = if settings.start_from_default {
-        vec![template.default_config()?]
-    } else {
-        Vec::new()
-    };
+    let seeds = settings.seeds(template.default_config()?);
     search(
         template.space(),
         seeds,
@@ -188,24 +153,13 @@ fn run_into(
     let tuned = {
         let mut measurer = CudaMeasurer::new(kernel, &problem.shapes, template.clone())
             .map_err(|e| format!("preparing the measurer: {e}"))?;
-        let landscape = opts.landscape.map(|dir| {
-            Landscape::new(
-                dir,
-                &w.suite,
-                &w.name,
-                problem,
-                &opts.settings.strategy,
-                Target::cuda(&info.name, info.sm()),
-                tensor_dsl::codegen::cuda::CODEGEN_VERSION,
-            )
-        });
         let mut log = TrialLog::new(
-            format!("{}/{}", w.suite, w.name),
+            w,
+            problem,
+            opts,
             template.space(),
-            landscape,
-            opts.settings.trials,
-            flops,
-            opts.verbose,
+            Target::cuda(&info.name, info.sm()),
+            tensor_dsl::codegen::cuda::CODEGEN_VERSION,
         );
         let tuned = tune(problem, &template, &mut measurer, opts.settings, &mut |t| {
             log.trial(t)
