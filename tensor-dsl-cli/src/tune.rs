@@ -4,7 +4,7 @@ use crate::args::problem;
 use crate::KernelArgs;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tensor_dsl::autotune::{tune_cpu, TuneOptions};
+use tensor_dsl::autotune::{tune_cpu, TuneOptions, TuneOutcome};
 use tensor_dsl::records;
 
 /// What either device's tuning found, for the summary.
@@ -18,22 +18,18 @@ struct Outcome {
     history: Vec<Option<f64>>,
 }
 
-fn tune_gpu(
-    p: &crate::args::Problem,
-    opts: &TuneOptions,
-    progress: &mut dyn FnMut(usize),
-) -> Result<Outcome, String> {
-    let o = tensor_dsl::autotune::tune_cuda(&p.kernel, &p.shapes, opts, progress)
-        .map_err(|e| e.to_string())?;
-    Ok(Outcome {
-        best_gflops: o.best_gflops,
-        best_seconds: o.best_seconds,
-        best_config: o.best.map(|(_, text)| text),
-        records: o.records,
-        valid_trials: o.valid_trials,
-        seconds: o.seconds,
-        history: o.history,
-    })
+impl<S> From<TuneOutcome<S>> for Outcome {
+    fn from(o: TuneOutcome<S>) -> Outcome {
+        Outcome {
+            best_gflops: o.best_gflops,
+            best_seconds: o.best_seconds,
+            best_config: o.best.map(|(_, text)| text),
+            records: o.records,
+            valid_trials: o.valid_trials,
+            seconds: o.seconds,
+            history: o.history,
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -61,21 +57,13 @@ pub fn run(
             eprint!("\rtensor-dsl: tuning {}: trial {n}/{trials}", args.name);
         }
     };
-    let out = match device {
-        "cpu" => {
-            let o =
-                tune_cpu(&p.kernel, &p.shapes, &opts, &mut progress).map_err(|e| e.to_string())?;
-            Outcome {
-                best_gflops: o.best_gflops,
-                best_seconds: o.best_seconds,
-                best_config: o.best.map(|(_, text)| text),
-                records: o.records,
-                valid_trials: o.valid_trials,
-                seconds: o.seconds,
-                history: o.history,
-            }
-        }
-        "cuda" => tune_gpu(&p, &opts, &mut progress)?,
+    let out: Outcome = match device {
+        "cpu" => tune_cpu(&p.kernel, &p.shapes, &opts, &mut progress)
+            .map_err(|e| e.to_string())?
+            .into(),
+        "cuda" => tensor_dsl::autotune::tune_cuda(&p.kernel, &p.shapes, &opts, &mut progress)
+            .map_err(|e| e.to_string())?
+            .into(),
         other => return Err(format!("--device `{other}`: expected cpu or cuda")),
     };
     if !quiet {

@@ -57,11 +57,12 @@ impl Default for TuneOptions {
     }
 }
 
-/// What a tuning run found.
+/// What a tuning run found: `S` is the schedule type (`CpuConfig` for [`tune_cpu`],
+/// `GpuSchedule` for `tune_cuda`).
 #[derive(Clone, Debug)]
-pub struct TuneOutcome {
+pub struct TuneOutcome<S = CpuConfig> {
     /// The fastest valid schedule and its text form in the template's space.
-    pub best: Option<(CpuConfig, String)>,
+    pub best: Option<(S, String)>,
     pub best_seconds: Option<f64>,
     pub best_gflops: Option<f64>,
     /// One record per measurement, in order.
@@ -109,7 +110,6 @@ pub fn tune_cpu(
         &mut measurer,
         &mut counting(on_trial),
     )?;
-    let gflops = |s: f64| flops / s / 1e9;
     let records = records_of(
         kernel,
         shapes,
@@ -120,29 +120,11 @@ pub fn tune_cpu(
         CODEGEN_VERSION,
         &opts.strategy,
     );
-    let best = match &result.best {
-        Some((config, _)) => Some((
-            template.decode(config).map_err(|m| Error::Backend {
-                kernel: kernel.name.clone(),
-                message: m,
-            })?,
-            space.format(config).unwrap_or_default(),
-        )),
-        None => None,
-    };
-    let best_seconds = result.best.as_ref().map(|(_, s)| *s);
-    Ok(TuneOutcome {
-        best,
-        best_seconds,
-        best_gflops: best_seconds.map(gflops),
-        valid_trials: result
-            .trials
-            .iter()
-            .filter(|t| t.outcome.is_valid())
-            .count(),
-        history: result.history.iter().map(|h| h.map(gflops)).collect(),
-        records,
-        seconds,
+    outcome(result, seconds, flops, records, &space, |c| {
+        template.decode(c).map_err(|m| Error::Backend {
+            kernel: kernel.name.clone(),
+            message: m,
+        })
     })
 }
 
@@ -204,6 +186,36 @@ pub fn search(
     Ok((result, start.elapsed().as_secs_f64()))
 }
 
+/// The outcome of a search: the best point decoded into its schedule, the history in GFLOPS.
+fn outcome<S>(
+    result: TuneResult,
+    seconds: f64,
+    flops: f64,
+    records: Vec<Record>,
+    space: &SearchSpace,
+    decode: impl Fn(&Config) -> Result<S, Error>,
+) -> Result<TuneOutcome<S>, Error> {
+    let gflops = |s: f64| flops / s / 1e9;
+    let best = match &result.best {
+        Some((config, _)) => Some((decode(config)?, space.format(config).unwrap_or_default())),
+        None => None,
+    };
+    let best_seconds = result.best.as_ref().map(|(_, s)| *s);
+    Ok(TuneOutcome {
+        best,
+        best_seconds,
+        best_gflops: best_seconds.map(gflops),
+        valid_trials: result
+            .trials
+            .iter()
+            .filter(|t| t.outcome.is_valid())
+            .count(),
+        history: result.history.iter().map(|h| h.map(gflops)).collect(),
+        records,
+        seconds,
+    })
+}
+
 /// A trial callback that reports how many trials are done.
 fn counting(on_trial: &mut dyn FnMut(usize)) -> impl FnMut(&Trial) + '_ {
     let mut done = 0;
@@ -257,21 +269,9 @@ fn records_of(
         .collect()
 }
 
-/// What a GPU tuning run found.
+/// What a GPU tuning run found (records with target `cuda`, the GPU's name and `sm_XY`).
 #[cfg(feature = "cuda")]
-#[derive(Clone, Debug)]
-pub struct CudaTuneOutcome {
-    /// The fastest valid schedule and its text form in the template's space.
-    pub best: Option<(crate::template::gpu::GpuSchedule, String)>,
-    pub best_seconds: Option<f64>,
-    pub best_gflops: Option<f64>,
-    /// One record per measurement, in order (target `cuda`, the GPU's name and `sm_XY`).
-    pub records: Vec<Record>,
-    /// Best-so-far GFLOPS after each trial (`None` before the first valid one).
-    pub history: Vec<Option<f64>>,
-    pub valid_trials: usize,
-    pub seconds: f64,
-}
+pub type CudaTuneOutcome = TuneOutcome<crate::template::gpu::GpuSchedule>;
 
 /// Tunes `kernel` at `shapes` (by parameter, output included) on the GPU the CUDA runtime
 /// uses: the GPU template's space, [`crate::measure::cuda::CudaMeasurer`], the strategy
@@ -330,29 +330,7 @@ pub fn tune_cuda(
         crate::codegen::cuda::CODEGEN_VERSION,
         &opts.strategy,
     );
-    let best = match &result.best {
-        Some((config, _)) => Some((
-            template.decode(config).map_err(backend)?,
-            space.format(config).unwrap_or_default(),
-        )),
-        None => None,
-    };
-    let best_seconds = result.best.as_ref().map(|(_, s)| *s);
-    Ok(CudaTuneOutcome {
-        best,
-        best_seconds,
-        best_gflops: best_seconds.map(|s| flops / s / 1e9),
-        valid_trials: result
-            .trials
-            .iter()
-            .filter(|t| t.outcome.is_valid())
-            .count(),
-        history: result
-            .history
-            .iter()
-            .map(|h| h.map(|s| flops / s / 1e9))
-            .collect(),
-        records,
-        seconds,
+    outcome(result, seconds, flops, records, &space, |c| {
+        template.decode(c).map_err(backend)
     })
 }
