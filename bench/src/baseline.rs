@@ -21,16 +21,6 @@ pub fn name(op: &Op) -> &'static str {
     }
 }
 
-/// Row-major strides of a tensor whose axes are named by `axes`, looked up by letter.
-pub fn letter_strides(axes: &str, dims: &[usize]) -> impl Fn(char) -> isize {
-    let mut strides = vec![1isize; dims.len()];
-    for d in (0..dims.len().saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * dims[d + 1] as isize;
-    }
-    let pairs: Vec<(char, isize)> = axes.chars().zip(strides).collect();
-    move |c| pairs.iter().find(|(x, _)| *x == c).map_or(0, |(_, s)| *s)
-}
-
 /// Whether `matrixmultiply` runs an m×k·k×n GEMM on one thread only.
 fn gemm_is_single_threaded(m: usize, k: usize, n: usize) -> bool {
     (m * k + k * n) / (1 << 14) < 2
@@ -133,25 +123,15 @@ pub fn run(
         }
         .run(a, b, out),
         Op::BatchMatmul {
-            b: batch,
-            m,
-            n,
-            k,
-            lhs,
-            rhs,
-            out: out_axes,
+            b: batch, m, n, k, ..
         } => {
-            let size = |ch: char| match ch {
-                'b' => *batch,
-                'm' => *m,
-                'n' => *n,
-                _ => *k,
+            let Some([la, lb, lc]) = op.batch_strides() else {
+                return Err("a batched matmul without strides (a bug in the bench)".into());
             };
-            let dims = |s: &str| s.chars().map(size).collect::<Vec<_>>();
             let (sa, sb, sc) = (
-                letter_strides(lhs, &dims(lhs)),
-                letter_strides(rhs, &dims(rhs)),
-                letter_strides(out_axes, &dims(out_axes)),
+                |c| la.of(c) as isize,
+                |c| lb.of(c) as isize,
+                |c| lc.of(c) as isize,
             );
             let gemm = Gemm {
                 m: *m,

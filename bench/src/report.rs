@@ -3,6 +3,8 @@
 use serde::Serialize;
 use serde_json::Value;
 use std::path::Path;
+
+use crate::timing::Timing;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// One kernel's result. `status` is `ok`, `failed` (see `error`: a tuning, build, run or
@@ -102,6 +104,25 @@ impl KernelResult {
             baseline_rounds: Vec::new(),
             default_rounds: Vec::new(),
         }
+    }
+
+    /// Fills the timed fields from the side-by-side timings of (ours, the baseline, the
+    /// default), in that order.
+    pub fn timed(&mut self, timings: &[Timing]) -> Result<(), String> {
+        let [ours, base, default] = timings else {
+            return Err("timing returned the wrong number of contenders".into());
+        };
+        let gflops = |s: f64| self.flops / s / 1e9;
+        self.ours_seconds = Some(ours.median);
+        self.ours_gflops = Some(gflops(ours.median));
+        self.baseline_seconds = Some(base.median);
+        self.baseline_gflops = Some(gflops(base.median));
+        self.ratio = Some(base.median / ours.median);
+        self.default_gflops = Some(gflops(default.median));
+        self.ours_rounds = ours.rounds.clone();
+        self.baseline_rounds = base.rounds.clone();
+        self.default_rounds = default.rounds.clone();
+        Ok(())
     }
 
     pub fn fail(&mut self, error: impl Into<String>) {

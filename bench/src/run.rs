@@ -79,8 +79,6 @@ fn run_into(
     r: &mut KernelResult,
 ) -> Result<(), String> {
     let (kernel, extents) = (&problem.kernel, &problem.extents);
-    let flops = problem.flops();
-    let gflops = |s: f64| flops / s / 1e9;
     let template = CpuTemplate::new(kernel, extents, cpu::simd_lanes())
         .map_err(|e| format!("building the CPU space: {e}"))?;
 
@@ -146,19 +144,7 @@ fn run_into(
         ];
         timing::side_by_side(&mut contenders, opts.plan)?
     };
-    let [ours, base, default] = timings.as_slice() else {
-        return Err("timing returned the wrong number of contenders".into());
-    };
-    r.ours_seconds = Some(ours.median);
-    r.ours_gflops = Some(gflops(ours.median));
-    r.baseline_seconds = Some(base.median);
-    r.baseline_gflops = Some(gflops(base.median));
-    r.ratio = Some(base.median / ours.median);
-    r.default_gflops = Some(gflops(default.median));
-    r.ours_rounds = ours.rounds.clone();
-    r.baseline_rounds = base.rounds.clone();
-    r.default_rounds = default.rounds.clone();
-    Ok(())
+    r.timed(&timings)
 }
 
 #[cfg(test)]

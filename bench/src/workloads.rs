@@ -50,6 +50,53 @@ pub enum Op {
     Conv2d(Conv),
 }
 
+/// Row-major element strides of one tensor, by axis letter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Strides(Vec<(char, usize)>);
+
+impl Strides {
+    /// The tensor with axes `axes` (letters, outermost first) of sizes `size(letter)`.
+    pub fn row_major(axes: &str, size: impl Fn(char) -> usize) -> Strides {
+        let letters: Vec<char> = axes.chars().collect();
+        let mut strides = vec![1usize; letters.len()];
+        for d in (0..letters.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * size(letters[d + 1]);
+        }
+        Strides(letters.into_iter().zip(strides).collect())
+    }
+
+    /// The stride of axis `c` (0 if the tensor has no such axis).
+    pub fn of(&self, c: char) -> usize {
+        self.0.iter().find(|(x, _)| *x == c).map_or(0, |(_, s)| *s)
+    }
+}
+
+impl Op {
+    /// The size of axis `c` (`b`, `m`, `n`, `k`) of a batched matmul; 0 for another op.
+    pub fn batch_axis(&self, c: char) -> usize {
+        match self {
+            Op::BatchMatmul { b, m, n, k, .. } => match c {
+                'b' => *b,
+                'm' => *m,
+                'n' => *n,
+                _ => *k,
+            },
+            _ => 0,
+        }
+    }
+
+    /// The strides of a batched matmul's left operand, right operand and output.
+    pub fn batch_strides(&self) -> Option<[Strides; 3]> {
+        match self {
+            Op::BatchMatmul { lhs, rhs, out, .. } => {
+                let of = |axes: &str| Strides::row_major(axes, |c| self.batch_axis(c));
+                Some([of(lhs), of(rhs), of(out)])
+            }
+            _ => None,
+        }
+    }
+}
+
 /// A 2-D convolution, NCHW input and FCRS weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conv {
@@ -247,21 +294,8 @@ pub fn kernel_text(op: &Op) -> (String, Vec<(String, Vec<usize>, bool)>) {
                 ("c".into(), vec![*m, *n], true),
             ],
         ),
-        Op::BatchMatmul {
-            b,
-            m,
-            n,
-            k,
-            lhs,
-            rhs,
-            out,
-        } => {
-            let size = |ch: char| match ch {
-                'b' => *b,
-                'm' => *m,
-                'n' => *n,
-                _ => *k,
-            };
+        Op::BatchMatmul { lhs, rhs, out, .. } => {
+            let size = |ch: char| op.batch_axis(ch);
             let idx = |s: &str| {
                 s.chars()
                     .map(|c| c.to_string())

@@ -21,7 +21,6 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use tensor_dsl::runtime::cuda::{self, guarded, DeviceBuffer};
 
 use super::gemm_plan::{self, Operand};
-use crate::baseline::letter_strides;
 use crate::workloads::{Conv, Op};
 
 /// What the report calls the baseline of `op` on the GPU.
@@ -127,26 +126,12 @@ impl Baseline {
                 Self::gemm(gemm_plan::plan(&a, &b, &c, 1)?, "cuBLAS sgemm")
             }
             Op::BatchMatmul {
-                b: batch,
-                m,
-                n,
-                k,
-                lhs,
-                rhs,
-                out: out_axes,
+                b: batch, m, n, k, ..
             } => {
-                let size = |ch: char| match ch {
-                    'b' => *batch,
-                    'm' => *m,
-                    'n' => *n,
-                    _ => *k,
+                let Some([la, lb, lc]) = op.batch_strides() else {
+                    return Err("a batched matmul without strides (a bug in the bench)".into());
                 };
-                let strides = |axes: &str| {
-                    let dims: Vec<usize> = axes.chars().map(size).collect();
-                    let st = letter_strides(axes, &dims);
-                    move |c: char| st(c).unsigned_abs()
-                };
-                let (sa, sb, sc) = (strides(lhs), strides(rhs), strides(out_axes));
+                let (sa, sb, sc) = (|c| la.of(c), |c| lb.of(c), |c| lc.of(c));
                 let a = Operand {
                     rows: *m,
                     cols: *k,

@@ -118,6 +118,7 @@ pub fn plan(a: &Operand, b: &Operand, c: &Operand, batch: usize) -> Result<Plan,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workloads::Strides;
 
     /// cuBLAS `sgemmStridedBatched` semantics (column-major, alpha 1, beta 0) on the CPU.
     fn cublas_model(p: &Plan, l: &[f32], r: &[f32], y: &mut [f32]) {
@@ -141,17 +142,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    /// Row-major strides of a tensor whose axes are `axes` (letters of b, m, n, k).
-    fn strides(axes: &str, size: impl Fn(char) -> usize) -> impl Fn(char) -> usize {
-        let dims: Vec<usize> = axes.chars().map(&size).collect();
-        let mut st = vec![1usize; dims.len()];
-        for d in (0..dims.len().saturating_sub(1)).rev() {
-            st[d] = st[d + 1] * dims[d + 1];
-        }
-        let pairs: Vec<(char, usize)> = axes.chars().zip(st).collect();
-        move |c| pairs.iter().find(|(x, _)| *x == c).map_or(0, |(_, s)| *s)
     }
 
     fn permutations(s: &str) -> Vec<String> {
@@ -188,11 +178,12 @@ mod tests {
         for lhs in permutations("bmk") {
             for rhs in permutations("bkn") {
                 for out in permutations("bmn") {
-                    let (sa, sb, sc) = (
-                        strides(&lhs, size),
-                        strides(&rhs, size),
-                        strides(&out, size),
+                    let (la, lb, lc) = (
+                        Strides::row_major(&lhs, size),
+                        Strides::row_major(&rhs, size),
+                        Strides::row_major(&out, size),
                     );
+                    let (sa, sb, sc) = (|c| la.of(c), |c| lb.of(c), |c| lc.of(c));
                     let a = Operand {
                         rows: m,
                         cols: k,

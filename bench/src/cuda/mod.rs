@@ -144,8 +144,6 @@ fn run_into(
     let info = cuda::available()?;
     let target = info.target();
     let (kernel, extents) = (&problem.kernel, &problem.extents);
-    let flops = problem.flops();
-    let gflops = |s: f64| flops / s / 1e9;
     let template = GpuTemplate::new(kernel, extents, &target)
         .map_err(|e| format!("building the GPU space: {e}"))?;
 
@@ -217,17 +215,5 @@ fn run_into(
         ];
         side_by_side(&mut contenders, opts.plan.rounds, opts.plan.round_seconds)?
     };
-    let [ours_t, base_t, default_t] = timings.as_slice() else {
-        return Err("timing returned the wrong number of contenders".into());
-    };
-    r.ours_seconds = Some(ours_t.median);
-    r.ours_gflops = Some(gflops(ours_t.median));
-    r.baseline_seconds = Some(base_t.median);
-    r.baseline_gflops = Some(gflops(base_t.median));
-    r.ratio = Some(base_t.median / ours_t.median);
-    r.default_gflops = Some(gflops(default_t.median));
-    r.ours_rounds = ours_t.rounds.clone();
-    r.baseline_rounds = base_t.rounds.clone();
-    r.default_rounds = default_t.rounds.clone();
-    Ok(())
+    r.timed(&timings)
 }
