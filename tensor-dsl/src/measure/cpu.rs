@@ -148,11 +148,7 @@ impl CpuMeasurer {
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         let extents = bind(kernel, &refs)?;
         let dir = cpu::work_dir()?;
-        let data = super::random_inputs(
-            kernel,
-            shapes,
-            u64::from_str_radix(&kernel.fingerprint(), 16).unwrap_or(1),
-        );
+        let data = super::task_inputs(kernel, shapes);
         let mut inputs = Vec::new();
         for (p, (param, values)) in kernel.params.iter().zip(&data).enumerate() {
             if param.is_output {
@@ -165,35 +161,13 @@ impl CpuMeasurer {
             inputs.push(Some(path));
         }
         let data_refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
-        let mut reference = vec![0.0f32; shapes[kernel.output].iter().product()];
-        if kernel.flops(&extents) <= 2e8 {
-            crate::reference::run(kernel, &extents, &refs, &data_refs, &mut reference);
-        } else {
-            let default =
-                template
-                    .decode(&template.default_config())
-                    .map_err(|m| Error::Backend {
-                        kernel: kernel.name.clone(),
-                        message: m,
-                    })?;
-            match cpu::run_with(
-                kernel,
-                &extents,
-                &refs,
-                &data_refs,
-                &mut reference,
-                &default,
-            ) {
-                Ok(()) => {}
-                Err(cpu::CpuError::Other(e)) => return Err(e),
-                Err(cpu::CpuError::NoCompiler(reason)) => {
-                    return Err(Error::DeviceUnavailable {
-                        device: "cpu".into(),
-                        reason,
-                    })
-                }
-            }
-        }
+        let (reference, _) = super::expected_output(kernel, &extents, &refs, &data_refs, || {
+            template.decode(&template.default_config())
+        })?
+        .map_err(|reason| Error::DeviceUnavailable {
+            device: "cpu".into(),
+            reason,
+        })?;
         Ok(CpuMeasurer {
             kernel: kernel.clone(),
             shapes: shapes.to_vec(),

@@ -38,10 +38,6 @@ use crate::template::gpu::{GpuSchedule, GpuTarget, GpuTemplate};
 use crate::Error;
 use tuner::{Config, Measurer, Outcome};
 
-/// Above this many flops the expected output comes from a compiled schedule rather than the
-/// reference interpreter (about 0.1 GFLOPS: seconds per check otherwise).
-const INTERPRETER_FLOPS: f64 = 2e8;
-
 /// Measures points of a [`GpuTemplate`] for one kernel at one shape.
 pub struct CudaMeasurer {
     kernel: Kernel,
@@ -165,47 +161,29 @@ impl CudaMeasurer {
         let target = info.target();
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         let extents = bind(kernel, &refs)?;
-        let data = super::random_inputs(
-            kernel,
-            shapes,
-            u64::from_str_radix(&kernel.fingerprint(), 16).unwrap_or(1),
-        );
+        let data = super::task_inputs(kernel, shapes);
         let data_refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
-        let out_len: usize = shapes[kernel.output].iter().product();
-        let mut reference = vec![0.0f32; out_len];
-        let backend = |message: String| Error::Backend {
-            kernel: kernel.name.clone(),
-            message,
-        };
-        let reference_source = if kernel.flops(&extents) <= INTERPRETER_FLOPS {
-            crate::reference::run(kernel, &extents, &refs, &data_refs, &mut reference);
-            "the reference interpreter"
-        } else {
-            let cpu_default = CpuTemplate::new(kernel, &extents, cpu::simd_lanes())
+        let expected = super::expected_output(kernel, &extents, &refs, &data_refs, || {
+            CpuTemplate::new(kernel, &extents, cpu::simd_lanes())
                 .and_then(|t| t.decode(&t.default_config()))
-                .map_err(backend)?;
-            match cpu::run_with(
-                kernel,
-                &extents,
-                &refs,
-                &data_refs,
-                &mut reference,
-                &cpu_default,
-            ) {
-                Ok(()) => "the CPU default schedule",
-                Err(cpu::CpuError::Other(e)) => return Err(e),
-                Err(cpu::CpuError::NoCompiler(_)) => {
-                    let schedule = template.default_schedule();
-                    cuda::run_with(
-                        kernel,
-                        &extents,
-                        &refs,
-                        &data_refs,
-                        &mut reference,
-                        &schedule,
-                    )?;
-                    "the GPU default schedule (no C compiler for the CPU one)"
-                }
+        })?;
+        let out_len: usize = shapes[kernel.output].iter().product();
+        let (reference, reference_source) = match expected {
+            Ok(found) => found,
+            Err(_no_compiler) => {
+                let mut reference = vec![0.0f32; out_len];
+                cuda::run_with(
+                    kernel,
+                    &extents,
+                    &refs,
+                    &data_refs,
+                    &mut reference,
+                    &template.default_schedule(),
+                )?;
+                (
+                    reference,
+                    "the GPU default schedule (no C compiler for the CPU one)",
+                )
             }
         };
         let inputs = kernel

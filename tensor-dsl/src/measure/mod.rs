@@ -33,6 +33,47 @@ pub fn random_inputs(kernel: &Kernel, shapes: &[Vec<usize>], seed: u64) -> Vec<V
         .collect()
 }
 
+/// Above this many flops the expected output comes from the compiled CPU default schedule
+/// rather than the reference interpreter (about 0.1 GFLOPS: seconds per check otherwise).
+const INTERPRETER_FLOPS: f64 = 2e8;
+
+/// The inputs a measurer checks and times candidates on: [`random_inputs`] seeded by the
+/// kernel's fingerprint.
+pub(crate) fn task_inputs(kernel: &Kernel, shapes: &[Vec<usize>]) -> Vec<Vec<f32>> {
+    random_inputs(
+        kernel,
+        shapes,
+        u64::from_str_radix(&kernel.fingerprint(), 16).unwrap_or(1),
+    )
+}
+
+/// The output every candidate must produce on `data` (by parameter id), and where it came
+/// from: the reference interpreter for small problems, above 2e8 flops the CPU schedule
+/// `cpu_default()` (the default, which the test suite checks against the interpreter).
+/// `Ok(Err(reason))` when that needs a C compiler and there is none.
+pub(crate) fn expected_output(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    data: &[&[f32]],
+    cpu_default: impl FnOnce() -> Result<crate::template::cpu::CpuConfig, String>,
+) -> Result<Result<(Vec<f32>, &'static str), String>, crate::Error> {
+    let mut out = vec![0.0f32; shapes[kernel.output].iter().product()];
+    if kernel.flops(extents) <= INTERPRETER_FLOPS {
+        crate::reference::run(kernel, extents, shapes, data, &mut out);
+        return Ok(Ok((out, "the reference interpreter")));
+    }
+    let default = cpu_default().map_err(|message| crate::Error::Backend {
+        kernel: kernel.name.clone(),
+        message,
+    })?;
+    match crate::runtime::cpu::run_with(kernel, extents, shapes, data, &mut out, &default) {
+        Ok(()) => Ok(Ok((out, "the CPU default schedule"))),
+        Err(crate::runtime::cpu::CpuError::Other(e)) => Err(e),
+        Err(crate::runtime::cpu::CpuError::NoCompiler(reason)) => Ok(Err(reason)),
+    }
+}
+
 /// Checks a candidate's output against the expected one: every element within 1e-3 relative
 /// (1e-3 absolute below magnitude 1), NaN only where NaN is expected. The message names the
 /// first element that differs.
