@@ -180,22 +180,9 @@ pub fn call(
     inputs: &[&DeviceTensor],
     output: &mut DeviceTensor,
 ) -> Result<(), Error> {
-    let input_ids = kernel.inputs();
-    if inputs.len() != input_ids.len() {
-        return Err(crate::ir::ShapeError::Arity {
-            kernel: kernel.name.clone(),
-            expected: kernel.params.len(),
-            got: inputs.len() + 1,
-        }
-        .into());
-    }
-    let mut shapes: Vec<&[usize]> = vec![&[]; kernel.params.len()];
-    for (&p, t) in input_ids.iter().zip(inputs) {
-        shapes[p] = t.shape();
-    }
     let out_shape = output.shape.clone();
-    shapes[kernel.output] = &out_shape;
-    let extents = crate::ir::bind(kernel, &shapes)?;
+    let (shapes, extents) =
+        crate::dispatch::bind_call(kernel, inputs.iter().map(|t| t.shape()), &out_shape)?;
     #[cfg(feature = "cuda")]
     {
         let bufs: Vec<&crate::runtime::cuda::DeviceBuffer> =
@@ -204,7 +191,7 @@ pub fn call(
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = extents;
+        let _ = (shapes, extents);
         Err(no_cuda())
     }
 }

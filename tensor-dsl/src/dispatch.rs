@@ -17,13 +17,14 @@ use std::time::Instant;
 
 static WARNED_NO_CC: AtomicBool = AtomicBool::new(false);
 
-/// Runs `kernel` on `inputs` (the input tensors in declaration order) into `output`.
-pub fn call(
+/// A call's shapes by parameter id (the inputs' in declaration order, then `output`) and the
+/// extents bound from them; an error if the number of inputs is wrong or the shapes do not
+/// fit the kernel.
+pub(crate) fn bind_call<'a>(
     kernel: &Kernel,
-    inputs: &[&Tensor<f32>],
-    output: &mut Tensor<f32>,
-    opts: &Options,
-) -> Result<(), Error> {
+    inputs: impl ExactSizeIterator<Item = &'a [usize]>,
+    output: &'a [usize],
+) -> Result<(Vec<&'a [usize]>, Vec<usize>), Error> {
     let input_ids = kernel.inputs();
     if inputs.len() != input_ids.len() {
         return Err(crate::ir::ShapeError::Arity {
@@ -33,16 +34,28 @@ pub fn call(
         }
         .into());
     }
-    let n = kernel.params.len();
-    let mut shapes: Vec<&[usize]> = vec![&[]; n];
-    let mut data: Vec<&[f32]> = vec![&[]; n];
-    for (&p, t) in input_ids.iter().zip(inputs) {
-        shapes[p] = t.shape();
+    let mut shapes: Vec<&[usize]> = vec![&[]; kernel.params.len()];
+    for (&p, shape) in input_ids.iter().zip(inputs) {
+        shapes[p] = shape;
+    }
+    shapes[kernel.output] = output;
+    let extents = bind(kernel, &shapes)?;
+    Ok((shapes, extents))
+}
+
+/// Runs `kernel` on `inputs` (the input tensors in declaration order) into `output`.
+pub fn call(
+    kernel: &Kernel,
+    inputs: &[&Tensor<f32>],
+    output: &mut Tensor<f32>,
+    opts: &Options,
+) -> Result<(), Error> {
+    let out_shape = output.shape().to_vec();
+    let (shapes, extents) = bind_call(kernel, inputs.iter().map(|t| t.shape()), &out_shape)?;
+    let mut data: Vec<&[f32]> = vec![&[]; kernel.params.len()];
+    for (&p, t) in kernel.inputs().iter().zip(inputs) {
         data[p] = t.as_slice();
     }
-    let out_shape = output.shape().to_vec();
-    shapes[kernel.output] = &out_shape;
-    let extents = bind(kernel, &shapes)?;
     let out = output.as_mut_slice();
     match opts.resolve_device()? {
         Device::Cuda => run_cuda(kernel, &extents, &shapes, &data, out),
