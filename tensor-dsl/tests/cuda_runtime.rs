@@ -797,34 +797,6 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
         finish(failures);
     }
 
-    /// The CPU property test's kernel list, on random awkward shapes.
-    const KERNELS: &[&str] = &[
-    "c[[i, j]] += a[[i, k]] * b[[k, j]]",
-    "c[[i, j]] += a[[k, i]] * b[[j, k]]",
-    "c[[b, i, j]] += x[[b, i, k]] * y[[b, k, j]]",
-    "c[[b, i, j]] += x[[b, k, i]] * y[[b, k, j]]",
-    "o[[i, j]] = a[[i]] * b[[j]]",
-    "s[[]] += a[[i]] * b[[i]]",
-    "t[[]] += a[[i, i]]",
-    "d[[i]] = a[[i, i]]",
-    "o[[i]] += a[[i, j]] * b[[j, l]] * c[[l]] * d[[i]]",
-    "o[[i, l]] += a[[i, j]] * b[[j, k]] * c[[k, l]]",
-    "o[[i, j]] = a[[i, j]] + b[[i, j]] * 2.0 - a[[i, j]] / 3.0",
-    "o[[i, j]] = max(a[[i, j]], b[[i, j]]) - min(a[[i, j]], -b[[i, j]])",
-    "o[[j, i]] = a[[i, j]]",
-    "o[[i]] += a[[i + k]] * w[[k]]",
-    "o[[i]] += a[[2 * i + k - 1]] * w[[k]]",
-    "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 1, 2 * q + s - 1]] * w[[f, c, r, s]]; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
-    "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]",
-    "o[[i, j]] += a[[i, k]] * b[[k, j]]; o[[i, j]] = gelu(o[[i, j]]); o[[i, j]] = sigmoid(o[[i, j]]) + tanh(o[[i, j]])",
-    "o[[i, j]] = exp(a[[i, j]]) + sqrt(a[[i, j]] * a[[i, j]] + 1.0)",
-    "o[[i]] += exp(a[[i, k]]) * -b[[k]]",
-    "o[[i, j, l]] += a[[i, k]] * b[[j, k]] * c[[l, k]]",
-    "o[[i, j]] += a[[i, j, k, m]] * b[[m, k]]",
-    "o[[i, j]] += a[[i, k]] * a[[k, j]]",
-    "o[[i, j]] += a[[i - 2, j + k]] * b[[k]]; o[[i, j]] = o[[i, j]] * 0.5 + 1.0",
-];
-
     const AWKWARD: &[usize] = &[1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 33, 64, 100, 129];
 
     /// Random shapes for `kernel`: plain dimensions take the index's extent, affine ones a random
@@ -847,7 +819,7 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
     fn gpu_matches_reference_on_random_shapes() {
         let Some(gpu) = gpu() else { return };
         let mut failures = Vec::new();
-        for (n, src) in KERNELS.iter().enumerate() {
+        for (n, src) in crate::common::KERNELS.iter().enumerate() {
             let kernel = parse_text("k", src, None).unwrap();
             let mut rng = StdRng::seed_from_u64(1000 + n as u64);
             let mut ran = 0;
