@@ -152,13 +152,7 @@ impl SearchStrategy for Dgd {
         if ctx.history.len() < self.init_samples {
             let n = max.min(self.init_samples - ctx.history.len());
             let mut out = Vec::new();
-            while out.len() < n {
-                let Some(c) = self.seen.sample_unseen(ctx.space, ctx.rng) else {
-                    break;
-                };
-                self.seen.insert(c.clone());
-                out.push(c);
-            }
+            self.seen.fill_unseen(ctx.space, ctx.rng, &mut out, n);
             if !out.is_empty() {
                 return out;
             }

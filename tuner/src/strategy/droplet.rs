@@ -314,10 +314,9 @@ impl SearchStrategy for Droplet {
         }
         if self.current.is_none() {
             // Nothing valid measured yet: try a fresh sample.
-            let Some(c) = self.seen.sample_unseen(ctx.space, ctx.rng) else {
+            let Some(c) = self.seen.take_unseen(ctx.space, ctx.rng) else {
                 return Vec::new();
             };
-            self.seen.insert(c.clone());
             self.awaiting.push(c.clone());
             return vec![c];
         }

@@ -192,13 +192,7 @@ impl SearchStrategy for Evolutionary {
                 out.push(c.clone());
             }
         }
-        while out.len() < max {
-            let Some(c) = self.seen.sample_unseen(ctx.space, ctx.rng) else {
-                break;
-            };
-            self.seen.insert(c.clone());
-            out.push(c);
-        }
+        self.seen.fill_unseen(ctx.space, ctx.rng, &mut out, max);
         out
     }
 

@@ -209,6 +209,30 @@ impl Seen {
         unseen.choose(rng).cloned()
     }
 
+    /// [`Seen::sample_unseen`], marked seen.
+    pub(crate) fn take_unseen(&mut self, space: &SearchSpace, rng: &mut StdRng) -> Option<Config> {
+        let c = self.sample_unseen(space, rng)?;
+        self.insert(c.clone());
+        Some(c)
+    }
+
+    /// Appends unseen uniform samples to `out` (marking them seen) until it holds `n` points
+    /// or none is left.
+    pub(crate) fn fill_unseen(
+        &mut self,
+        space: &SearchSpace,
+        rng: &mut StdRng,
+        out: &mut Vec<Config>,
+        n: usize,
+    ) {
+        while out.len() < n {
+            let Some(c) = self.take_unseen(space, rng) else {
+                break;
+            };
+            out.push(c);
+        }
+    }
+
     /// A q-random-walk mutation of `from` that is not seen yet, trying `tries` walks.
     pub(crate) fn mutate_unseen(
         &self,

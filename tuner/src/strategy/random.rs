@@ -27,13 +27,7 @@ impl SearchStrategy for Random {
     fn propose(&mut self, ctx: &mut Context<'_>, max: usize) -> Vec<Config> {
         self.seen.sync(ctx.history);
         let mut out = Vec::with_capacity(max);
-        while out.len() < max {
-            let Some(c) = self.seen.sample_unseen(ctx.space, ctx.rng) else {
-                break;
-            };
-            self.seen.insert(c.clone());
-            out.push(c);
-        }
+        self.seen.fill_unseen(ctx.space, ctx.rng, &mut out, max);
         out
     }
 
