@@ -348,11 +348,21 @@ mod tests {
             shape: serde_json::Value::Null,
         };
         let p = w.problem().unwrap();
-        let data = tensor_dsl::measure::random_inputs(&p.kernel, &p.shapes, 3);
+        let data: Vec<Vec<f32>> = tensor_dsl::measure::random_inputs(&p.kernel, &p.shapes, 3)
+            .iter()
+            .map(tensor_dsl::Buffer::to_f32)
+            .collect();
         let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+        let views: Vec<tensor_dsl::Data<'_>> = data.iter().map(Into::into).collect();
         let out_len: usize = p.shapes[p.kernel.output].iter().product();
         let mut want = vec![0.0f32; out_len];
-        tensor_dsl::reference::run(&p.kernel, &p.extents, &p.shape_refs(), &refs, &mut want);
+        tensor_dsl::reference::run(
+            &p.kernel,
+            &p.extents,
+            &p.shape_refs(),
+            &views,
+            (&mut want).into(),
+        );
         let mut got = vec![f32::NAN; out_len];
         run(&op, &refs, &mut got, &mut Scratch::default()).unwrap();
         for (n, (g, w)) in got.iter().zip(&want).enumerate() {

@@ -111,9 +111,14 @@ fn run_into(
     } else {
         load::wait_quiet(0.25, opts.wait_quiet)
     };
-    let data =
-        tensor_dsl::measure::random_inputs(&problem.kernel, &problem.shapes, opts.settings.seed);
+    // The bench's kernels are all f32 (the baselines are f32 libraries).
+    let data: Vec<Vec<f32>> =
+        tensor_dsl::measure::random_inputs(&problem.kernel, &problem.shapes, opts.settings.seed)
+            .iter()
+            .map(tensor_dsl::Buffer::to_f32)
+            .collect();
     let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+    let views: Vec<tensor_dsl::Data<'_>> = data.iter().map(Into::into).collect();
     let shapes = problem.shape_refs();
     let out_len: usize = problem.shapes[kernel.output].iter().product();
     let mut ours_out = vec![f32::NAN; out_len];
@@ -121,7 +126,7 @@ fn run_into(
     let mut default_out = vec![f32::NAN; out_len];
     let mut scratch = baseline::Scratch::default();
     let run_ours = |cfg: &CpuConfig, out: &mut [f32]| {
-        cpu::run_with(kernel, extents, &shapes, &refs, out, cfg).map_err(cpu_err)
+        cpu::run_with(kernel, extents, &shapes, &views, out.into(), cfg).map_err(cpu_err)
     };
     run_ours(&ours_cfg, &mut ours_out)?;
     run_ours(&default_cfg, &mut default_out)?;

@@ -36,9 +36,10 @@ pub fn parse_shapes(text: &str) -> Result<Vec<(String, Vec<usize>)>, String> {
     Ok(out)
 }
 
-/// Parses the kernel text with its parameters in the order of `--shapes`; the output is the
-/// tensor on the left of the first statement.
-pub fn problem(name: &str, kernel: &str, shapes: &str) -> Result<Problem, String> {
+/// Parses the kernel text with its parameters in the order of `--shapes` and the element
+/// types of `--dtypes` (`a=bf16,b=bf16`; unnamed tensors are `f32`); the output is the tensor
+/// on the left of the first statement.
+pub fn problem(name: &str, kernel: &str, shapes: &str, dtypes: &str) -> Result<Problem, String> {
     let shapes = parse_shapes(shapes)?;
     let inferred = parse_text(name, kernel, None)?;
     let output = inferred.params[inferred.output].name.clone();
@@ -58,7 +59,9 @@ pub fn problem(name: &str, kernel: &str, shapes: &str) -> Result<Problem, String
         .iter()
         .map(|(n, _)| (n.clone(), *n == output))
         .collect();
-    let kernel = parse_text(name, kernel, Some(&decl))?;
+    let kernel = parse_text(name, kernel, Some(&decl))?
+        .with_dtypes(dtypes)
+        .map_err(|e| format!("--dtypes: {e}"))?;
     let shapes: Vec<Vec<usize>> = shapes.into_iter().map(|(_, s)| s).collect();
     Problem::new(kernel, shapes).map_err(|e| e.to_string())
 }
@@ -115,11 +118,16 @@ mod tests {
             ]
         );
         assert!(parse_shapes("a=2xq").is_err());
-        let p = problem("k", "c[[i,j]] += a[[i,k]] * b[[k,j]]", "c=2x4,b=3x4,a=2x3").unwrap();
+        let mm = "c[[i,j]] += a[[i,k]] * b[[k,j]]";
+        let p = problem("k", mm, "c=2x4,b=3x4,a=2x3", "").unwrap();
         assert_eq!(p.kernel.output, 0);
         assert_eq!(p.extents, vec![2, 4, 3]);
-        assert!(problem("k", "c[[i,j]] += a[[i,k]] * b[[k,j]]", "a=2x3,b=3x4").is_err());
-        assert!(problem("k", "c[[i,j]] += a[[i,k]] * b[[k,j]]", "a=2x3,b=4x4,c=2x4").is_err());
+        assert!(problem("k", mm, "a=2x3,b=3x4", "").is_err());
+        assert!(problem("k", mm, "a=2x3,b=4x4,c=2x4", "").is_err());
+        let h = problem("k", mm, "a=2x3,b=3x4,c=2x4", "a=bf16,b=bf16,c=f32").unwrap();
+        assert_eq!(h.kernel.dtypes_text(), "a=bf16,b=bf16,c=f32");
+        let e = problem("k", mm, "a=2x3,b=3x4,c=2x4", "a=f64").unwrap_err();
+        assert!(e.contains("--dtypes") && e.contains("f64"), "{e}");
         assert_eq!(parse_selection("random:50").unwrap(), Selection::Random(50));
         assert_eq!(parse_target("cuda:sm_90").unwrap(), Target::Cuda { sm: 90 });
         assert!(parse_target("tpu").is_err());

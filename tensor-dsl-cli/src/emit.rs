@@ -44,7 +44,7 @@ pub fn run(
     seed: u64,
     out: &Path,
 ) -> Result<ExitCode, String> {
-    let p = problem(&args.name, &args.kernel, &args.shapes)?;
+    let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
     let target = parse_target(target)?;
     let selection = parse_selection(configs)?;
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;

@@ -24,7 +24,7 @@ pub fn record(
     batch: usize,
     refine: usize,
 ) -> Result<ExitCode, String> {
-    let p = problem(&args.name, &args.kernel, &args.shapes)?;
+    let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
     let template = CpuTemplate::new(&p.kernel, &p.extents, simd_lanes())?;
     let fingerprint = p.kernel.fingerprint();
     let existing: Vec<Record> = records::read(out)
@@ -143,7 +143,7 @@ pub fn replay(
     seeds: u64,
     share: f64,
 ) -> Result<ExitCode, String> {
-    let p = problem(&args.name, &args.kernel, &args.shapes)?;
+    let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
     let template = CpuTemplate::new(&p.kernel, &p.extents, simd_lanes())?;
     let space = template.space().clone();
     let (recs, _) =

@@ -41,6 +41,10 @@ pub struct KernelArgs {
     /// Kernel name used in generated files.
     #[arg(long, default_value = "kernel")]
     pub name: String,
+    /// Element types of the tensors, e.g. a=bf16,b=bf16,c=f32 (f32, f16 or bf16; tensors
+    /// not named are f32). Arithmetic is in f32 whatever the types.
+    #[arg(long, default_value = "")]
+    pub dtypes: String,
 }
 
 #[derive(Subcommand)]

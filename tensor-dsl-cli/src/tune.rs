@@ -43,7 +43,7 @@ pub fn run(
     records_file: Option<PathBuf>,
     json: bool,
 ) -> Result<ExitCode, String> {
-    let p = problem(&args.name, &args.kernel, &args.shapes)?;
+    let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
     let opts = TuneOptions {
         strategy: strategy.to_string(),
         trials,

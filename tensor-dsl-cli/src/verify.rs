@@ -5,33 +5,51 @@ use crate::emit::pick;
 use crate::KernelArgs;
 use std::path::Path;
 use std::process::ExitCode;
+use tensor_dsl::ir::DType;
 use tensor_dsl::runtime::cpu;
 use tensor_dsl::template::cpu::CpuTemplate;
 use tensor_dsl::template::gpu::{GpuTarget, GpuTemplate};
+use tensor_dsl::{Buffer, Data};
 
-/// Random inputs (by parameter id; the output's slot empty) and the reference output.
-pub fn inputs_and_reference(p: &Problem, seed: u64) -> (Vec<Vec<f32>>, Vec<f32>) {
+/// Random inputs (by parameter id; the output's slot empty) and the reference output (as
+/// `f32` values of the output's element type).
+pub fn inputs_and_reference(p: &Problem, seed: u64) -> (Vec<Buffer>, Vec<f32>) {
     let data = tensor_dsl::measure::random_inputs(&p.kernel, &p.shapes, seed);
-    let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
-    let mut want = vec![0.0f32; p.shapes[p.kernel.output].iter().product()];
-    tensor_dsl::reference::run(&p.kernel, &p.extents, &p.shape_refs(), &refs, &mut want);
-    (data, want)
+    let refs: Vec<Data<'_>> = data.iter().map(Buffer::view).collect();
+    let mut want = Buffer::zeros(
+        p.kernel.params[p.kernel.output].dtype,
+        p.shapes[p.kernel.output].iter().product(),
+    );
+    tensor_dsl::reference::run(
+        &p.kernel,
+        &p.extents,
+        &p.shape_refs(),
+        &refs,
+        want.view_mut(),
+    );
+    (data, want.to_f32())
 }
 
-/// The first element that differs by more than 1e-4 relative, as a message.
-pub fn compare(got: &[f32], want: &[f32]) -> Option<String> {
+/// The first element that differs by more than 1e-4 relative (two units in the last place
+/// for a half-precision output, `dtype`), as a message.
+pub fn compare(got: &[f32], want: &[f32], dtype: DType) -> Option<String> {
+    let tol = match dtype {
+        DType::F32 => 1e-4,
+        other => tensor_dsl::measure::tolerance(other),
+    };
     got.iter().zip(want).enumerate().find_map(|(n, (&g, &w))| {
-        let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-4 * w.abs().max(1.0);
+        let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * w.abs().max(1.0);
         (!ok).then(|| format!("element {n}: got {g}, reference {w}"))
     })
 }
 
 pub fn run(args: &KernelArgs, device: &str, configs: &str, seed: u64) -> Result<ExitCode, String> {
-    let p = problem(&args.name, &args.kernel, &args.shapes)?;
+    let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
     let selection = parse_selection(configs)?;
     let (data, want) = inputs_and_reference(&p, seed);
-    let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+    let refs: Vec<Data<'_>> = data.iter().map(Buffer::view).collect();
     let shapes = p.shape_refs();
+    let out_dtype = p.kernel.params[p.kernel.output].dtype;
     let mut failed = Vec::new();
     let total;
     match device {
@@ -43,14 +61,19 @@ pub fn run(args: &KernelArgs, device: &str, configs: &str, seed: u64) -> Result<
             for c in &points {
                 let text = t.space().format(c).map_err(|e| e.to_string())?;
                 let schedule = t.decode(c)?;
-                let mut got = vec![f32::NAN; want.len()];
-                let error =
-                    match cpu::run_with(&p.kernel, &p.extents, &shapes, &refs, &mut got, &schedule)
-                    {
-                        Ok(()) => compare(&got, &want),
-                        Err(cpu::CpuError::Other(e)) => Some(e.to_string()),
-                        Err(cpu::CpuError::NoCompiler(e)) => Some(e),
-                    };
+                let mut got = Buffer::from_f32(out_dtype, &vec![f32::NAN; want.len()]);
+                let error = match cpu::run_with(
+                    &p.kernel,
+                    &p.extents,
+                    &shapes,
+                    &refs,
+                    got.view_mut(),
+                    &schedule,
+                ) {
+                    Ok(()) => compare(&got.to_f32(), &want, out_dtype),
+                    Err(cpu::CpuError::Other(e)) => Some(e.to_string()),
+                    Err(cpu::CpuError::NoCompiler(e)) => Some(e),
+                };
                 if let Some(error) = error {
                     failed.push(serde_json::json!({ "config": text, "error": error }));
                 }
@@ -116,9 +139,10 @@ fn verify_cuda(
     p: &Problem,
     selection: Selection,
     seed: u64,
-    data: &[&[f32]],
+    data: &[Data<'_>],
     want: &[f32],
 ) -> Result<(usize, Vec<serde_json::Value>), String> {
+    let out_dtype = p.kernel.params[p.kernel.output].dtype;
     let info = tensor_dsl::runtime::cuda::available()
         .map_err(|r| format!("the CUDA device is not available: {r}"))?;
     let t = GpuTemplate::new(&p.kernel, &p.extents, &info.target())?;
@@ -128,11 +152,16 @@ fn verify_cuda(
     for c in &points {
         let text = t.space().format(c).map_err(|e| e.to_string())?;
         let schedule = t.decode(c)?;
-        let mut got = vec![f32::NAN; want.len()];
+        let mut got = Buffer::from_f32(out_dtype, &vec![f32::NAN; want.len()]);
         let error = match tensor_dsl::runtime::cuda::run_with(
-            &p.kernel, &p.extents, &shapes, data, &mut got, &schedule,
+            &p.kernel,
+            &p.extents,
+            &shapes,
+            data,
+            got.view_mut(),
+            &schedule,
         ) {
-            Ok(()) => compare(&got, want),
+            Ok(()) => compare(&got.to_f32(), want, out_dtype),
             Err(e) => Some(e.to_string()),
         };
         if let Some(error) = error {

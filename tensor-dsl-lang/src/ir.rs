@@ -26,18 +26,50 @@ use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::sync::{Mutex, OnceLock};
 
-/// Element type of a tensor parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Element type of a tensor parameter. Arithmetic is always done in `f32`: half-precision
+/// inputs are widened when read, products accumulate in `f32`, and a half-precision output
+/// is rounded (to nearest, ties to even) once, after the epilogue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub enum DType {
+    #[default]
     F32,
+    /// IEEE 754 binary16 (`half::f16`).
+    F16,
+    /// bfloat16 (`half::bf16`): `f32`'s exponent range with an 8-bit significand.
+    BF16,
 }
 
 impl DType {
-    /// The Rust / C spelling of the type.
+    /// Every element type, in a stable order.
+    pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+    /// The Rust spelling of the type (`f32`, `f16`, `bf16`), also used in records and on
+    /// the command line.
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
         }
+    }
+
+    /// The type for a name written by [`DType::name`].
+    pub fn from_name(name: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -389,6 +421,55 @@ impl Kernel {
         (0..self.indices.len())
             .filter(|&i| self.indices[i].kind == kind)
             .collect()
+    }
+
+    /// The element types of the parameters, in declaration order, as records and the CLI
+    /// write them: `a=bf16,b=bf16,c=f32`.
+    pub fn dtypes_text(&self) -> String {
+        self.params
+            .iter()
+            .map(|p| format!("{}={}", p.name, p.dtype))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The same kernel with some parameters' element types changed, from `name=dtype`
+    /// pairs separated by commas (`a=bf16,b=bf16,c=f32`); parameters not named keep theirs.
+    /// An unknown parameter or type is an error that says what exists.
+    ///
+    /// ```
+    /// use tensor_dsl_lang::{parse_text, ir::DType};
+    /// let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+    /// let h = k.with_dtypes("a=bf16, b=bf16").unwrap();
+    /// assert_eq!(h.params[0].dtype, DType::BF16);
+    /// assert_eq!(h.dtypes_text(), "a=bf16,b=bf16,c=f32");
+    /// assert_ne!(h.fingerprint(), k.fingerprint());
+    /// assert!(k.with_dtypes("x=f16").is_err());
+    /// ```
+    pub fn with_dtypes(&self, spec: &str) -> Result<Kernel, String> {
+        let mut k = self.clone();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, ty) = part
+                .split_once('=')
+                .ok_or_else(|| format!("`{part}`: write `name=type`, e.g. `a=bf16`"))?;
+            let (name, ty) = (name.trim(), ty.trim());
+            let dtype = DType::from_name(ty)
+                .ok_or_else(|| format!("`{ty}` is not an element type: use f32, f16 or bf16"))?;
+            let names: Vec<&str> = self.params.iter().map(|p| p.name.as_str()).collect();
+            let param = k
+                .params
+                .iter_mut()
+                .find(|p| p.name == name)
+                .ok_or_else(|| {
+                    format!(
+                        "`{name}` is not a parameter of `{}` (its parameters: {})",
+                        self.name,
+                        names.join(", ")
+                    )
+                })?;
+            param.dtype = dtype;
+        }
+        Ok(k)
     }
 
     /// Parameter ids of the inputs, in declaration order.

@@ -13,6 +13,8 @@ use std::collections::HashMap;
 pub struct ParamDecl {
     pub name: syn::Ident,
     pub is_output: bool,
+    /// The element type (`Tensor<bf16>`); text kernels start with `f32`.
+    pub dtype: DType,
 }
 
 /// Collects several errors before giving up (as serde_derive's `Ctxt` does).
@@ -146,7 +148,7 @@ pub fn parse_kernel(
             .enumerate()
             .map(|(i, d)| Param {
                 name: d.name.to_string(),
-                dtype: DType::F32,
+                dtype: d.dtype,
                 rank: rank(i),
                 is_output: d.is_output,
             })
@@ -756,6 +758,7 @@ pub fn parse_text(
                     .map(|name| ParamDecl {
                         name,
                         is_output: *o,
+                        dtype: DType::F32,
                     })
                     .map_err(|_| format!("`{n}` is not a valid tensor name"))
             })
@@ -811,12 +814,14 @@ fn infer_params(stmts: &[syn::Stmt]) -> Vec<ParamDecl> {
         .map(|name| ParamDecl {
             name,
             is_output: false,
+            dtype: DType::F32,
         })
         .collect();
     if let Some(name) = output {
         decls.push(ParamDecl {
             name,
             is_output: true,
+            dtype: DType::F32,
         });
     }
     decls

@@ -13,6 +13,8 @@ pub fn kernel_tokens(k: &Kernel, krate: &TokenStream) -> TokenStream {
         let n = &p.name;
         let dtype = match p.dtype {
             DType::F32 => quote!(#krate::DType::F32),
+            DType::F16 => quote!(#krate::DType::F16),
+            DType::BF16 => quote!(#krate::DType::BF16),
         };
         let rank = p.rank;
         let out = p.is_output;

@@ -6,8 +6,9 @@
 //! function" errors.
 
 use crate::ast::KernelFn;
+use crate::expand::tensor_ref;
 use crate::expand::{closure_args, companion_mod, result_type, Companion};
-use crate::valid::tensor_param_is_output;
+use crate::valid::tensor_param_type;
 use proc_macro2::TokenStream;
 use quote::quote;
 use syn::ext::IdentExt;
@@ -83,9 +84,8 @@ fn stub_companion(f: &KernelFn) -> TokenStream {
     let mut uses_user_types = false;
     let types: Vec<TokenStream> = f
         .typed_params()
-        .map(|p| match tensor_param_is_output(p.ty()) {
-            Some(true) => quote!(&mut ::tensor_dsl::Tensor<f32>),
-            Some(false) => quote!(&::tensor_dsl::Tensor<f32>),
+        .map(|p| match tensor_param_type(p.ty()) {
+            Some((is_output, dtype)) => tensor_ref(is_output, dtype),
             None => {
                 uses_user_types = true;
                 let ty = stub_type(p.ty());

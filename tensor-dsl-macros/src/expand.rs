@@ -17,6 +17,7 @@ use crate::ast::KernelFn;
 use crate::valid::Validated;
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
+use tensor_dsl_lang::ir::DType;
 use tensor_dsl_lang::tokens::kernel_tokens;
 
 /// The return type of every kernel function.
@@ -24,12 +25,17 @@ pub fn result_type() -> TokenStream {
     quote!(::core::result::Result<(), ::tensor_dsl::Error>)
 }
 
-/// The type `&Tensor<f32>` or `&mut Tensor<f32>`, fully qualified.
-fn tensor_ref(is_output: bool) -> TokenStream {
+/// The type `&Tensor<T>` or `&mut Tensor<T>`, fully qualified.
+pub fn tensor_ref(is_output: bool, dtype: DType) -> TokenStream {
+    let elem = match dtype {
+        DType::F32 => quote!(f32),
+        DType::F16 => quote!(::tensor_dsl::f16),
+        DType::BF16 => quote!(::tensor_dsl::bf16),
+    };
     if is_output {
-        quote!(&mut ::tensor_dsl::Tensor<f32>)
+        quote!(&mut ::tensor_dsl::Tensor<#elem>)
     } else {
-        quote!(&::tensor_dsl::Tensor<f32>)
+        quote!(&::tensor_dsl::Tensor<#elem>)
     }
 }
 
@@ -64,8 +70,8 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
         #vis #sig {
             ::tensor_dsl::dispatch::call(
                 #name::kernel(),
-                &[#(#inputs),*],
-                #output,
+                &[#(::tensor_dsl::TensorRef::from(#inputs)),*],
+                ::tensor_dsl::TensorMut::from(#output),
                 &::tensor_dsl::Options::default(),
             )
         }
@@ -84,12 +90,16 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
         &Companion {
             kernel: kernel_tokens(&v.kernel, &quote!(::tensor_dsl::ir)),
             generics: syn::Generics::default(),
-            types: v.params.iter().map(|p| tensor_ref(p.is_output)).collect(),
+            types: v
+                .params
+                .iter()
+                .map(|p| tensor_ref(p.is_output, p.dtype))
+                .collect(),
             closure: quote! {
                 move |#(#args),*| ::tensor_dsl::dispatch::call(
                     self::kernel(),
-                    &[#(#in_args),*],
-                    #out_arg,
+                    &[#(::tensor_dsl::TensorRef::from(#in_args)),*],
+                    ::tensor_dsl::TensorMut::from(#out_arg),
                     &opts,
                 )
             },

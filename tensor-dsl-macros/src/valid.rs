@@ -5,7 +5,7 @@
 use crate::ast::{KernelFn, Param, TypedParam};
 use quote::ToTokens;
 use syn::ext::IdentExt;
-use tensor_dsl_lang::ir::Kernel;
+use tensor_dsl_lang::ir::{DType, Kernel};
 use tensor_dsl_lang::ParamDecl;
 
 /// What the expansion needs: the tensor parameters and the kernel's IR.
@@ -15,10 +15,12 @@ pub struct Validated {
     pub kernel: Kernel,
 }
 
-/// A parameter that passed the checks: `name: &Tensor<f32>` or `name: &mut Tensor<f32>`.
+/// A parameter that passed the checks: `name: &Tensor<T>` or `name: &mut Tensor<T>` with
+/// `T` one of `f32`, `f16`, `bf16`.
 pub struct TensorParam {
     pub name: syn::Ident,
     pub is_output: bool,
+    pub dtype: DType,
 }
 
 /// Collects errors (serde_derive's `Ctxt`).
@@ -57,7 +59,8 @@ enum Role {
     Unknown,
 }
 
-const PARAM_TYPES: &str = "`&Tensor<f32>` (an input) or `&mut Tensor<f32>` (the output)";
+const PARAM_TYPES: &str = "`&Tensor<T>` (an input) or `&mut Tensor<T>` (the output), with `T` \
+                           one of `f32`, `f16`, `bf16`";
 
 pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
     let mut cx = Ctxt::default();
@@ -65,7 +68,7 @@ pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
     check_signature(&mut cx, f);
 
     // Parameters: each one's name and role; errors for the rest.
-    let mut decls: Vec<(syn::Ident, Role, &TypedParam)> = Vec::new();
+    let mut decls: Vec<(syn::Ident, Role, &TypedParam, DType)> = Vec::new();
     // A parameter written as a pattern: the body cannot be checked meaningfully without it.
     let mut unnamed = false;
     for p in &f.params {
@@ -81,19 +84,19 @@ pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
                     unnamed = true;
                     continue;
                 };
-                let role = match param_role(t.ty()) {
-                    Ok(role) => role,
+                let (role, dtype) = match param_role(t.ty()) {
+                    Ok(typed) => typed,
                     Err((role, e)) => {
                         cx.push(e);
-                        role
+                        (role, DType::F32)
                     }
                 };
-                decls.push((name, role, t));
+                decls.push((name, role, t, dtype));
             }
         }
     }
 
-    let outputs: Vec<&(syn::Ident, Role, &TypedParam)> =
+    let outputs: Vec<&(syn::Ident, Role, &TypedParam, DType)> =
         decls.iter().filter(|d| d.1 == Role::Output).collect();
     let unknown = unnamed || decls.iter().any(|d| d.1 == Role::Unknown);
     match outputs.as_slice() {
@@ -106,8 +109,8 @@ pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
             ),
         ),
         [] | [_] => {}
-        [(first, _, _), rest @ ..] => {
-            for (name, _, t) in rest {
+        [(first, _, _, _), rest @ ..] => {
+            for (name, _, t, _) in rest {
                 cx.error(
                     &t.arg,
                     format!(
@@ -124,9 +127,10 @@ pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
     if outputs.len() == 1 && !unnamed {
         let params: Vec<ParamDecl> = decls
             .iter()
-            .map(|(name, role, _)| ParamDecl {
+            .map(|(name, role, _, dtype)| ParamDecl {
                 name: name.clone(),
                 is_output: *role == Role::Output,
+                dtype: *dtype,
             })
             .collect();
         let name = f.sig.ident.unraw().to_string();
@@ -141,9 +145,10 @@ pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
         Some(kernel) => Ok(Validated {
             params: decls
                 .into_iter()
-                .map(|(name, role, _)| TensorParam {
+                .map(|(name, role, _, dtype)| TensorParam {
                     name,
                     is_output: role == Role::Output,
+                    dtype,
                 })
                 .collect(),
             kernel,
@@ -273,17 +278,19 @@ fn strip_type_group(mut ty: &syn::Type) -> &syn::Type {
     }
 }
 
-/// `Some(is_output)` when `ty` is a valid tensor parameter type, `None` otherwise.
-pub fn tensor_param_is_output(ty: &syn::Type) -> Option<bool> {
+/// `Some((is_output, element type))` when `ty` is a valid tensor parameter type, `None`
+/// otherwise.
+pub fn tensor_param_type(ty: &syn::Type) -> Option<(bool, DType)> {
     match param_role(ty) {
-        Ok(Role::Output) => Some(true),
-        Ok(Role::Input) => Some(false),
-        Ok(Role::Unknown) | Err(_) => None,
+        Ok((Role::Output, d)) => Some((true, d)),
+        Ok((Role::Input, d)) => Some((false, d)),
+        Ok((Role::Unknown, _)) | Err(_) => None,
     }
 }
 
-/// The role a parameter's type gives it; on error, the role as far as it is known.
-fn param_role(ty: &syn::Type) -> Result<Role, (Role, syn::Error)> {
+/// The role and element type a parameter's type gives it; on error, the role as far as it
+/// is known.
+fn param_role(ty: &syn::Type) -> Result<(Role, DType), (Role, syn::Error)> {
     let unsupported = || {
         syn::Error::new_spanned(
             ty,
@@ -298,7 +305,7 @@ fn param_role(ty: &syn::Type) -> Result<Role, (Role, syn::Error)> {
                 Role::Input
             };
             match tensor_path(&r.elem) {
-                Some(path) => check_f32(path).map(|()| role).map_err(|e| (role, e)),
+                Some(path) => element_type(path).map(|d| (role, d)).map_err(|e| (role, e)),
                 None => Err((role, unsupported())),
             }
         }
@@ -328,19 +335,18 @@ fn tensor_path(ty: &syn::Type) -> Option<&syn::Path> {
     }
 }
 
-/// Checks that a `...::Tensor` path has exactly the element type `f32`.
-fn check_f32(path: &syn::Path) -> syn::Result<()> {
+/// The element type of a `...::Tensor<T>` path: `f32`, `f16` or `bf16`, written plainly or
+/// as a path ending in one of them (`half::bf16`, `tensor_dsl::f16`).
+fn element_type(path: &syn::Path) -> syn::Result<DType> {
     let Some(last) = path.segments.last() else {
-        return Ok(());
+        return Ok(DType::F32);
     };
     let args = match &last.arguments {
         syn::PathArguments::AngleBracketed(a) => a,
-        syn::PathArguments::None => {
-            return Err(syn::Error::new_spanned(
-                path,
-                "the element type is missing: write `Tensor<f32>`",
-            ))
-        }
+        syn::PathArguments::None => return Err(syn::Error::new_spanned(
+            path,
+            "the element type is missing: write `Tensor<f32>` (or `Tensor<f16>`, `Tensor<bf16>`)",
+        )),
         syn::PathArguments::Parenthesized(a) => {
             return Err(syn::Error::new_spanned(a, "write `Tensor<f32>`"))
         }
@@ -348,15 +354,22 @@ fn check_f32(path: &syn::Path) -> syn::Result<()> {
     let mut types = args.args.iter();
     match (types.next(), types.next()) {
         (Some(syn::GenericArgument::Type(t)), None) => {
-            let is_f32 = matches!(strip_type_group(t), syn::Type::Path(p) if p.qself.is_none() && p.path.is_ident("f32"));
-            if is_f32 {
-                Ok(())
-            } else {
-                Err(syn::Error::new_spanned(
+            let dtype = match strip_type_group(t) {
+                syn::Type::Path(p) if p.qself.is_none() => p
+                    .path
+                    .segments
+                    .last()
+                    .filter(|s| s.arguments.is_empty())
+                    .and_then(|s| DType::from_name(&s.ident.to_string())),
+                _ => None,
+            };
+            dtype.ok_or_else(|| {
+                syn::Error::new_spanned(
                     t,
-                    "only `f32` tensors are supported for now: write `Tensor<f32>`",
-                ))
-            }
+                    "unsupported element type: tensors hold `f32`, `f16` or `bf16` \
+                     (`tensor_dsl::f16`, `tensor_dsl::bf16`)",
+                )
+            })
         }
         _ => Err(syn::Error::new_spanned(
             args,

@@ -248,7 +248,7 @@ fn records_of(
                 kernel: fingerprint.clone(),
                 kernel_text: text.clone(),
                 shapes: shapes.to_vec(),
-                dtype: "f32".into(),
+                dtype: crate::records::dtype_key(kernel),
                 target: target.clone(),
                 codegen,
                 config: space.format(&t.config).unwrap_or_default(),

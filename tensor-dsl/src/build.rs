@@ -131,7 +131,7 @@ impl BuildTuner {
         let mut best: Vec<Record> = Vec::new();
         for (kernel, shapes) in &self.jobs {
             let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-            let key = tuned::cpu_key(&kernel.fingerprint(), &refs, CODEGEN_VERSION);
+            let key = tuned::cpu_key(kernel, &refs, CODEGEN_VERSION);
             if let Some(r) = known.best(&key) {
                 best.push(r.clone());
                 continue;
@@ -232,7 +232,7 @@ impl BuildTuner {
         };
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         let key = tuned::cuda_key(
-            &kernel.fingerprint(),
+            kernel,
             &refs,
             records::Target::cuda(&info.name, info.sm()),
             crate::codegen::cuda::CODEGEN_VERSION,

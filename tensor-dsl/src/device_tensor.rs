@@ -18,7 +18,7 @@
 //! let b = Tensor::from_vec(vec![3, 1], vec![1.0f32; 3])?;
 //! match (DeviceTensor::from_host(&a), DeviceTensor::from_host(&b)) {
 //!     (Ok(a), Ok(b)) => {
-//!         let mut c = DeviceTensor::zeros(&[2, 1])?;
+//!         let mut c = DeviceTensor::<f32>::zeros(&[2, 1])?;
 //!         tensor_dsl::device_tensor::call(matmul::kernel(), &[&a, &b], &mut c)?;
 //!         assert_eq!(c.to_host()?.as_slice(), &[6.0, 15.0]);
 //!     }
@@ -29,22 +29,64 @@
 //!
 //! Without a GPU (or without the `cuda` feature) every constructor returns
 //! [`Error::DeviceUnavailable`] with the reason, so no `DeviceTensor` can exist.
+//!
+//! `DeviceTensor<T>` holds `f32` (the default), `f16` or `bf16` elements, like [`Tensor`].
 
-use crate::ir::Kernel;
-use crate::{Error, Tensor};
+use crate::ir::{DType, Kernel};
+use crate::{Element, Error, Tensor};
+use std::marker::PhantomData;
 
-/// A dense, row-major `f32` tensor in GPU memory (the CUDA runtime's device and stream).
-pub struct DeviceTensor {
+/// A dense, row-major tensor in GPU memory (the CUDA runtime's device and stream).
+pub struct DeviceTensor<T: Element = f32> {
     shape: Vec<usize>,
     #[cfg(feature = "cuda")]
     buf: crate::runtime::cuda::DeviceBuffer,
+    _elem: PhantomData<T>,
 }
 
-impl std::fmt::Debug for DeviceTensor {
+impl<T: Element> std::fmt::Debug for DeviceTensor<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceTensor")
+            .field("dtype", &T::DTYPE)
             .field("shape", &self.shape)
             .finish_non_exhaustive()
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl<T: crate::Element> Sealed for super::DeviceTensor<T> {}
+}
+
+/// A device tensor of any element type, as [`call`] takes its arguments (a
+/// `&DeviceTensor<bf16>` and a `&DeviceTensor<f32>` can sit in one slice).
+pub trait DeviceArg: sealed::Sealed {
+    /// The extents, outermost first.
+    fn shape(&self) -> &[usize];
+    /// The element type.
+    fn dtype(&self) -> DType;
+    /// The buffer behind it.
+    #[cfg(feature = "cuda")]
+    fn buffer(&self) -> &crate::runtime::cuda::DeviceBuffer;
+    /// The buffer behind it, writable.
+    #[cfg(feature = "cuda")]
+    fn buffer_mut(&mut self) -> &mut crate::runtime::cuda::DeviceBuffer;
+}
+
+impl<T: Element> DeviceArg for DeviceTensor<T> {
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn dtype(&self) -> DType {
+        T::DTYPE
+    }
+    #[cfg(feature = "cuda")]
+    fn buffer(&self) -> &crate::runtime::cuda::DeviceBuffer {
+        &self.buf
+    }
+    #[cfg(feature = "cuda")]
+    fn buffer_mut(&mut self) -> &mut crate::runtime::cuda::DeviceBuffer {
+        &mut self.buf
     }
 }
 
@@ -57,17 +99,18 @@ fn element_count(shape: &[usize]) -> Result<usize, Error> {
         })
 }
 
-impl DeviceTensor {
+impl<T: Element> DeviceTensor<T> {
     /// A copy of `t` on the GPU.
     ///
     /// Errors: [`Error::DeviceUnavailable`] without a GPU; [`Error::Device`] when the
     /// allocation or the copy fails.
-    pub fn from_host(t: &Tensor<f32>) -> Result<DeviceTensor, Error> {
+    pub fn from_host(t: &Tensor<T>) -> Result<DeviceTensor<T>, Error> {
         #[cfg(feature = "cuda")]
         {
             Ok(DeviceTensor {
                 shape: t.shape().to_vec(),
-                buf: crate::runtime::cuda::DeviceBuffer::from_host(t.as_slice())?,
+                buf: crate::runtime::cuda::DeviceBuffer::from_host(T::data(t.as_slice()))?,
+                _elem: PhantomData,
             })
         }
         #[cfg(not(feature = "cuda"))]
@@ -80,13 +123,14 @@ impl DeviceTensor {
     /// A tensor of zeros on the GPU.
     ///
     /// Errors: as [`DeviceTensor::from_host`], and [`Error::ShapeOverflow`].
-    pub fn zeros(shape: &[usize]) -> Result<DeviceTensor, Error> {
+    pub fn zeros(shape: &[usize]) -> Result<DeviceTensor<T>, Error> {
         let n = element_count(shape)?;
         #[cfg(feature = "cuda")]
         {
             Ok(DeviceTensor {
                 shape: shape.to_vec(),
-                buf: crate::runtime::cuda::DeviceBuffer::zeros(n)?,
+                buf: crate::runtime::cuda::DeviceBuffer::zeros_of(T::DTYPE, n)?,
+                _elem: PhantomData,
             })
         }
         #[cfg(not(feature = "cuda"))]
@@ -112,14 +156,14 @@ impl DeviceTensor {
 
     /// A host copy. Waits for the kernels queued before it; a fault inside one is reported
     /// here.
-    pub fn to_host(&self) -> Result<Tensor<f32>, Error> {
+    pub fn to_host(&self) -> Result<Tensor<T>, Error> {
         let mut t = Tensor::try_zeros(&self.shape)?;
         self.copy_to(&mut t)?;
         Ok(t)
     }
 
     /// Copies into `t`, which must have this shape.
-    pub fn copy_to(&self, t: &mut Tensor<f32>) -> Result<(), Error> {
+    pub fn copy_to(&self, t: &mut Tensor<T>) -> Result<(), Error> {
         if t.shape() != self.shape.as_slice() {
             return Err(Error::DataLength {
                 shape: t.shape().to_vec(),
@@ -129,7 +173,7 @@ impl DeviceTensor {
         }
         #[cfg(feature = "cuda")]
         {
-            self.buf.copy_to_host(t.as_mut_slice())
+            self.buf.copy_to_host(T::data_mut(t.as_mut_slice()))
         }
         #[cfg(not(feature = "cuda"))]
         {
@@ -138,7 +182,7 @@ impl DeviceTensor {
     }
 
     /// Overwrites the tensor with `t`'s data (same shape).
-    pub fn copy_from(&mut self, t: &Tensor<f32>) -> Result<(), Error> {
+    pub fn copy_from(&mut self, t: &Tensor<T>) -> Result<(), Error> {
         if t.shape() != self.shape.as_slice() {
             return Err(Error::DataLength {
                 shape: self.shape.clone(),
@@ -148,18 +192,12 @@ impl DeviceTensor {
         }
         #[cfg(feature = "cuda")]
         {
-            self.buf.copy_from_host(t.as_slice())
+            self.buf.copy_from_host(T::data(t.as_slice()))
         }
         #[cfg(not(feature = "cuda"))]
         {
             Err(no_cuda())
         }
-    }
-
-    /// The buffer behind it, for the runtime's lower-level API.
-    #[cfg(feature = "cuda")]
-    pub fn buffer(&self) -> &crate::runtime::cuda::DeviceBuffer {
-        &self.buf
     }
 }
 
@@ -173,21 +211,24 @@ fn no_cuda() -> Error {
 
 /// Runs `kernel` on the GPU with device-resident tensors: `inputs` in declaration order,
 /// `output` overwritten. Shapes are checked as in a host call; the schedule is chosen as in
-/// a host call on `Device::Cuda` (and memoized per kernel and shapes). The launch is
-/// asynchronous: a fault inside the kernel is reported by the next copy to the host.
+/// a host call on `Device::Cuda` (and memoized per kernel and shapes), and each tensor's
+/// element type must be the one the kernel declares. The launch is asynchronous: a fault
+/// inside the kernel is reported by the next copy to the host.
 pub fn call(
     kernel: &Kernel,
-    inputs: &[&DeviceTensor],
-    output: &mut DeviceTensor,
+    inputs: &[&dyn DeviceArg],
+    output: &mut dyn DeviceArg,
 ) -> Result<(), Error> {
-    let out_shape = output.shape.clone();
+    let out_shape = output.shape().to_vec();
     let (shapes, extents) =
         crate::dispatch::bind_call(kernel, inputs.iter().map(|t| t.shape()), &out_shape)?;
+    crate::dispatch::check_dtypes(kernel, inputs.iter().map(|t| t.dtype()), output.dtype())?;
     #[cfg(feature = "cuda")]
     {
         let bufs: Vec<&crate::runtime::cuda::DeviceBuffer> =
-            inputs.iter().map(|t| &t.buf).collect();
-        crate::dispatch::run_on_gpu(kernel, &extents, &shapes, &bufs, &mut output.buf).map(|_| ())
+            inputs.iter().map(|t| t.buffer()).collect();
+        crate::dispatch::run_on_gpu(kernel, &extents, &shapes, &bufs, output.buffer_mut())
+            .map(|_| ())
     }
     #[cfg(not(feature = "cuda"))]
     {

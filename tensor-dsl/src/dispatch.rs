@@ -8,8 +8,9 @@ use crate::ir::{bind, Kernel};
 use crate::records::{self, Record};
 use crate::runtime::cpu;
 use crate::template::cpu::{CpuConfig, CpuTemplate};
+use crate::tensor::{Data, DataMut, TensorMut, TensorRef};
 use crate::tuned::{self, Memo, Source};
-use crate::{reference, Device, Error, Options, Tensor};
+use crate::{reference, Device, Error, Options};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -43,27 +44,52 @@ pub(crate) fn bind_call<'a>(
     Ok((shapes, extents))
 }
 
+/// Checks that each argument's element type is the one the kernel declares (a kernel
+/// function's signature already makes that so; this guards calls made through the IR).
+pub(crate) fn check_dtypes(
+    kernel: &Kernel,
+    inputs: impl Iterator<Item = crate::ir::DType>,
+    output: crate::ir::DType,
+) -> Result<(), Error> {
+    let passed = kernel.inputs().into_iter().zip(inputs);
+    for (p, dtype) in passed.chain(std::iter::once((kernel.output, output))) {
+        let param = &kernel.params[p];
+        if param.dtype != dtype {
+            return Err(Error::ElementType {
+                kernel: kernel.name.clone(),
+                tensor: param.name.clone(),
+                declared: param.dtype,
+                passed: dtype,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Runs `kernel` on `inputs` (the input tensors in declaration order) into `output`.
 pub fn call(
     kernel: &Kernel,
-    inputs: &[&Tensor<f32>],
-    output: &mut Tensor<f32>,
+    inputs: &[TensorRef<'_>],
+    output: TensorMut<'_>,
     opts: &Options,
 ) -> Result<(), Error> {
-    let out_shape = output.shape().to_vec();
-    let (shapes, extents) = bind_call(kernel, inputs.iter().map(|t| t.shape()), &out_shape)?;
-    let mut data: Vec<&[f32]> = vec![&[]; kernel.params.len()];
+    let TensorMut {
+        shape: out_shape,
+        data: mut out,
+    } = output;
+    let (shapes, extents) = bind_call(kernel, inputs.iter().map(|t| t.shape), out_shape)?;
+    check_dtypes(kernel, inputs.iter().map(|t| t.data.dtype()), out.dtype())?;
+    let mut data: Vec<Data<'_>> = vec![Data::default(); kernel.params.len()];
     for (&p, t) in kernel.inputs().iter().zip(inputs) {
-        data[p] = t.as_slice();
+        data[p] = t.data;
     }
-    let out = output.as_mut_slice();
     match opts.resolve_device()? {
         Device::Cuda => run_cuda(kernel, &extents, &shapes, &data, out),
         Device::Reference => {
             reference::run(kernel, &extents, &shapes, &data, out);
             Ok(())
         }
-        Device::Cpu => match run_cpu(kernel, &extents, &shapes, &data, out) {
+        Device::Cpu => match run_cpu(kernel, &extents, &shapes, &data, out.reborrow()) {
             Err(cpu::CpuError::NoCompiler(why)) => {
                 if !WARNED_NO_CC.swap(true, Ordering::Relaxed) {
                     eprintln!(
@@ -86,8 +112,8 @@ fn run_cuda(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
-    data: &[&[f32]],
-    out: &mut [f32],
+    data: &[Data<'_>],
+    out: DataMut<'_>,
 ) -> Result<(), Error> {
     use crate::runtime::cuda;
     cuda::available().map_err(|reason| Error::DeviceUnavailable {
@@ -169,7 +195,7 @@ pub fn cuda_decision(
             Err(_) => fallback,
             Ok(template) => {
                 let key = tuned::cuda_key(
-                    &fingerprint,
+                    kernel,
                     shapes,
                     records::Target::cuda(&info.name, info.sm()),
                     crate::codegen::cuda::CODEGEN_VERSION,
@@ -324,8 +350,8 @@ fn run_cuda(
     _kernel: &Kernel,
     _extents: &[usize],
     _shapes: &[&[usize]],
-    _data: &[&[f32]],
-    _out: &mut [f32],
+    _data: &[Data<'_>],
+    _out: DataMut<'_>,
 ) -> Result<(), Error> {
     Err(Error::DeviceUnavailable {
         device: Device::Cuda.name().into(),
@@ -420,8 +446,8 @@ fn not_slower(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
-    data: &[&[f32]],
-    out: &mut [f32],
+    data: &[Data<'_>],
+    mut out: DataMut<'_>,
     candidate: &CpuConfig,
     default: &CpuConfig,
 ) -> Result<bool, cpu::CpuError> {
@@ -429,7 +455,7 @@ fn not_slower(
     for round in 0..4 {
         for (n, cfg) in [default, candidate].into_iter().enumerate() {
             let t = Instant::now();
-            cpu::run_with(kernel, extents, shapes, data, out, cfg)?;
+            cpu::run_with(kernel, extents, shapes, data, out.reborrow(), cfg)?;
             if round > 0 {
                 best[n] = best[n].min(t.elapsed().as_secs_f64());
             }
@@ -444,13 +470,13 @@ pub fn cpu_decision(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
-    data: &[&[f32]],
-    out: &mut [f32],
+    data: &[Data<'_>],
+    mut out: DataMut<'_>,
 ) -> Result<std::sync::Arc<CpuDecision>, cpu::CpuError> {
     let fingerprint = kernel.fingerprint();
     cpu_memo().get_or_try(&fingerprint, shapes, "cpu", || {
         let default = CpuConfig::heuristic(kernel, extents, cpu::simd_lanes());
-        let decision = decide_cpu(kernel, extents, shapes, data, out, &fingerprint, &default)?;
+        let decision = decide_cpu(kernel, extents, shapes, data, out.reborrow(), &default)?;
         if tuned::log_dispatch() {
             eprintln!(
                 "tensor-dsl: {} {} cpu config from {}",
@@ -467,9 +493,8 @@ fn decide_cpu(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
-    data: &[&[f32]],
-    out: &mut [f32],
-    fingerprint: &str,
+    data: &[Data<'_>],
+    mut out: DataMut<'_>,
     default: &CpuConfig,
 ) -> Result<CpuDecision, cpu::CpuError> {
     let fallback = CpuDecision {
@@ -479,7 +504,7 @@ fn decide_cpu(
     let Ok(template) = CpuTemplate::new(kernel, extents, cpu::simd_lanes()) else {
         return Ok(fallback);
     };
-    let key = tuned::cpu_key(fingerprint, shapes, CODEGEN_VERSION);
+    let key = tuned::cpu_key(kernel, shapes, CODEGEN_VERSION);
     if let Some((record, source)) = tuned::lookup(&key) {
         if let Some(config) = from_record(&template, kernel, &record) {
             return Ok(CpuDecision { config, source });
@@ -502,7 +527,15 @@ fn decide_cpu(
     if let Some(record) = tuned::nearest(&key) {
         if let Some(config) = from_record(&template, kernel, &record) {
             if config != *default
-                && not_slower(kernel, extents, shapes, data, out, &config, default)?
+                && not_slower(
+                    kernel,
+                    extents,
+                    shapes,
+                    data,
+                    out.reborrow(),
+                    &config,
+                    default,
+                )?
             {
                 return Ok(CpuDecision {
                     config,
@@ -519,11 +552,11 @@ fn run_cpu(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
-    data: &[&[f32]],
-    out: &mut [f32],
+    data: &[Data<'_>],
+    mut out: DataMut<'_>,
 ) -> Result<(), cpu::CpuError> {
     cpu::compiler().map_err(cpu::CpuError::NoCompiler)?;
-    let decision = cpu_decision(kernel, extents, shapes, data, out)?;
+    let decision = cpu_decision(kernel, extents, shapes, data, out.reborrow())?;
     cpu::run_with(kernel, extents, shapes, data, out, &decision.config)
 }
 

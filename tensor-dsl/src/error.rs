@@ -19,6 +19,13 @@ pub enum Error {
         len: usize,
     },
     /// The shape's element count overflows `usize`.
+    #[error("kernel `{kernel}` declares `{tensor}` as Tensor<{declared}>, but the call passed Tensor<{passed}>")]
+    ElementType {
+        kernel: String,
+        tensor: String,
+        declared: crate::ir::DType,
+        passed: crate::ir::DType,
+    },
     #[error("shape {shape:?} has too many elements")]
     ShapeOverflow { shape: Vec<usize> },
     /// The requested device cannot run kernels here.

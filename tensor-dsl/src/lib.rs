@@ -36,13 +36,14 @@ pub mod records;
 pub mod reference;
 pub mod runtime;
 pub mod template;
-mod tensor;
+pub mod tensor;
 pub mod tuned;
 
 pub use device_tensor::DeviceTensor;
 pub use error::Error;
+pub use half::{bf16, f16};
 pub use options::{Device, Options};
-pub use tensor::{Element, Tensor};
+pub use tensor::{Buffer, Data, DataMut, Element, Tensor, TensorMut, TensorRef};
 pub use tensor_dsl_macros::tensor_kernel;
 
 /// The kernel IR, its parser (for text, as the CLI uses it) and shape binding.

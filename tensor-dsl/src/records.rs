@@ -183,8 +183,33 @@ pub fn append(path: &Path, records: &[Record]) -> Result<(), Error> {
     result
 }
 
+/// The `dtype` field of a kernel's records: `f32` when every parameter is `f32` (as records
+/// written before other element types existed say), else each parameter's type,
+/// `a=bf16,b=bf16,c=f32`.
+pub fn dtype_key(kernel: &crate::ir::Kernel) -> String {
+    if kernel
+        .params
+        .iter()
+        .all(|p| p.dtype == crate::ir::DType::F32)
+    {
+        "f32".into()
+    } else {
+        kernel.dtypes_text()
+    }
+}
+
+/// Whether this build knows every element type a record's `dtype` field names (a record
+/// from a newer build with another type is skipped like a foreign-version line).
+pub fn known_dtype(text: &str) -> bool {
+    text.split(',').all(|part| {
+        let ty = part.split_once('=').map_or(part, |(_, t)| t);
+        crate::ir::DType::from_name(ty.trim()).is_some()
+    })
+}
+
 /// Reads every well-formed record of the current format version. Lines that are not (a
-/// corrupt or truncated file, another version's format) are skipped; the first time this
+/// corrupt or truncated file, another version's format, an element type this build does
+/// not know) are skipped; the first time this
 /// happens in a process, one warning goes to stderr. Returns the records and the number of
 /// skipped lines.
 pub fn read(path: &Path) -> Result<(Vec<Record>, usize), Error> {
@@ -194,7 +219,7 @@ pub fn read(path: &Path) -> Result<(Vec<Record>, usize), Error> {
     let mut out = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         match serde_json::from_str::<Record>(line) {
-            Ok(r) if r.version == RECORD_VERSION => out.push(r),
+            Ok(r) if r.version == RECORD_VERSION && known_dtype(&r.dtype) => out.push(r),
             _ => skipped += 1,
         }
     }

@@ -1,17 +1,22 @@
 //! The reference interpreter: runs any kernel of the language by walking the IR point by
 //! point, accumulating in `f64`. Slow and obviously right; every backend is checked
-//! against it.
+//! against it. Inputs of any element type are read exactly (as `f32`); the output is
+//! rounded to its element type once, after the epilogue.
 //!
 //! ```
 //! use tensor_dsl::ir::parse_text;
 //! let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
 //! let (a, b) = ([1.0f32, 2.0, 3.0, 4.0], [1.0f32, 0.0, 0.0, 1.0]);
 //! let mut c = [0.0f32; 4];
-//! tensor_dsl::reference::run(&k, &[2, 2, 2], &[&[2, 2], &[2, 2], &[2, 2]], &[&a, &b, &[]], &mut c);
+//! let shapes: [&[usize]; 3] = [&[2, 2], &[2, 2], &[2, 2]];
+//! let data = [(&a).into(), (&b).into(), Default::default()];
+//! tensor_dsl::reference::run(&k, &[2, 2, 2], &shapes, &data, (&mut c).into());
 //! assert_eq!(c, [1.0, 2.0, 3.0, 4.0]);
 //! ```
 
 use crate::ir::{Access, BinOp, BodyKind, Expr, Func, Kernel};
+use crate::tensor::{Data, DataMut};
+use std::borrow::Cow;
 
 /// Evaluates a built-in function (shared with the C and CUDA generators' semantics).
 pub fn call(f: Func, args: &[f64]) -> f64 {
@@ -79,7 +84,7 @@ fn strides(shape: &[usize]) -> Vec<usize> {
 struct Ctx<'a> {
     shapes: &'a [&'a [usize]],
     strides: Vec<Vec<usize>>,
-    data: &'a [&'a [f32]],
+    data: Vec<Cow<'a, [f32]>>,
 }
 
 impl Ctx<'_> {
@@ -92,7 +97,7 @@ impl Ctx<'_> {
             }
             off += c as usize * self.strides[a.tensor][d];
         }
-        f64::from(self.data[a.tensor][off])
+        self.data[a.tensor].get(off).map_or(0.0, |&x| f64::from(x))
     }
 
     fn eval(&self, e: &Expr, values: &[i64], out: f64) -> f64 {
@@ -136,18 +141,24 @@ pub fn run(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
-    data: &[&[f32]],
-    out: &mut [f32],
+    data: &[Data<'_>],
+    mut out: DataMut<'_>,
 ) {
     let ctx = Ctx {
         shapes,
         strides: shapes.iter().map(|s| strides(s)).collect(),
-        data,
+        data: data
+            .iter()
+            .map(|d| match d.as_f32() {
+                Some(s) => Cow::Borrowed(s),
+                None => Cow::Owned(d.to_f32()),
+            })
+            .collect(),
     };
     let spatial = kernel.spatial();
     let reduction = kernel.reduction();
     let mut values = vec![0i64; extents.len()];
-    for slot in out.iter_mut() {
+    for slot in 0..out.len() {
         for &r in &reduction {
             values[r] = 0;
         }
@@ -167,7 +178,7 @@ pub fn run(
         for e in &kernel.epilogue {
             acc = ctx.eval(e, &values, acc);
         }
-        *slot = acc as f32;
+        out.set(slot, acc as f32);
         next(&mut values, &spatial, extents);
     }
 }

@@ -1,22 +1,418 @@
-//! Host tensors: a shape and a row-major buffer.
+//! Host tensors: a shape and a row-major buffer of `f32`, `f16` or `bf16` elements.
 //!
 //! ```
-//! use tensor_dsl::Tensor;
+//! use tensor_dsl::{bf16, Tensor};
 //! let t = Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0])?;
 //! assert_eq!(t.shape(), &[2, 3]);
 //! assert_eq!(t.as_slice()[4], 5.0);
 //! let s = Tensor::from_vec(vec![], vec![7.0f32])?; // rank 0: one element
 //! assert_eq!(s.as_slice(), &[7.0]);
 //! assert!(Tensor::from_vec(vec![2, 2], vec![0.0f32; 3]).is_err());
+//! let h = Tensor::<bf16>::from_f32(vec![2], &[1.5, -2.0])?; // rounded to bf16
+//! assert_eq!(h.to_f32(), vec![1.5, -2.0]);
 //! # Ok::<(), tensor_dsl::Error>(())
 //! ```
+//!
+//! Kernels see their arguments through [`TensorRef`] / [`TensorMut`], views that carry the
+//! element type at run time, so one call can mix `Tensor<bf16>` inputs with a
+//! `Tensor<f32>` output.
 
+use crate::ir::DType;
 use crate::Error;
+use half::{bf16, f16};
 use std::fmt;
 
-/// Element types a tensor can hold.
-pub trait Element: Copy + Default + fmt::Debug + Send + Sync + 'static {}
-impl Element for f32 {}
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for half::bf16 {}
+}
+
+/// Element types a tensor can hold: `f32`, [`f16`](crate::f16) and [`bf16`](crate::bf16).
+pub trait Element:
+    Copy + Default + fmt::Debug + PartialEq + Send + Sync + 'static + sealed::Sealed
+{
+    /// The IR's name for this type.
+    const DTYPE: DType;
+    /// The nearest value of this type (round to nearest, ties to even).
+    fn from_f32(x: f32) -> Self;
+    /// The value as `f32` (exact for every element type).
+    fn to_f32(self) -> f32;
+    /// A type-erased view of a slice of this type.
+    fn data(s: &[Self]) -> Data<'_>;
+    /// A type-erased mutable view of a slice of this type.
+    fn data_mut(s: &mut [Self]) -> DataMut<'_>;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+    fn data(s: &[Self]) -> Data<'_> {
+        Data::F32(s)
+    }
+    fn data_mut(s: &mut [Self]) -> DataMut<'_> {
+        DataMut::F32(s)
+    }
+}
+
+impl Element for f16 {
+    const DTYPE: DType = DType::F16;
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    fn data(s: &[Self]) -> Data<'_> {
+        Data::F16(s)
+    }
+    fn data_mut(s: &mut [Self]) -> DataMut<'_> {
+        DataMut::F16(s)
+    }
+}
+
+impl Element for bf16 {
+    const DTYPE: DType = DType::BF16;
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    fn data(s: &[Self]) -> Data<'_> {
+        Data::BF16(s)
+    }
+    fn data_mut(s: &mut [Self]) -> DataMut<'_> {
+        DataMut::BF16(s)
+    }
+}
+
+/// The elements of one tensor, borrowed, with their type known at run time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Data<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+    BF16(&'a [bf16]),
+}
+
+/// Like [`Data`], mutably.
+#[derive(Debug)]
+pub enum DataMut<'a> {
+    F32(&'a mut [f32]),
+    F16(&'a mut [f16]),
+    BF16(&'a mut [bf16]),
+}
+
+/// The elements of one tensor, owned, with their type known at run time (what measurers,
+/// the CLI and the bench hold).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Buffer {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+}
+
+impl Default for Data<'_> {
+    fn default() -> Self {
+        Data::F32(&[])
+    }
+}
+
+impl<'a> From<&'a [f32]> for Data<'a> {
+    fn from(s: &'a [f32]) -> Self {
+        Data::F32(s)
+    }
+}
+
+impl<'a> From<&'a Vec<f32>> for Data<'a> {
+    fn from(s: &'a Vec<f32>) -> Self {
+        Data::F32(s)
+    }
+}
+
+impl<'a, const N: usize> From<&'a [f32; N]> for Data<'a> {
+    fn from(s: &'a [f32; N]) -> Self {
+        Data::F32(s)
+    }
+}
+
+impl<'a> From<&'a Buffer> for Data<'a> {
+    fn from(b: &'a Buffer) -> Self {
+        b.view()
+    }
+}
+
+impl<'a> From<&'a mut Vec<f32>> for DataMut<'a> {
+    fn from(s: &'a mut Vec<f32>) -> Self {
+        DataMut::F32(s)
+    }
+}
+
+impl<'a, const N: usize> From<&'a mut [f32; N]> for DataMut<'a> {
+    fn from(s: &'a mut [f32; N]) -> Self {
+        DataMut::F32(s)
+    }
+}
+
+impl<'a> From<&'a mut Buffer> for DataMut<'a> {
+    fn from(b: &'a mut Buffer) -> Self {
+        b.view_mut()
+    }
+}
+
+impl<'a> From<&'a mut [f32]> for DataMut<'a> {
+    fn from(s: &'a mut [f32]) -> Self {
+        DataMut::F32(s)
+    }
+}
+
+impl<'a> Data<'a> {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Data::F32(_) => DType::F32,
+            Data::F16(_) => DType::F16,
+            Data::BF16(_) => DType::BF16,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Data::F32(s) => s.len(),
+            Data::F16(s) => s.len(),
+            Data::BF16(s) => s.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element `i` as `f32`; `None` past the end.
+    pub fn get(&self, i: usize) -> Option<f32> {
+        match self {
+            Data::F32(s) => s.get(i).copied(),
+            Data::F16(s) => s.get(i).map(|x| x.to_f32()),
+            Data::BF16(s) => s.get(i).map(|x| x.to_f32()),
+        }
+    }
+
+    /// Every element as `f32`.
+    pub fn to_f32(&self) -> Vec<f32> {
+        match self {
+            Data::F32(s) => s.to_vec(),
+            Data::F16(s) => s.iter().map(|x| x.to_f32()).collect(),
+            Data::BF16(s) => s.iter().map(|x| x.to_f32()).collect(),
+        }
+    }
+
+    /// The elements' bytes in native order (`len() * dtype().size()` of them).
+    pub fn bytes(&self) -> &'a [u8] {
+        match *self {
+            Data::F32(s) => bytemuck::cast_slice(s),
+            Data::F16(s) => bytemuck::cast_slice(s),
+            Data::BF16(s) => bytemuck::cast_slice(s),
+        }
+    }
+
+    /// The address of the first element, for generated code.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.bytes().as_ptr()
+    }
+
+    /// The `f32` slice, if that is the element type.
+    pub fn as_f32(&self) -> Option<&'a [f32]> {
+        match *self {
+            Data::F32(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl DataMut<'_> {
+    pub fn dtype(&self) -> DType {
+        self.as_data().dtype()
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.as_data().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A shared view of the same elements.
+    pub fn as_data(&self) -> Data<'_> {
+        match self {
+            DataMut::F32(s) => Data::F32(s),
+            DataMut::F16(s) => Data::F16(s),
+            DataMut::BF16(s) => Data::BF16(s),
+        }
+    }
+
+    /// A shorter-lived mutable view of the same elements (to pass on without giving this
+    /// one up).
+    pub fn reborrow(&mut self) -> DataMut<'_> {
+        match self {
+            DataMut::F32(s) => DataMut::F32(s),
+            DataMut::F16(s) => DataMut::F16(s),
+            DataMut::BF16(s) => DataMut::BF16(s),
+        }
+    }
+
+    /// Stores `x` at `i`, rounded to the element type; ignored past the end.
+    pub fn set(&mut self, i: usize, x: f32) {
+        match self {
+            DataMut::F32(s) => {
+                if let Some(e) = s.get_mut(i) {
+                    *e = x;
+                }
+            }
+            DataMut::F16(s) => {
+                if let Some(e) = s.get_mut(i) {
+                    *e = f16::from_f32(x);
+                }
+            }
+            DataMut::BF16(s) => {
+                if let Some(e) = s.get_mut(i) {
+                    *e = bf16::from_f32(x);
+                }
+            }
+        }
+    }
+
+    /// Fills every element with `x` (rounded).
+    pub fn fill(&mut self, x: f32) {
+        match self {
+            DataMut::F32(s) => s.fill(x),
+            DataMut::F16(s) => s.fill(f16::from_f32(x)),
+            DataMut::BF16(s) => s.fill(bf16::from_f32(x)),
+        }
+    }
+
+    /// The elements' bytes in native order.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            DataMut::F32(s) => bytemuck::cast_slice_mut(s),
+            DataMut::F16(s) => bytemuck::cast_slice_mut(s),
+            DataMut::BF16(s) => bytemuck::cast_slice_mut(s),
+        }
+    }
+
+    /// The address of the first element, for generated code.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.bytes_mut().as_mut_ptr()
+    }
+}
+
+impl Buffer {
+    /// `n` zeros of type `dtype`.
+    pub fn zeros(dtype: DType, n: usize) -> Buffer {
+        match dtype {
+            DType::F32 => Buffer::F32(vec![0.0; n]),
+            DType::F16 => Buffer::F16(vec![f16::ZERO; n]),
+            DType::BF16 => Buffer::BF16(vec![bf16::ZERO; n]),
+        }
+    }
+
+    /// `values` rounded to `dtype`.
+    pub fn from_f32(dtype: DType, values: &[f32]) -> Buffer {
+        match dtype {
+            DType::F32 => Buffer::F32(values.to_vec()),
+            DType::F16 => Buffer::F16(values.iter().map(|&x| f16::from_f32(x)).collect()),
+            DType::BF16 => Buffer::BF16(values.iter().map(|&x| bf16::from_f32(x)).collect()),
+        }
+    }
+
+    /// `bytes` (native order, as [`Data::bytes`] gives them) as elements of `dtype`; the
+    /// trailing bytes of an incomplete element are dropped.
+    pub fn from_bytes(dtype: DType, bytes: &[u8]) -> Buffer {
+        fn read<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
+            bytes
+                .chunks_exact(std::mem::size_of::<T>())
+                .map(bytemuck::pod_read_unaligned)
+                .collect()
+        }
+        match dtype {
+            DType::F32 => Buffer::F32(read(bytes)),
+            DType::F16 => Buffer::F16(read(bytes)),
+            DType::BF16 => Buffer::BF16(read(bytes)),
+        }
+    }
+
+    pub fn view(&self) -> Data<'_> {
+        match self {
+            Buffer::F32(v) => Data::F32(v),
+            Buffer::F16(v) => Data::F16(v),
+            Buffer::BF16(v) => Data::BF16(v),
+        }
+    }
+
+    pub fn view_mut(&mut self) -> DataMut<'_> {
+        match self {
+            Buffer::F32(v) => DataMut::F32(v),
+            Buffer::F16(v) => DataMut::F16(v),
+            Buffer::BF16(v) => DataMut::BF16(v),
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.view().dtype()
+    }
+
+    pub fn len(&self) -> usize {
+        self.view().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every element as `f32`.
+    pub fn to_f32(&self) -> Vec<f32> {
+        self.view().to_f32()
+    }
+}
+
+/// A borrowed input tensor of any element type: what a kernel call receives.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorRef<'a> {
+    pub shape: &'a [usize],
+    pub data: Data<'a>,
+}
+
+/// A borrowed output tensor of any element type.
+#[derive(Debug)]
+pub struct TensorMut<'a> {
+    pub shape: &'a [usize],
+    pub data: DataMut<'a>,
+}
+
+impl<'a, T: Element> From<&'a Tensor<T>> for TensorRef<'a> {
+    fn from(t: &'a Tensor<T>) -> Self {
+        TensorRef {
+            shape: &t.shape,
+            data: T::data(&t.data),
+        }
+    }
+}
+
+impl<'a, T: Element> From<&'a mut Tensor<T>> for TensorMut<'a> {
+    fn from(t: &'a mut Tensor<T>) -> Self {
+        TensorMut {
+            shape: &t.shape,
+            data: T::data_mut(&mut t.data),
+        }
+    }
+}
 
 /// A dense, row-major tensor in host memory.
 #[derive(Clone, PartialEq)]
@@ -44,6 +440,11 @@ impl<T: Element> Tensor<T> {
             });
         }
         Ok(Tensor { shape, data })
+    }
+
+    /// A tensor of the given shape over `values` rounded to `T` (to nearest, ties to even).
+    pub fn from_f32(shape: Vec<usize>, values: &[f32]) -> Result<Self, Error> {
+        Self::from_vec(shape, values.iter().map(|&x| T::from_f32(x)).collect())
     }
 
     /// A tensor of zeros.
@@ -91,16 +492,26 @@ impl<T: Element> Tensor<T> {
         &mut self.data
     }
 
+    /// The elements as `f32`, in row-major order.
+    pub fn to_f32(&self) -> Vec<f32> {
+        self.data.iter().map(|x| x.to_f32()).collect()
+    }
+
     /// Consumes the tensor, returning its buffer.
     pub fn into_vec(self) -> Vec<T> {
         self.data
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        T::DTYPE
     }
 }
 
 impl<T: Element> fmt::Debug for Tensor<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const SHOWN: usize = 8;
-        write!(f, "Tensor(shape={:?}, data=[", self.shape)?;
+        write!(f, "Tensor<{}>(shape={:?}, data=[", T::DTYPE, self.shape)?;
         for (i, v) in self.data.iter().take(SHOWN).enumerate() {
             if i > 0 {
                 f.write_str(", ")?;

@@ -8,6 +8,7 @@
 //! crate root) registers records before `main` runs; [`register_embedded`] does the same by
 //! hand.
 
+use crate::ir::Kernel;
 use crate::records::{self, Index, Key, Record, Target};
 use std::collections::HashMap;
 use std::fmt;
@@ -57,7 +58,7 @@ pub fn register_embedded(records: &'static str) {
 fn parse_lines(text: &str) -> Vec<Record> {
     text.lines()
         .filter_map(|l| serde_json::from_str::<Record>(l).ok())
-        .filter(|r| r.version == records::RECORD_VERSION)
+        .filter(|r| r.version == records::RECORD_VERSION && records::known_dtype(&r.dtype))
         .collect()
 }
 
@@ -101,23 +102,23 @@ pub fn forget_cache() {
     *cache_slot().lock().unwrap_or_else(|p| p.into_inner()) = None;
 }
 
-/// The key of a call on this machine's CPU.
-pub fn cpu_key(fingerprint: &str, shapes: &[&[usize]], codegen: u32) -> Key {
+/// The key of a call of `kernel` on this machine's CPU.
+pub fn cpu_key(kernel: &Kernel, shapes: &[&[usize]], codegen: u32) -> Key {
     Key {
-        kernel: fingerprint.to_string(),
+        kernel: kernel.fingerprint(),
         shapes: shapes.iter().map(|s| s.to_vec()).collect(),
-        dtype: "f32".into(),
+        dtype: crate::records::dtype_key(kernel),
         target: this_cpu().clone(),
         codegen,
     }
 }
 
-/// The key of a call on a GPU (`target` from [`Target::cuda`]).
-pub fn cuda_key(fingerprint: &str, shapes: &[&[usize]], target: Target, codegen: u32) -> Key {
+/// The key of a call of `kernel` on a GPU (`target` from [`Target::cuda`]).
+pub fn cuda_key(kernel: &Kernel, shapes: &[&[usize]], target: Target, codegen: u32) -> Key {
     Key {
-        kernel: fingerprint.to_string(),
+        kernel: kernel.fingerprint(),
         shapes: shapes.iter().map(|s| s.to_vec()).collect(),
-        dtype: "f32".into(),
+        dtype: crate::records::dtype_key(kernel),
         target,
         codegen,
     }

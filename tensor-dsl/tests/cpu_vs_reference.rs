@@ -5,11 +5,16 @@
 mod common;
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use tensor_dsl::ir::{parse_text, Kernel};
+use tensor_dsl::ir::{parse_text, DType, Kernel};
 use tensor_dsl::runtime::cpu;
 use tensor_dsl::template::cpu::{CpuConfig, CpuTemplate};
+use tensor_dsl::{Buffer, Data};
 
 const AWKWARD: &[usize] = &[1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 33, 64];
+
+/// Most iteration points of a random case: the interpreter (a debug build in tests) must
+/// check it in well under a second.
+const MAX_POINTS: usize = 2_000_000;
 
 /// Shapes for `kernel` from random extents: plain dimensions take the index's extent,
 /// affine ones a random size around the range they read (so padding is exercised).
@@ -19,6 +24,9 @@ fn random_case(kernel: &Kernel, rng: &mut StdRng) -> Option<(Vec<usize>, Vec<Vec
         .iter()
         .map(|_| AWKWARD[rng.gen_range(0..AWKWARD.len())])
         .collect();
+    if extents.iter().fold(1usize, |a, &e| a.saturating_mul(e)) > MAX_POINTS {
+        return None;
+    }
     common::shapes_for(kernel, &extents, |hi| {
         rng.gen_range(1..=(hi.max(0) as usize + 2))
     })
@@ -52,7 +60,7 @@ fn cpu_matches_reference_on_random_shapes() {
             scope.spawn(move || {
                 for (n, src) in common::KERNELS.iter().enumerate() {
                     if n % workers == w {
-                        check_kernel(src, n as u64);
+                        check_kernel(src, n as u64, |_| None);
                     }
                 }
             });
@@ -60,13 +68,61 @@ fn cpu_matches_reference_on_random_shapes() {
     });
 }
 
-fn check_kernel(src: &str, seed: u64) {
+/// Element types for a kernel's parameters in the half-precision test, cycling by `n`:
+/// `bf16` inputs with an `f32` output (the tensor-core case), all `f16`, `f16` inputs with a
+/// `bf16` output, and `bf16` inputs with an `f16` output.
+fn half_types(n: usize) -> impl Fn(bool) -> Option<DType> {
+    move |is_output| {
+        let (input, output) = match n % 4 {
+            0 => (DType::BF16, DType::F32),
+            1 => (DType::F16, DType::F16),
+            2 => (DType::F16, DType::BF16),
+            _ => (DType::BF16, DType::F16),
+        };
+        Some(if is_output { output } else { input })
+    }
+}
+
+#[test]
+fn cpu_matches_reference_in_half_precision() {
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(4);
+    std::thread::scope(|scope| {
+        for w in 0..workers {
+            scope.spawn(move || {
+                for (n, src) in common::KERNELS.iter().enumerate() {
+                    if n % workers == w {
+                        check_kernel(src, 100 + n as u64, half_types(n));
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Tolerance of an output element of type `dtype`: f32 sums to `1e-4 * scale`, half ones to
+/// two units in the last place on top.
+fn tol(dtype: DType, scale: f32) -> f32 {
+    match dtype {
+        DType::F32 => scale,
+        other => scale + tensor_dsl::measure::tolerance(other) / 1e-4,
+    }
+}
+
+fn check_kernel(src: &str, seed: u64, dtype_of: impl Fn(bool) -> Option<DType>) {
     let lanes = cpu::simd_lanes();
     let mut rng = StdRng::seed_from_u64(seed);
     {
-        let kernel = parse_text("k", src, None).unwrap();
+        let mut kernel = parse_text("k", src, None).unwrap();
+        for p in &mut kernel.params {
+            if let Some(d) = dtype_of(p.is_output) {
+                p.dtype = d;
+            }
+        }
+        let out_dtype = kernel.params[kernel.output].dtype;
         let mut ran = 0;
-        for _ in 0..40 {
+        for _ in 0..400 {
             if ran == 3 {
                 break;
             }
@@ -74,19 +130,22 @@ fn check_kernel(src: &str, seed: u64) {
                 continue;
             };
             ran += 1;
-            let data: Vec<Vec<f32>> = shapes
+            let data: Vec<Buffer> = shapes
                 .iter()
-                .map(|s| {
-                    (0..s.iter().product::<usize>())
+                .zip(&kernel.params)
+                .map(|(s, p)| {
+                    let values: Vec<f32> = (0..s.iter().product::<usize>())
                         .map(|_| rng.gen_range(-1.0..1.0))
-                        .collect()
+                        .collect();
+                    Buffer::from_f32(p.dtype, &values)
                 })
                 .collect();
             let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-            let data_refs: Vec<&[f32]> = data.iter().map(|d| d.as_slice()).collect();
+            let data_refs: Vec<Data> = data.iter().map(Buffer::view).collect();
             let n_out: usize = shapes[kernel.output].iter().product();
-            let mut want = vec![0.0f32; n_out];
-            tensor_dsl::reference::run(&kernel, &extents, &shape_refs, &data_refs, &mut want);
+            let mut want = Buffer::zeros(out_dtype, n_out);
+            tensor_dsl::reference::run(&kernel, &extents, &shape_refs, &data_refs, want.view_mut());
+            let want = want.to_f32();
             let mut configs = vec![
                 CpuConfig::heuristic(&kernel, &extents, lanes),
                 CpuConfig::naive(&kernel),
@@ -101,18 +160,24 @@ fn check_kernel(src: &str, seed: u64) {
                 let point = template.space().sample_uniform(&mut rng).unwrap();
                 configs.push(template.decode(&point).unwrap());
             }
-            let scale = sum_scale(&kernel, &extents);
+            let scale = tol(out_dtype, sum_scale(&kernel, &extents));
             for cfg in configs {
-                let mut got = vec![f32::NAN; n_out];
-                if let Err(cpu::CpuError::Other(e)) =
-                    cpu::run_with(&kernel, &extents, &shape_refs, &data_refs, &mut got, &cfg)
-                {
+                let mut got = Buffer::from_f32(out_dtype, &vec![f32::NAN; n_out]);
+                if let Err(cpu::CpuError::Other(e)) = cpu::run_with(
+                    &kernel,
+                    &extents,
+                    &shape_refs,
+                    &data_refs,
+                    got.view_mut(),
+                    &cfg,
+                ) {
                     panic!("{src} {shapes:?} {cfg:?}: {e}");
                 }
-                for (n, (g, w)) in got.iter().zip(&want).enumerate() {
+                for (n, (g, w)) in got.to_f32().iter().zip(&want).enumerate() {
                     assert!(
                         close_within(*g, *w, scale),
-                        "{src} shapes {shapes:?} {cfg:?}: element {n}: cpu {g} vs reference {w}"
+                        "{src} ({}) shapes {shapes:?} {cfg:?}: element {n}: cpu {g} vs reference {w}",
+                        kernel.dtypes_text()
                     );
                 }
             }
@@ -136,14 +201,27 @@ fn check_configs(src: &str, extents: &[usize], configs: &[CpuConfig]) {
         })
         .collect();
     let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-    let data_refs: Vec<&[f32]> = data.iter().map(|d| d.as_slice()).collect();
+    let data_refs: Vec<Data> = data.iter().map(Into::into).collect();
     let n_out: usize = shapes[kernel.output].iter().product();
     let mut want = vec![0.0f32; n_out];
-    tensor_dsl::reference::run(&kernel, &extents, &shape_refs, &data_refs, &mut want);
+    tensor_dsl::reference::run(
+        &kernel,
+        &extents,
+        &shape_refs,
+        &data_refs,
+        (&mut want).into(),
+    );
     for cfg in configs {
         cfg.validate(&kernel).unwrap();
         let mut got = vec![f32::NAN; n_out];
-        match cpu::run_with(&kernel, &extents, &shape_refs, &data_refs, &mut got, cfg) {
+        match cpu::run_with(
+            &kernel,
+            &extents,
+            &shape_refs,
+            &data_refs,
+            (&mut got).into(),
+            cfg,
+        ) {
             Ok(()) => {}
             Err(cpu::CpuError::NoCompiler(e)) => {
                 eprintln!("no C compiler ({e}): skipped");
@@ -239,7 +317,7 @@ fn blocked_reductions_match_reference() {
 }
 
 /// Shapes and data slots of one call.
-type Buffers<'a> = (Vec<&'a [usize]>, Vec<&'a [f32]>);
+type Buffers<'a> = (Vec<&'a [usize]>, Vec<Data<'a>>);
 
 #[test]
 fn mismatched_buffers_are_errors_not_panics() {
@@ -247,15 +325,21 @@ fn mismatched_buffers_are_errors_not_panics() {
     let cfg = CpuConfig::naive(&kernel);
     let a = [1.0f32; 4];
     let mut out = [0.0f32; 4];
-    let cases: [Buffers; 3] = [
-        (vec![&[4]], vec![&a, &[]]),            // too few shapes
-        (vec![&[4], &[4]], vec![&a]),           // too few data slots
-        (vec![&[4], &[4]], vec![&a[..3], &[]]), // short input
+    let cases: [Buffers; 4] = [
+        (vec![&[4]], vec![(&a).into(), Data::default()]), // too few shapes
+        (vec![&[4], &[4]], vec![(&a).into()]),            // too few data slots
+        (vec![&[4], &[4]], vec![a[..3].into(), Data::default()]), // short input
+        (
+            vec![&[4], &[4]],
+            vec![Data::BF16(&[tensor_dsl::bf16::ONE; 4]), Data::default()],
+        ), // wrong type
     ];
     for (shapes, data) in cases {
-        match cpu::run_with(&kernel, &[4], &shapes, &data, &mut out, &cfg) {
+        match cpu::run_with(&kernel, &[4], &shapes, &data, (&mut out).into(), &cfg) {
             Err(cpu::CpuError::Other(e)) => assert!(
-                e.to_string().contains("parameters") || e.to_string().contains("elements"),
+                e.to_string().contains("parameters")
+                    || e.to_string().contains("elements")
+                    || e.to_string().contains("declares"),
                 "{e}"
             ),
             Err(cpu::CpuError::NoCompiler(_)) => {}

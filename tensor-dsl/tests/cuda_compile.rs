@@ -9,12 +9,14 @@
 //! (CI) makes that a failure.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use rand::{rngs::StdRng, SeedableRng};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use tensor_dsl::codegen::cuda;
-use tensor_dsl::ir::{bind, parse_text, Kernel};
+use tensor_dsl::ir::Kernel;
 use tensor_dsl::template::gpu::{GpuSchedule, GpuTarget, GpuTemplate};
 
 /// (name, statements, extents of the indices in order of appearance as `bind` numbers them
@@ -76,6 +78,29 @@ const KERNELS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Half-precision kernels (name, statements, shapes, element types): `unsigned short`
+/// storage and the conversions in inline PTX, with no `#include`, must compile too.
+const HALF_KERNELS: &[(&str, &str, &str, &str)] = &[
+    (
+        "matmul_bf16",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=1000x1000 b=1000x1000 c=1000x1000",
+        "a=bf16,b=bf16",
+    ),
+    (
+        "matmul_f16",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]; c[[i, j]] = gelu(c[[i, j]])",
+        "a=127x131 b=131x137 c=127x137",
+        "a=f16,b=f16,c=f16",
+    ),
+    (
+        "conv_bf16_bias_relu",
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 1, 2 * q + s - 1]] * w[[f, c, r, s]]; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        "x=8x64x56x56 w=128x64x3x3 bias=128 y=8x128x28x28",
+        "x=bf16,w=bf16,y=bf16",
+    ),
+];
+
 /// Random configurations per kernel (plus the default).
 const RANDOM_CONFIGS: usize = 20;
 
@@ -94,20 +119,6 @@ struct Entry {
     shared_bytes: u32,
     stack_bytes: u32,
     nvrtc_ms: u64,
-}
-
-fn parse_shapes(text: &str) -> Vec<(String, Vec<usize>)> {
-    text.split_whitespace()
-        .map(|p| {
-            let (name, dims) = p.split_once('=').unwrap();
-            let dims = if dims.is_empty() {
-                vec![]
-            } else {
-                dims.split('x').map(|d| d.parse().unwrap()).collect()
-            };
-            (name.to_string(), dims)
-        })
-        .collect()
 }
 
 /// Why NVRTC or ptxas cannot be used here, if so.
@@ -164,17 +175,13 @@ fn every_config_compiles_with_nvrtc_and_ptxas() {
     let target = GpuTarget::h100();
     let mut rng = StdRng::seed_from_u64(90);
     let mut jobs = Vec::new();
-    for &(name, src, shapes) in KERNELS {
-        let params = parse_shapes(shapes);
-        let decl: Vec<(String, bool)> = params
-            .iter()
-            .enumerate()
-            .map(|(i, (n, _))| (n.clone(), i + 1 == params.len()))
-            .collect();
-        let kernel = parse_text(name, src, Some(&decl)).unwrap();
-        let shapes: Vec<Vec<usize>> = params.into_iter().map(|(_, s)| s).collect();
-        let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-        let extents = bind(&kernel, &refs).unwrap();
+    let all = KERNELS
+        .iter()
+        .map(|&(n, k, s)| (n, k, s, ""))
+        .chain(HALF_KERNELS.iter().copied());
+    for (name, src, shapes, dtypes) in all {
+        let case = common::Case::new(name, src, shapes, dtypes);
+        let (kernel, shapes, extents) = (case.kernel.clone(), case.shapes.clone(), case.extents());
         let template = GpuTemplate::new(&kernel, &extents, &target).unwrap();
         let default = template.default_config().unwrap();
         let mut points = vec![default.clone()];
@@ -281,7 +288,7 @@ fn every_config_compiles_with_nvrtc_and_ptxas() {
     println!(
         "{} configs of {} kernels compiled in {:.1} s; registers {}..{}, {spilled} spill; report: {}",
         results.len(),
-        KERNELS.len(),
+        KERNELS.len() + HALF_KERNELS.len(),
         start.elapsed().as_secs_f64(),
         regs.iter().min().unwrap_or(&0),
         regs.iter().max().unwrap_or(&0),

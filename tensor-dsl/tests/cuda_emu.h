@@ -149,6 +149,25 @@ static float *td_read_aligned(FILE *f, size_t n) {
     return p;
 }
 
+/* `n` bytes from `f` into 256-byte aligned memory (inputs of any element type). */
+static void *td_read_bytes(FILE *f, size_t n) {
+    size_t bytes = (n + 255) / 256 * 256;
+    void *p = aligned_alloc(256, bytes ? bytes : 256);
+    if (n && fread(p, 1, n, f) != n) {
+        fprintf(stderr, "cuda_emu: short input file\n");
+        exit(2);
+    }
+    return p;
+}
+
+/* `n` bytes of all-ones: NaN as f32, f16 and bf16 alike (an output the kernel must overwrite). */
+static void *td_alloc_nan_bytes(size_t n) {
+    size_t bytes = (n + 255) / 256 * 256;
+    void *p = aligned_alloc(256, bytes ? bytes : 256);
+    memset(p, 0xff, bytes ? bytes : 256);
+    return p;
+}
+
 static float *td_alloc_nan(size_t n) {
     size_t bytes = (n * sizeof(float) + 255) / 256 * 256;
     float *p = (float *)aligned_alloc(256, bytes ? bytes : 256);

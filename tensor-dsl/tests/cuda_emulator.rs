@@ -15,8 +15,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tensor_dsl::codegen::cuda;
-use tensor_dsl::ir::{parse_text, Kernel};
+use tensor_dsl::codegen::storage_type;
+use tensor_dsl::ir::{parse_text, DType, Kernel};
 use tensor_dsl::template::gpu::{default_schedule, GpuSchedule, GpuTarget, GpuTemplate};
+use tensor_dsl::Buffer;
 
 /// Kernels covering the language: many inputs, diagonals, scalars, outer products,
 /// transposes, affine (padded) accesses, epilogues with every built-in.
@@ -57,6 +59,23 @@ const FIXED: &[(&str, &[usize])] = &[
     ("c[[i, j]] += a[[i, k]] * b[[k, j]]", &[96, 80, 64]),
 ];
 
+/// Half-precision kernels (`--dtypes`-style element types): products accumulate in `f32`, the
+/// output is rounded once. Every conversion path the CUDA code takes without a GPU (the
+/// integer ones) is exercised: `bf16` and `f16` inputs and outputs, mixed with `f32`.
+const HALF: &[(&str, &str)] = &[
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=bf16,b=bf16"),
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=f16,b=f16,c=f16"),
+    (
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 1, 2 * q + s - 1]] * w[[f, c, r, s]]; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        "x=bf16,w=bf16,y=bf16",
+    ),
+    (
+        "o[[i, j]] += a[[i, k]] * b[[k, j]]; o[[i, j]] = gelu(o[[i, j]])",
+        "a=f16,b=bf16,o=f16",
+    ),
+    ("c[[b, i, j]] += x[[b, k, i]] * y[[b, k, j]]", "x=f16,y=f16,c=bf16"),
+];
+
 const AWKWARD: &[usize] = &[1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 33, 64, 257, 1000];
 
 /// Shapes for `kernel` from random extents (at most `work` iteration points): plain
@@ -84,8 +103,12 @@ fn random_case(
     })
 }
 
-fn close(got: f32, want: f32) -> bool {
-    (got.is_nan() && want.is_nan()) || (got - want).abs() <= 1e-4 * (1.0 + want.abs())
+fn close(got: f32, want: f32, dtype: DType) -> bool {
+    let tol = match dtype {
+        DType::F32 => 1e-4,
+        other => tensor_dsl::measure::tolerance(other),
+    };
+    (got.is_nan() && want.is_nan()) || (got - want).abs() <= tol * (1.0 + want.abs())
 }
 
 fn gxx() -> Option<PathBuf> {
@@ -102,7 +125,7 @@ fn gxx() -> Option<PathBuf> {
 struct Shape {
     extents: Vec<usize>,
     shapes: Vec<Vec<usize>>,
-    data: Vec<Vec<f32>>,
+    data: Vec<Buffer>,
     want: Vec<f32>,
     schedules: Vec<(String, GpuSchedule)>,
 }
@@ -122,8 +145,19 @@ struct Coverage {
     switches: u64,
 }
 
-fn check_kernel(cxx: &Path, dir: &Path, n: usize, src: &str, fixed: Option<&[usize]>) -> Coverage {
-    let kernel = parse_text(&format!("k{n}"), src, None).unwrap();
+fn check_kernel(
+    cxx: &Path,
+    dir: &Path,
+    n: usize,
+    src: &str,
+    fixed: Option<&[usize]>,
+    dtypes: &str,
+) -> Coverage {
+    let kernel = parse_text(&format!("k{n}"), src, None)
+        .unwrap()
+        .with_dtypes(dtypes)
+        .unwrap();
+    let out_dtype = kernel.params[kernel.output].dtype;
     let target = GpuTarget::h100();
     let mut rng = StdRng::seed_from_u64(1000 + n as u64);
     let mut cases: Vec<Shape> = Vec::new();
@@ -155,7 +189,7 @@ fn check_kernel(cxx: &Path, dir: &Path, n: usize, src: &str, fixed: Option<&[usi
         let Some((extents, shapes)) = case else {
             continue;
         };
-        let data: Vec<Vec<f32>> = shapes
+        let data: Vec<Buffer> = shapes
             .iter()
             .enumerate()
             .map(|(p, s)| {
@@ -164,14 +198,16 @@ fn check_kernel(cxx: &Path, dir: &Path, n: usize, src: &str, fixed: Option<&[usi
                 } else {
                     s.iter().product()
                 };
-                (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect()
+                let values: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                Buffer::from_f32(kernel.params[p].dtype, &values)
             })
             .collect();
         let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-        let data_refs: Vec<&[f32]> = data.iter().map(|d| d.as_slice()).collect();
+        let data_refs: Vec<tensor_dsl::Data> = data.iter().map(Buffer::view).collect();
         let n_out: usize = shapes[kernel.output].iter().product();
-        let mut want = vec![0.0f32; n_out];
-        tensor_dsl::reference::run(&kernel, &extents, &shape_refs, &data_refs, &mut want);
+        let mut want = Buffer::zeros(out_dtype, n_out);
+        tensor_dsl::reference::run(&kernel, &extents, &shape_refs, &data_refs, want.view_mut());
+        let want = want.to_f32();
         let template = GpuTemplate::new(&kernel, &extents, &target).unwrap();
         let default = default_schedule(&kernel, &extents, &target);
         let config = template.default_config().unwrap();
@@ -216,10 +252,11 @@ fn check_kernel(cxx: &Path, dir: &Path, n: usize, src: &str, fixed: Option<&[usi
         );
         let inputs = kernel.inputs();
         for &p in &inputs {
+            let ty = storage_type(kernel.params[p].dtype);
             let _ = writeln!(
                 main,
-                "        float *t{p} = td_read_aligned(f, {});",
-                case.data[p].len()
+                "        {ty} *t{p} = ({ty} *)td_read_bytes(f, {});",
+                case.data[p].view().bytes().len()
             );
         }
         let n_out: usize = case.shapes[kernel.output].iter().product();
@@ -261,13 +298,14 @@ fn check_kernel(cxx: &Path, dir: &Path, n: usize, src: &str, fixed: Option<&[usi
                 .map(|p| format!("t{p}"))
                 .chain(["out".to_string()])
                 .collect();
+            let (ty, out_bytes) = (storage_type(out_dtype), n_out * out_dtype.size());
             let _ = writeln!(
                 main,
-                "        {{\n            float *out = td_alloc_nan({n_out});\n            \
+                "        {{\n            {ty} *out = ({ty} *)td_alloc_nan_bytes({out_bytes});\n            \
                  fprintf(stderr, \"config {id}\\n\");\n            \
                  unsigned long sw = td_launch({}, {}, [&] {{ cfg{id}::{}({}); }});\n            \
                  fwrite(&sw, sizeof sw, 1, o);\n            \
-                 fwrite(out, sizeof(float), {n_out}, o);\n            free(out);\n        }}",
+                 fwrite(out, 1, {out_bytes}, o);\n            free(out);\n        }}",
                 src.grid[0],
                 src.block[0],
                 src.entry,
@@ -304,7 +342,7 @@ fn check_kernel(cxx: &Path, dir: &Path, n: usize, src: &str, fixed: Option<&[usi
         let bytes: Vec<u8> = kernel
             .inputs()
             .iter()
-            .flat_map(|&p| case.data[p].iter().flat_map(|x| x.to_le_bytes()))
+            .flat_map(|&p| case.data[p].view().bytes().to_vec())
             .collect();
         std::fs::write(&path, bytes).unwrap();
         run.arg(path);
@@ -345,11 +383,12 @@ fn check_kernel(cxx: &Path, dir: &Path, n: usize, src: &str, fixed: Option<&[usi
             let sw = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
             cov.switches += sw;
             at += 8;
-            for (e, w) in case.want.iter().enumerate() {
-                let g = f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
-                at += 4;
+            let size = out_dtype.size();
+            let got = Buffer::from_bytes(out_dtype, &bytes[at..at + size * case.want.len()]);
+            at += size * case.want.len();
+            for (e, (g, w)) in got.to_f32().into_iter().zip(&case.want).enumerate() {
                 assert!(
-                    close(g, *w),
+                    close(g, *w, out_dtype),
                     "{src} extents {:?} shapes {:?} config {text} (cfg{id} in {}): element {e}: \
                      emulated CUDA {g} vs reference {w}",
                     case.extents,
@@ -383,11 +422,14 @@ fn emulated_cuda_matches_reference() {
                 scope.spawn(move || {
                     let all = KERNELS
                         .iter()
-                        .map(|&k| (k, None))
-                        .chain(FIXED.iter().map(|&(k, e)| (k, Some(e))));
+                        .map(|&k| (k, None, ""))
+                        .chain(FIXED.iter().map(|&(k, e)| (k, Some(e), "")))
+                        .chain(HALF.iter().map(|&(k, d)| (k, None, d)));
                     all.enumerate()
                         .filter(|(n, _)| n % workers == w)
-                        .map(|(n, (src, fixed))| check_kernel(cxx, dir, n, src, fixed))
+                        .map(|(n, (src, fixed, dtypes))| {
+                            check_kernel(cxx, dir, n, src, fixed, dtypes)
+                        })
                         .collect::<Vec<_>>()
                 })
             })
@@ -411,9 +453,10 @@ fn emulated_cuda_matches_reference() {
         total.switches += c.switches;
     }
     println!(
-        "{} kernels + {} fixed cases, {total:?}, {:.1} s",
+        "{} kernels + {} fixed cases + {} half-precision ones, {total:?}, {:.1} s",
         KERNELS.len(),
         FIXED.len(),
+        HALF.len(),
         start.elapsed().as_secs_f64()
     );
     // The random configs must have exercised every feature of the generator.

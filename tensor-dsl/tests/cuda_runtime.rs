@@ -145,11 +145,12 @@ mod with_cuda {
         let kernel = matmul::kernel();
         let shapes: [&[usize]; 3] = [&[2, 3], &[3, 1], &[2, 1]];
         let extents = bind(kernel, &shapes).unwrap();
-        let data: [&[f32]; 3] = [a.as_slice(), b.as_slice(), &[]];
+        let data: [tensor_dsl::Data; 3] =
+            [a.as_slice().into(), b.as_slice().into(), Default::default()];
         let mut out = [0.0f32; 2];
         assert_unavailable(
             "cuda::run",
-            cuda::run(kernel, &extents, &shapes, &data, &mut out),
+            cuda::run(kernel, &extents, &shapes, &data, (&mut out).into()),
             &reason,
         );
         let schedule = default_schedule(
@@ -159,7 +160,14 @@ mod with_cuda {
         );
         assert_unavailable(
             "cuda::run_with",
-            cuda::run_with(kernel, &extents, &shapes, &data, &mut out, &schedule),
+            cuda::run_with(
+                kernel,
+                &extents,
+                &shapes,
+                &data,
+                (&mut out).into(),
+                &schedule,
+            ),
             &reason,
         );
         assert_unavailable(
@@ -544,7 +552,13 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
             };
             let mut want = vec![0.0; case.out_len()];
             let (shapes, data) = (case.shape_refs(), case.data_refs());
-            tensor_dsl::reference::run(&case.kernel, &case.extents, &shapes, &data, &mut want);
+            tensor_dsl::reference::run(
+                &case.kernel,
+                &case.extents,
+                &shapes,
+                &data,
+                (&mut want).into(),
+            );
             case.want = want;
             case
         }
@@ -553,8 +567,8 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
             self.shapes.iter().map(|s| s.as_slice()).collect()
         }
 
-        fn data_refs(&self) -> Vec<&[f32]> {
-            self.data.iter().map(|d| d.as_slice()).collect()
+        fn data_refs(&self) -> Vec<tensor_dsl::Data<'_>> {
+            self.data.iter().map(Into::into).collect()
         }
 
         fn out_len(&self) -> usize {
@@ -627,7 +641,7 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
                 &self.extents,
                 &self.shape_refs(),
                 &self.data_refs(),
-                &mut got,
+                (&mut got).into(),
             ) {
                 Err(e) => failures.push(self.report(gpu, &format!("cuda::run failed: {e}"))),
                 Ok(()) => {
@@ -921,17 +935,21 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
             &case.extents,
             &case.shape_refs(),
             &case.data_refs(),
-            &mut out,
+            (&mut out).into(),
         );
         assert!(matches!(r, Err(Error::Backend { .. })), "{r:?}");
         let mut out = vec![0.0f32; 27];
-        let short: Vec<&[f32]> = vec![&case.data[0][..44], &case.data[1], &[]];
+        let short: Vec<tensor_dsl::Data> = vec![
+            case.data[0][..44].into(),
+            (&case.data[1]).into(),
+            Default::default(),
+        ];
         let r = cuda::run(
             &case.kernel,
             &case.extents,
             &case.shape_refs(),
             &short,
-            &mut out,
+            (&mut out).into(),
         );
         assert!(matches!(r, Err(Error::Backend { .. })), "{r:?}");
 

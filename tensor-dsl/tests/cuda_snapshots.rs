@@ -3,18 +3,10 @@
 //! other diff (`cargo insta review`, or `INSTA_UPDATE=always` then `git diff`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::Path;
-use tensor_dsl::codegen::cuda;
-use tensor_dsl::ir::{bind, parse_text};
-use tensor_dsl::template::gpu::{default_schedule, GpuTarget, GpuTemplate};
+mod common;
 
-/// A case file: `kernel: <statements>` and `shapes: a=2x3 b=3 s=` (an empty shape is rank 0),
-/// tensors listed in parameter order with the output last (as in `codegen_snapshots.rs`).
-struct Case {
-    name: String,
-    kernel: String,
-    params: Vec<(String, Vec<usize>)>,
-}
+use tensor_dsl::codegen::cuda;
+use tensor_dsl::template::gpu::{default_schedule, GpuTarget, GpuTemplate};
 
 /// Cases for the GPU generator's other paths (reduction lanes within and beyond a warp, a
 /// halo with a negative coefficient, vector loads, a diagonal, every built-in), kept here
@@ -43,51 +35,14 @@ const GPU_CASES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-fn parse_shapes(text: &str) -> Vec<(String, Vec<usize>)> {
-    text.split_whitespace()
-        .map(|p| {
-            let (name, dims) = p.split_once('=').unwrap();
-            let dims = if dims.is_empty() {
-                vec![]
-            } else {
-                dims.split('x').map(|d| d.parse().unwrap()).collect()
-            };
-            (name.to_string(), dims)
-        })
-        .collect()
-}
-
-fn load_cases() -> Vec<Case> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels");
-    let mut entries: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
-        .collect();
-    entries.sort();
-    entries
+fn load_cases() -> Vec<common::Case> {
+    common::kernel_cases()
         .into_iter()
-        .map(|path| {
-            let text = std::fs::read_to_string(&path).unwrap();
-            let field = |key: &str| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(key))
-                    .unwrap_or_else(|| panic!("{path:?}: missing `{key}`"))
-                    .trim()
-                    .to_string()
-            };
-            let params = parse_shapes(&field("shapes:"));
-            Case {
-                name: path.file_stem().unwrap().to_string_lossy().into_owned(),
-                kernel: field("kernel:"),
-                params,
-            }
-        })
-        .chain(GPU_CASES.iter().map(|&(name, kernel, shapes)| Case {
-            name: name.into(),
-            kernel: kernel.into(),
-            params: parse_shapes(shapes),
-        }))
+        .chain(
+            GPU_CASES
+                .iter()
+                .map(|&(name, kernel, shapes)| common::Case::new(name, kernel, shapes, "")),
+        )
         .collect()
 }
 
@@ -97,21 +52,13 @@ fn generated_cuda() {
     assert!(cases.len() >= 8 + GPU_CASES.len());
     let target = GpuTarget::h100();
     for case in cases {
-        let decl: Vec<(String, bool)> = case
-            .params
-            .iter()
-            .enumerate()
-            .map(|(i, (n, _))| (n.clone(), i + 1 == case.params.len()))
-            .collect();
-        let kernel = parse_text(&case.name, &case.kernel, Some(&decl)).unwrap();
-        let shapes: Vec<&[usize]> = case.params.iter().map(|(_, s)| s.as_slice()).collect();
-        let extents = bind(&kernel, &shapes).unwrap();
-        let schedule = default_schedule(&kernel, &extents, &target);
+        let (kernel, shapes, extents) = (&case.kernel, case.shape_refs(), case.extents());
+        let schedule = default_schedule(kernel, &extents, &target);
         // The default is a point of the space.
-        let template = GpuTemplate::new(&kernel, &extents, &target).unwrap();
+        let template = GpuTemplate::new(kernel, &extents, &target).unwrap();
         let config = template.default_config().unwrap();
         assert_eq!(template.decode(&config).unwrap(), schedule, "{}", case.name);
-        let src = cuda::generate(&kernel, &extents, &shapes, &schedule);
+        let src = cuda::generate(kernel, &extents, &shapes, &schedule);
         let text = format!(
             "// grid {:?} block {:?} config {}\n{}",
             src.grid,

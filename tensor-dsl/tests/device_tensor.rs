@@ -51,7 +51,10 @@ fn device_tensors_run_on_the_gpu_or_say_why_not() {
         Err(reason) => reason,
         Ok(()) => return on_a_gpu(),
     };
-    for r in [DeviceTensor::from_host(&a), DeviceTensor::zeros(&[3, 5])] {
+    for r in [
+        DeviceTensor::from_host(&a),
+        DeviceTensor::<f32>::zeros(&[3, 5]),
+    ] {
         match r {
             Err(Error::DeviceUnavailable { device, reason: r }) => {
                 assert_eq!(device, "cuda");
@@ -61,7 +64,7 @@ fn device_tensors_run_on_the_gpu_or_say_why_not() {
         }
     }
     assert!(matches!(
-        DeviceTensor::zeros(&[usize::MAX, 3]),
+        DeviceTensor::<f32>::zeros(&[usize::MAX, 3]),
         Err(Error::ShapeOverflow { .. })
     ));
 }
@@ -76,14 +79,14 @@ fn on_a_gpu() {
         DeviceTensor::from_host(&a).unwrap(),
         DeviceTensor::from_host(&b).unwrap(),
     );
-    let mut dc = DeviceTensor::zeros(&[37, 61]).unwrap();
+    let mut dc = DeviceTensor::<f32>::zeros(&[37, 61]).unwrap();
     call(matmul::kernel(), &[&da, &db], &mut dc).unwrap();
     close(&dc.to_host().unwrap(), &want);
 
     // Chained on the device: (a·b)·d, no host copy of a·b.
     let d = random(&[61, 7], 4);
     let dd = DeviceTensor::from_host(&d).unwrap();
-    let mut de = DeviceTensor::zeros(&[37, 7]).unwrap();
+    let mut de = DeviceTensor::<f32>::zeros(&[37, 7]).unwrap();
     call(matmul::kernel(), &[&dc, &dd], &mut de).unwrap();
     let mut want_e = Tensor::zeros(&[37, 7]);
     matmul::with(&reference)(&want, &d, &mut want_e).unwrap();
@@ -100,12 +103,12 @@ fn on_a_gpu() {
     let dx = DeviceTensor::from_host(&x).unwrap();
     let dw = DeviceTensor::from_host(&w).unwrap();
     let dbias = DeviceTensor::from_host(&bias).unwrap();
-    let mut dy = DeviceTensor::zeros(&[2, 6, 7, 6]).unwrap();
+    let mut dy = DeviceTensor::<f32>::zeros(&[2, 6, 7, 6]).unwrap();
     call(conv_bias_relu::kernel(), &[&dx, &dw, &dbias], &mut dy).unwrap();
     close(&dy.to_host().unwrap(), &want_y);
 
     // Errors before any launch.
-    let mut wrong = DeviceTensor::zeros(&[37, 60]).unwrap();
+    let mut wrong = DeviceTensor::<f32>::zeros(&[37, 60]).unwrap();
     assert!(matches!(
         call(matmul::kernel(), &[&da, &db], &mut wrong),
         Err(Error::Shape(_))

@@ -10,7 +10,7 @@ use tensor_dsl::measure::cpu::CpuMeasurer;
 use tensor_dsl::template::cpu::CpuTemplate;
 use tuner::{Measurer, Outcome};
 
-const ENTRY: &str = "void td_kernel(const float *const *args, float *out)\n{";
+const ENTRY: &str = "void td_kernel(const void *const *args, void *out)\n{";
 
 #[test]
 fn bad_candidates_are_invalid_and_do_not_stop_the_batch() {
@@ -40,7 +40,7 @@ fn bad_candidates_are_invalid_and_do_not_stop_the_batch() {
         ),
         (
             batch[3].clone(),
-            "out[0] = 12345.0f; return;",
+            "((float *)out)[0] = 12345.0f; return;",
             "wrong result",
         ),
         (batch[4].clone(), "this is not C;", "does not compile"),

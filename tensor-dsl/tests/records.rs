@@ -65,6 +65,29 @@ fn corrupt_truncated_and_foreign_lines_are_skipped_and_repaired() {
     assert_eq!(read(&path).unwrap().0.len(), 0);
 }
 
+/// Records carry their kernel's element types; a type this build does not know (a newer
+/// build's) is skipped like a foreign-version line, and known half types are kept.
+#[test]
+fn records_with_unknown_element_types_are_skipped() {
+    let path = temp_file("dtype");
+    let mut half = record("k", 4, Some(1.0));
+    half.dtype = "a=bf16,c=f32".into();
+    let mut unknown = record("k", 8, Some(1.0));
+    unknown.dtype = "a=fp8e4m3,c=f32".into();
+    let lines: Vec<String> = [&half, &unknown]
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap())
+        .collect();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let (records, skipped) = read(&path).unwrap();
+    assert_eq!((records.len(), skipped), (1, 1));
+    assert_eq!(records[0].dtype, "a=bf16,c=f32");
+    let k = tensor_dsl::ir::parse_text("k", "c[[i]] += a[[i, j]]", None).unwrap();
+    assert_eq!(tensor_dsl::records::dtype_key(&k), "f32");
+    let h = k.with_dtypes("a=bf16").unwrap();
+    assert_eq!(tensor_dsl::records::dtype_key(&h), "a=bf16,c=f32");
+}
+
 #[test]
 fn index_keeps_the_fastest_valid_record_and_finds_the_nearest_shape() {
     let mut index = Index::new();

@@ -23,7 +23,14 @@ fn decision(m: usize, k: usize, n: usize) -> std::sync::Arc<tensor_dsl::dispatch
     let a = vec![1.0f32; m * k];
     let b = vec![1.0f32; k * n];
     let mut out = vec![0.0f32; m * n];
-    cpu_decision(kernel, &extents, &shapes, &[&a, &b, &[]], &mut out).unwrap()
+    cpu_decision(
+        kernel,
+        &extents,
+        &shapes,
+        &[(&a).into(), (&b).into(), Default::default()],
+        (&mut out).into(),
+    )
+    .unwrap()
 }
 
 #[test]

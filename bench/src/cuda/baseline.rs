@@ -378,11 +378,17 @@ impl Baseline {
                     beta: 0.0f32,
                     ldc: plan.ld_y as i32,
                 };
+                let slices = || -> Result<_, String> {
+                    let f = |e: tensor_dsl::Error| e.to_string();
+                    Ok((l.cuda_slice().map_err(f)?, r.cuda_slice().map_err(f)?))
+                };
+                let (ls, rs) = slices()?;
+                let os = out.cuda_slice_mut().map_err(|e| e.to_string())?;
                 let result = if plan.batch <= 1 {
                     // SAFETY: `plan` was derived from the operands' shapes and strides (tested
                     // against a model of cuBLAS), so every element cuBLAS touches lies inside
                     // the buffers, whose lengths are those of the kernel's tensors.
-                    unsafe { blas.gemm(gemm, l.cuda_slice(), r.cuda_slice(), out.cuda_slice_mut()) }
+                    unsafe { blas.gemm(gemm, ls, rs, os) }
                 } else {
                     let cfg = StridedBatchedConfig {
                         gemm,
@@ -392,14 +398,7 @@ impl Baseline {
                         stride_c: plan.stride_y as i64,
                     };
                     // SAFETY: as above, for every batch.
-                    unsafe {
-                        blas.gemm_strided_batched(
-                            cfg,
-                            l.cuda_slice(),
-                            r.cuda_slice(),
-                            out.cuda_slice_mut(),
-                        )
-                    }
+                    unsafe { blas.gemm_strided_batched(cfg, ls, rs, os) }
                 };
                 result.map_err(|e| format!("cuBLAS: {e:?}"))
             }
@@ -446,9 +445,10 @@ impl ConvState {
     ) -> Result<(), String> {
         let (alpha, beta) = (1.0f32, 0.0f32);
         let stream = &self.stream;
-        let (xp, _x) = x.cuda_slice().device_ptr(stream);
-        let (wp, _w) = w.cuda_slice().device_ptr(stream);
-        let (yp, _y) = y.cuda_slice_mut().device_ptr_mut(stream);
+        let f = |e: tensor_dsl::Error| e.to_string();
+        let (xp, _x) = x.cuda_slice().map_err(f)?.device_ptr(stream);
+        let (wp, _w) = w.cuda_slice().map_err(f)?.device_ptr(stream);
+        let (yp, _y) = y.cuda_slice_mut().map_err(f)?.device_ptr_mut(stream);
         let (ws, ws_bytes) = match &mut self.workspace {
             Some(buf) => {
                 let bytes = buf.len();

@@ -1,7 +1,7 @@
 //! Signatures and names the macro must accept, with strict lints on the generated code.
 #![deny(missing_docs, unused, clippy::all)]
 
-use tensor_dsl::{tensor_kernel, Device, Options, Tensor};
+use tensor_dsl::{bf16, tensor_kernel, Device, Options, Tensor};
 
 /// Output first, a qualified tensor type, and parameters named like the generated items.
 #[tensor_kernel]
@@ -43,6 +43,18 @@ mod inner {
     }
 }
 
+/// Element types per parameter, written plainly, through the facade and through `half`.
+#[tensor_kernel]
+pub fn mixed(
+    a: &Tensor<tensor_dsl::bf16>,
+    b: &Tensor<bf16>,
+    bias: &Tensor<f32>,
+    c: &mut Tensor<tensor_dsl::f16>,
+) {
+    c[[i, j]] += a[[i, k]] * b[[k, j]];
+    c[[i, j]] = c[[i, j]] + bias[[j]];
+}
+
 type KernelFn3 = fn(&Tensor<f32>, &Tensor<f32>, &mut Tensor<f32>) -> Result<(), tensor_dsl::Error>;
 
 fn main() -> Result<(), tensor_dsl::Error> {
@@ -74,6 +86,13 @@ fn main() -> Result<(), tensor_dsl::Error> {
     let mut t = Tensor::<f32>::zeros(&[2, 2]);
     inner::transpose::with(&reference)(&a, &mut t)?;
     assert_eq!(t.as_slice(), &[1.0, 3.0, 2.0, 4.0]);
+
+    let h = Tensor::<bf16>::from_f32(vec![2, 2], &[1.0, 2.0, 3.0, 4.0])?;
+    let eye = Tensor::<bf16>::from_f32(vec![2, 2], &[1.0, 0.0, 0.0, 1.0])?;
+    let bias = Tensor::from_vec(vec![2], vec![0.5f32, -0.5])?;
+    let mut m = Tensor::<tensor_dsl::f16>::zeros(&[2, 2]);
+    mixed::with(&reference)(&h, &eye, &bias, &mut m)?;
+    assert_eq!(m.to_f32(), vec![1.5, 1.5, 3.5, 3.5]);
 
     local_add::with(&reference)(&a, &a, &mut t)?;
     assert_eq!(t.as_slice(), &[2.0, 4.0, 6.0, 8.0]);

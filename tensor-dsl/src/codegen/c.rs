@@ -1,6 +1,8 @@
 //! C for the CPU: one shared object per (kernel, shape, schedule) exporting
-//! `void td_kernel(const float *const *args, float *out)`, where `args[p]` is parameter
-//! `p`'s data (the output's slot is unused).
+//! `void td_kernel(const void *const *args, void *out)`, where `args[p]` is parameter
+//! `p`'s data (the output's slot is unused), each at its parameter's storage type (`float`,
+//! or `unsigned short` for `f16`/`bf16`, widened to `float` when read; the output is
+//! rounded once, when stored).
 //!
 //! The loop nest is described in [`crate::template::cpu`]. Extents and strides are baked in
 //! as constants, so the compiler sees exact trip counts.
@@ -11,10 +13,12 @@
 //! let shapes: [&[usize]; 3] = [&[8, 4], &[4, 16], &[8, 16]];
 //! let cfg = CpuConfig::heuristic(&k, &[8, 16, 4], 8);
 //! let src = c::generate(&k, &[8, 16, 4], &shapes, &cfg);
-//! assert!(src.contains("void td_kernel(const float *const *args, float *out)"));
+//! assert!(src.contains("void td_kernel(const void *const *args, void *out)"));
 //! ```
 
-use super::{builtin_prelude, index_name, ExprPrinter};
+use super::{
+    builtin_prelude, dtype_prelude, index_name, storage_type, store_from_f32, ExprPrinter,
+};
 use crate::ir::{Access, BodyKind, Kernel};
 use crate::template::cpu::{
     blocked_reduction, pack_stride, packed_access, panel_points, u_block, CpuConfig,
@@ -117,12 +121,20 @@ impl Gen<'_> {
         let mut params: Vec<String> = self
             .inputs
             .iter()
-            .map(|&p| format!("const float *restrict t{p}"))
+            .map(|&p| {
+                format!(
+                    "const {} *restrict t{p}",
+                    storage_type(self.kernel.params[p].dtype)
+                )
+            })
             .collect();
         if packed {
             params.push("const float *restrict pk".into());
         }
-        params.push("float *restrict out".into());
+        params.push(format!(
+            "{} *restrict out",
+            storage_type(self.kernel.params[self.kernel.output].dtype)
+        ));
         params.extend(
             self.others
                 .iter()
@@ -205,7 +217,12 @@ impl Gen<'_> {
         for e in &self.kernel.epilogue {
             let _ = writeln!(s, "{}x = {};", pad(3), printer.expr(e));
         }
-        let _ = writeln!(s, "{}out[{out_offset}] = x;", pad(3));
+        let _ = writeln!(
+            s,
+            "{}out[{out_offset}] = {};",
+            pad(3),
+            store_from_f32(self.kernel.params[self.kernel.output].dtype, "x")
+        );
         let _ = writeln!(s, "{}}}", pad(2));
         s.push_str("}\n\n");
     }
@@ -436,6 +453,17 @@ pub fn generate(
             u_block(kernel, extents, config)
         );
     }
+    if kernel
+        .params
+        .iter()
+        .any(|p| p.dtype != crate::ir::DType::F32)
+    {
+        let _ = writeln!(
+            s,
+            " * element types: {} (arithmetic in float)",
+            kernel.dtypes_text()
+        );
+    }
     let _ = writeln!(s, " */");
     s.push_str("#include <math.h>\n");
     if g.packed.is_some() {
@@ -451,6 +479,7 @@ pub fn generate(
         );
     }
     s.push_str(&builtin_prelude(""));
+    s.push_str(&dtype_prelude(kernel, ""));
     s.push('\n');
 
     g.tile(&mut s, "td_tile", false);
@@ -460,9 +489,10 @@ pub fn generate(
 
     // The entry point: parallel loops over every other output index and the tiles, the
     // unroll axis innermost so a packed panel is reused across it.
-    let _ = writeln!(s, "void {ENTRY}(const float *const *args, float *out)\n{{");
+    let _ = writeln!(s, "void {ENTRY}(const void *const *args, void *out)\n{{");
     for &p in &g.inputs {
-        let _ = writeln!(s, "    const float *restrict t{p} = args[{p}];");
+        let ty = storage_type(kernel.params[p].dtype);
+        let _ = writeln!(s, "    const {ty} *restrict t{p} = args[{p}];");
     }
     let mut loops: Vec<String> = g
         .others

@@ -284,6 +284,13 @@ impl Gen<'_> {
             .map(|(i, e)| format!("{}={e}", i.name))
             .collect();
         let _ = writeln!(s, " * extents: {}", ext.join(" "));
+        if k.params.iter().any(|p| p.dtype != crate::ir::DType::F32) {
+            let _ = writeln!(
+                s,
+                " * element types: {} (arithmetic in float)",
+                k.dtypes_text()
+            );
+        }
         let _ = writeln!(s, " * schedule (Ansor multi-level tiling):");
         for (i, index) in k.indices.iter().enumerate() {
             let f = &self.s.axes[i].factors;
@@ -521,7 +528,7 @@ impl Gen<'_> {
         let conds = bound_checks(shape, &coords);
         let offset = offset_expr(shape, &coords);
         if w == 1 {
-            let load = format!("t{p}[{offset}]");
+            let load = super::load_as_f32(self.kernel.params[p].dtype, &format!("t{p}[{offset}]"));
             let value = if conds.is_empty() {
                 load
             } else {
@@ -976,7 +983,13 @@ impl Gen<'_> {
                 hi: 0,
             })
             .collect();
-        let _ = writeln!(s, "{}out[{}] = x;", pad(d), offset_expr(out_shape, &coords));
+        let _ = writeln!(
+            s,
+            "{}out[{}] = {};",
+            pad(d),
+            offset_expr(out_shape, &coords),
+            super::store_from_f32(k.params[k.output].dtype, "x")
+        );
         while d > 1 {
             d -= 1;
             let _ = writeln!(s, "{}}}", pad(d));
@@ -1025,8 +1038,12 @@ fn tile_array(kernel: &Kernel, p: usize, taken: &[String]) -> String {
 /// The widest vector load of a tile that is provably aligned and all-or-nothing in bounds:
 /// the tile's last dimension is a plain index whose block span and tensor row are
 /// multiples of the width.
-fn vector_width(s: &GpuSchedule, shapes: &[&[usize]], tile: &Tile) -> usize {
+fn vector_width(kernel: &Kernel, s: &GpuSchedule, shapes: &[&[usize]], tile: &Tile) -> usize {
     let a = &tile.access;
+    // `float4`-style loads read `float`s; half-precision tiles are widened element by element.
+    if kernel.params[a.tensor].dtype != crate::ir::DType::F32 {
+        return 1;
+    }
     let Some(v) = a.dims.last().and_then(|d| d.as_var()) else {
         return 1;
     };
@@ -1068,7 +1085,7 @@ pub fn generate(
     for tile in schedule.tiles(kernel) {
         let array = tile_array(kernel, tile.access.tensor, &taken);
         taken.push(array.clone());
-        let width = vector_width(schedule, shapes, &tile);
+        let width = vector_width(kernel, schedule, shapes, &tile);
         tiles.push(StagedTile { tile, array, width });
     }
     let padded: Vec<usize> = schedule.axes.iter().map(|a| a.padded).collect();
@@ -1115,8 +1132,16 @@ pub fn generate(
     let params: Vec<String> = kernel
         .inputs()
         .iter()
-        .map(|p| format!("const float *__restrict__ t{p}"))
-        .chain(["float *__restrict__ out".to_string()])
+        .map(|&p| {
+            format!(
+                "const {} *__restrict__ t{p}",
+                super::storage_type(kernel.params[p].dtype)
+            )
+        })
+        .chain([format!(
+            "{} *__restrict__ out",
+            super::storage_type(kernel.params[kernel.output].dtype)
+        )])
         .collect();
     let _ = writeln!(
         body,
@@ -1133,6 +1158,7 @@ pub fn generate(
     }
     s.push('\n');
     s.push_str(&builtin_prelude("__device__ "));
+    s.push_str(&super::dtype_prelude(kernel, "__device__ "));
     s.push('\n');
     s.push_str(&body);
     CudaSource {

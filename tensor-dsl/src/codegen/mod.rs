@@ -5,8 +5,94 @@
 pub mod c;
 pub mod cuda;
 
-use crate::ir::{Access, Affine, BinOp, Expr, Func, Kernel};
+use crate::ir::{Access, Affine, BinOp, DType, Expr, Func, Kernel};
 use std::fmt::Write as _;
+
+/// The C/CUDA type a buffer of `dtype` is stored as: `float`, or the 16-bit pattern of a
+/// half-precision value as `unsigned short` (no `_Float16` / `__half`: NVRTC without
+/// headers has neither, and a C compiler may lack `_Float16`).
+pub fn storage_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "float",
+        DType::F16 | DType::BF16 => "unsigned short",
+    }
+}
+
+/// `value` (an element of type `dtype`, as stored) widened to `float`.
+pub fn load_as_f32(dtype: DType, value: &str) -> String {
+    match dtype {
+        DType::F32 => value.to_string(),
+        DType::F16 => format!("td_f16_to_f32({value})"),
+        DType::BF16 => format!("td_bf16_to_f32({value})"),
+    }
+}
+
+/// The `float` `value` rounded (to nearest, ties to even) to `dtype`'s storage.
+pub fn store_from_f32(dtype: DType, value: &str) -> String {
+    match dtype {
+        DType::F32 => value.to_string(),
+        DType::F16 => format!("td_f32_to_f16({value})"),
+        DType::BF16 => format!("td_f32_to_bf16({value})"),
+    }
+}
+
+/// The conversion functions a kernel's element types need (none for an all-`f32` kernel),
+/// each definition starting with `qualifier` (`__device__ ` for CUDA). `f16` uses the
+/// compiler's `_Float16` where it has one (GCC and Clang on x86-64 and AArch64: F16C /
+/// AVX-512 conversions), PTX's `cvt` on a GPU, and exact integer code elsewhere (the CUDA
+/// emulator); `bf16` is integer code everywhere (a shift to widen, round-to-nearest-even
+/// to narrow), which compilers vectorize.
+pub fn dtype_prelude(kernel: &Kernel, qualifier: &str) -> String {
+    let used = |d: DType| kernel.params.iter().any(|p| p.dtype == d);
+    let mut s = String::new();
+    if used(DType::BF16) {
+        let _ = write!(
+            s,
+            "{qualifier}static inline float td_bf16_to_f32(unsigned short x) {{\n\
+             \x20   union {{ unsigned int u; float f; }} v; v.u = (unsigned int)x << 16; return v.f;\n}}\n\
+             {qualifier}static inline unsigned short td_f32_to_bf16(float f) {{\n\
+             \x20   union {{ float f; unsigned int u; }} v; v.f = f;\n\
+             \x20   if ((v.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((v.u >> 16) | 0x40u);\n\
+             \x20   return (unsigned short)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);\n}}\n"
+        );
+    }
+    if used(DType::F16) {
+        let _ = write!(
+            s,
+            "#if defined(__CUDA_ARCH__)\n\
+             {qualifier}static inline float td_f16_to_f32(unsigned short x) {{\n\
+             \x20   float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(x)); return f;\n}}\n\
+             {qualifier}static inline unsigned short td_f32_to_f16(float f) {{\n\
+             \x20   unsigned short x; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(x) : \"f\"(f)); return x;\n}}\n\
+             #elif defined(__FLT16_MAX__) && !defined(__cplusplus)\n\
+             {qualifier}static inline float td_f16_to_f32(unsigned short x) {{\n\
+             \x20   union {{ unsigned short u; _Float16 h; }} v; v.u = x; return (float)v.h;\n}}\n\
+             {qualifier}static inline unsigned short td_f32_to_f16(float f) {{\n\
+             \x20   union {{ unsigned short u; _Float16 h; }} v; v.h = (_Float16)f; return v.u;\n}}\n\
+             #else\n\
+             {qualifier}static inline float td_f16_to_f32(unsigned short h) {{\n\
+             \x20   unsigned int s = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;\n\
+             \x20   if (e == 0x1fu) u = s | 0x7f800000u | (m << 13);\n\
+             \x20   else if (e != 0) u = s | ((e + 112u) << 23) | (m << 13);\n\
+             \x20   else if (m == 0) u = s;\n\
+             \x20   else {{ e = 113u; while (!(m & 0x400u)) {{ m <<= 1; --e; }} u = s | (e << 23) | ((m & 0x3ffu) << 13); }}\n\
+             \x20   union {{ unsigned int u; float f; }} v; v.u = u; return v.f;\n}}\n\
+             {qualifier}static inline unsigned short td_f32_to_f16(float f) {{\n\
+             \x20   union {{ float f; unsigned int u; }} v; v.f = f;\n\
+             \x20   unsigned int s = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;\n\
+             \x20   if (a > 0x7f800000u) return (unsigned short)(s | 0x7e00u | ((a >> 13) & 0x3ffu));\n\
+             \x20   if (a >= 0x477ff000u) return (unsigned short)(s | 0x7c00u);\n\
+             \x20   if (a >= 0x38800000u) {{ unsigned int r = a - 0x38000000u; return (unsigned short)(s | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13)); }}\n\
+             \x20   if (a < 0x33000000u) return (unsigned short)s;\n\
+             \x20   unsigned int sh = 126u - (a >> 23), m = (a & 0x7fffffu) | 0x800000u;\n\
+             \x20   unsigned int q = m >> sh, rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1u);\n\
+             \x20   if (rem > half || (rem == half && (q & 1u))) ++q;\n\
+             \x20   return (unsigned short)(s | q);\n}}\n\
+             #endif\n"
+        );
+    }
+    s
+}
 
 /// Strides of a row-major shape.
 pub fn strides(shape: &[usize]) -> Vec<usize> {
@@ -162,7 +248,10 @@ impl ExprPrinter<'_> {
             })
             .collect();
         let conds = bound_checks(shape, &coords);
-        let load = format!("{}[{}]", self.tensor[a.tensor], offset_expr(shape, &coords));
+        let load = load_as_f32(
+            self.kernel.params[a.tensor].dtype,
+            &format!("{}[{}]", self.tensor[a.tensor], offset_expr(shape, &coords)),
+        );
         if conds.is_empty() {
             load
         } else {

@@ -36,17 +36,17 @@ const RUNNER: &str = r#"/* tensor-dsl measurement runner: runs one candidate in 
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-typedef void (*entry_t)(const float *const *, float *);
+typedef void (*entry_t)(const void *const *, void *);
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
-static float *load(const char *path, long n) {
+static void *load(const char *path, long n) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    float *d = malloc(n * sizeof(float) + 64);
-    if (d && fread(d, sizeof(float), n, f) != (size_t)n) { free(d); d = NULL; }
+    char *d = malloc(n + 64);
+    if (d && fread(d, 1, n, f) != (size_t)n) { free(d); d = NULL; }
     fclose(f);
     return d;
 }
-/* argv: object output min_seconds max_repeats nparams, then per parameter: length path ("-" = output) */
+/* argv: object output min_seconds max_repeats nparams, then per parameter: bytes path ("-" = output) */
 int main(int argc, char **argv) {
     if (argc < 6) return 90;
     void *lib = dlopen(argv[1], RTLD_NOW);
@@ -56,19 +56,19 @@ int main(int argc, char **argv) {
     double min_seconds = atof(argv[3]);
     int max_repeats = atoi(argv[4]), np = atoi(argv[5]);
     if (argc != 6 + 2 * np) return 93;
-    const float **args = calloc(np, sizeof(float *));
-    float *out = NULL;
+    const void **args = calloc(np, sizeof(void *));
+    void *out = NULL;
     long out_len = 0;
     for (int p = 0; p < np; ++p) {
         long len = atol(argv[6 + 2 * p]);
         const char *path = argv[7 + 2 * p];
-        if (path[0] == '-' && path[1] == 0) { out = calloc(len, sizeof(float)); out_len = len; }
+        if (path[0] == '-' && path[1] == 0) { out = calloc(len + 64, 1); out_len = len; }
         else if (!(args[p] = load(path, len))) return 94;
     }
     if (!out) return 95;
     kernel(args, out);
     FILE *f = fopen(argv[2], "wb");
-    if (!f || fwrite(out, sizeof(float), out_len, f) != (size_t)out_len) return 96;
+    if (!f || fwrite(out, 1, out_len, f) != (size_t)out_len) return 96;
     fclose(f);
     double total = 0;
     for (int reps = 0; reps < 3 || (total < min_seconds && reps < max_repeats); ++reps) {
@@ -156,11 +156,10 @@ impl CpuMeasurer {
                 continue;
             }
             let path = dir.join(format!("t{p}.bin"));
-            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            std::fs::write(&path, bytes)?;
+            std::fs::write(&path, values.view().bytes())?;
             inputs.push(Some(path));
         }
-        let data_refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+        let data_refs: Vec<crate::Data<'_>> = data.iter().map(crate::Buffer::view).collect();
         let (reference, _) = super::expected_output(kernel, &extents, &refs, &data_refs, || {
             template.decode(&template.default_config())
         })?
@@ -224,8 +223,8 @@ impl CpuMeasurer {
             .arg(self.min_seconds.to_string())
             .arg(self.max_repeats.to_string())
             .arg(self.kernel.params.len().to_string());
-        for (p, shape) in self.shapes.iter().enumerate() {
-            cmd.arg(shape.iter().product::<usize>().to_string());
+        for (p, (shape, param)) in self.shapes.iter().zip(&self.kernel.params).enumerate() {
+            cmd.arg((shape.iter().product::<usize>() * param.dtype.size()).to_string());
             match &self.inputs[p] {
                 Some(path) => cmd.arg(path),
                 None => cmd.arg("-"),
@@ -265,15 +264,13 @@ impl CpuMeasurer {
                 None => "crashed (killed by a signal)".to_string(),
             });
         }
-        let got: Vec<f32> = match std::fs::read(out) {
-            Ok(bytes) => bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
+        let dtype = self.kernel.params[self.kernel.output].dtype;
+        let got = match std::fs::read(out) {
+            Ok(bytes) => crate::Buffer::from_bytes(dtype, &bytes).to_f32(),
             Err(e) => return invalid(format!("no output: {e}")),
         };
         let _ = std::fs::remove_file(out);
-        if let Err(m) = super::check_output(&got, &self.reference) {
+        if let Err(m) = super::check_output_within(&got, &self.reference, super::tolerance(dtype)) {
             return invalid(m);
         }
         let samples: Vec<f64> = stdout

@@ -162,7 +162,8 @@ impl CudaMeasurer {
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         let extents = bind(kernel, &refs)?;
         let data = super::task_inputs(kernel, shapes);
-        let data_refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+        let data_refs: Vec<crate::Data<'_>> = data.iter().map(crate::Buffer::view).collect();
+        let out_dtype = kernel.params[kernel.output].dtype;
         let expected = super::expected_output(kernel, &extents, &refs, &data_refs, || {
             CpuTemplate::new(kernel, &extents, cpu::simd_lanes())
                 .and_then(|t| t.decode(&t.default_config()))
@@ -171,17 +172,17 @@ impl CudaMeasurer {
         let (reference, reference_source) = match expected {
             Ok(found) => found,
             Err(_no_compiler) => {
-                let mut reference = vec![0.0f32; out_len];
+                let mut reference = crate::Buffer::zeros(out_dtype, out_len);
                 cuda::run_with(
                     kernel,
                     &extents,
                     &refs,
                     &data_refs,
-                    &mut reference,
+                    reference.view_mut(),
                     &template.default_schedule(),
                 )?;
                 (
-                    reference,
+                    reference.to_f32(),
                     "the GPU default schedule (no C compiler for the CPU one)",
                 )
             }
@@ -191,7 +192,7 @@ impl CudaMeasurer {
             .iter()
             .map(|&p| DeviceBuffer::from_host(&data[p]))
             .collect::<Result<Vec<_>, _>>()?;
-        let output = DeviceBuffer::zeros(out_len)?;
+        let output = DeviceBuffer::zeros_of(out_dtype, out_len)?;
         Ok(CudaMeasurer {
             kernel: kernel.clone(),
             shapes: shapes.to_vec(),
@@ -230,18 +231,19 @@ impl CudaMeasurer {
             .map_err(|e| e.to_string())?;
         let inputs: Vec<&DeviceBuffer> = self.inputs.iter().collect();
         // Poison the output: an element the kernel forgets to write fails the check.
-        let poison = vec![f32::NAN; self.output.len()];
+        let dtype = self.output.dtype();
+        let poison = crate::Buffer::from_f32(dtype, &vec![f32::NAN; self.output.len()]);
         self.output
             .copy_from_host(&poison)
             .map_err(|e| e.to_string())?;
         compiled
             .launch(&inputs, &mut self.output)
             .map_err(|e| e.to_string())?;
-        let mut got = vec![0.0f32; self.output.len()];
-        self.output
-            .copy_to_host(&mut got)
+        let got = self
+            .output
+            .to_host()
             .map_err(|e| format!("{e}\n{}", compiled.describe()))?;
-        super::check_output(&got, &self.reference)
+        super::check_output_within(&got, &self.reference, super::tolerance(dtype))
             .map_err(|m| format!("{m} (expected output from {})", self.reference_source))?;
         // One launch timed with events (the first one may include loading the module) before
         // spending repeats on it.

@@ -3,12 +3,14 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
-use crate::ir::Kernel;
+use crate::ir::{DType, Kernel};
+use crate::tensor::{Buffer, Data};
 
 /// Deterministic inputs in [-1, 1) for every parameter, by parameter id (the output's slot
-/// is empty), drawn with xorshift64 from `seed`: the same values on every machine, without
-/// a random-number dependency. Shared by the measurer, the CLI's `verify` and the bench.
-pub fn random_inputs(kernel: &Kernel, shapes: &[Vec<usize>], seed: u64) -> Vec<Vec<f32>> {
+/// is empty), drawn with xorshift64 from `seed` and rounded to each parameter's element
+/// type: the same values on every machine, without a random-number dependency. Shared by
+/// the measurers, the CLI's `verify` and the bench.
+pub fn random_inputs(kernel: &Kernel, shapes: &[Vec<usize>], seed: u64) -> Vec<Buffer> {
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15 ^ seed;
     if state == 0 {
         state = 1;
@@ -19,16 +21,17 @@ pub fn random_inputs(kernel: &Kernel, shapes: &[Vec<usize>], seed: u64) -> Vec<V
         .zip(shapes)
         .map(|(param, shape)| {
             if param.is_output {
-                return Vec::new();
+                return Buffer::zeros(param.dtype, 0);
             }
-            (0..shape.iter().product::<usize>())
+            let values: Vec<f32> = (0..shape.iter().product::<usize>())
                 .map(|_| {
                     state ^= state << 13;
                     state ^= state >> 7;
                     state ^= state << 17;
                     (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
                 })
-                .collect()
+                .collect();
+            Buffer::from_f32(param.dtype, &values)
         })
         .collect()
 }
@@ -39,7 +42,7 @@ const INTERPRETER_FLOPS: f64 = 2e8;
 
 /// The inputs a measurer checks and times candidates on: [`random_inputs`] seeded by the
 /// kernel's fingerprint.
-pub(crate) fn task_inputs(kernel: &Kernel, shapes: &[Vec<usize>]) -> Vec<Vec<f32>> {
+pub(crate) fn task_inputs(kernel: &Kernel, shapes: &[Vec<usize>]) -> Vec<Buffer> {
     random_inputs(
         kernel,
         shapes,
@@ -47,30 +50,45 @@ pub(crate) fn task_inputs(kernel: &Kernel, shapes: &[Vec<usize>]) -> Vec<Vec<f32
     )
 }
 
-/// The output every candidate must produce on `data` (by parameter id), and where it came
-/// from: the reference interpreter for small problems, above 2e8 flops the CPU schedule
-/// `cpu_default()` (the default, which the test suite checks against the interpreter).
-/// `Ok(Err(reason))` when that needs a C compiler and there is none.
+/// The output every candidate must produce on `data` (by parameter id), as `f32` values of
+/// the output's element type, and where it came from: the reference interpreter for small
+/// problems, above 2e8 flops the CPU schedule `cpu_default()` (the default, which the test
+/// suite checks against the interpreter). `Ok(Err(reason))` when that needs a C compiler and
+/// there is none.
 pub(crate) fn expected_output(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
-    data: &[&[f32]],
+    data: &[Data<'_>],
     cpu_default: impl FnOnce() -> Result<crate::template::cpu::CpuConfig, String>,
 ) -> Result<Result<(Vec<f32>, &'static str), String>, crate::Error> {
-    let mut out = vec![0.0f32; shapes[kernel.output].iter().product()];
+    let mut out = Buffer::zeros(
+        kernel.params[kernel.output].dtype,
+        shapes[kernel.output].iter().product(),
+    );
     if kernel.flops(extents) <= INTERPRETER_FLOPS {
-        crate::reference::run(kernel, extents, shapes, data, &mut out);
-        return Ok(Ok((out, "the reference interpreter")));
+        crate::reference::run(kernel, extents, shapes, data, out.view_mut());
+        return Ok(Ok((out.to_f32(), "the reference interpreter")));
     }
     let default = cpu_default().map_err(|message| crate::Error::Backend {
         kernel: kernel.name.clone(),
         message,
     })?;
-    match crate::runtime::cpu::run_with(kernel, extents, shapes, data, &mut out, &default) {
-        Ok(()) => Ok(Ok((out, "the CPU default schedule"))),
+    match crate::runtime::cpu::run_with(kernel, extents, shapes, data, out.view_mut(), &default) {
+        Ok(()) => Ok(Ok((out.to_f32(), "the CPU default schedule"))),
         Err(crate::runtime::cpu::CpuError::Other(e)) => Err(e),
         Err(crate::runtime::cpu::CpuError::NoCompiler(reason)) => Ok(Err(reason)),
+    }
+}
+
+/// The relative tolerance of [`check_output_within`] for an output of element type `dtype`:
+/// 1e-3, or two units in the last place of a half-precision type (the candidate and the
+/// reference may round a sum that lies near a tie to neighbouring values).
+pub fn tolerance(dtype: DType) -> f32 {
+    match dtype {
+        DType::F32 => 1e-3,
+        DType::F16 => 2.0 * 2f32.powi(-10),
+        DType::BF16 => 2.0 * 2f32.powi(-7),
     }
 }
 
@@ -78,6 +96,11 @@ pub(crate) fn expected_output(
 /// (1e-3 absolute below magnitude 1), NaN only where NaN is expected. The message names the
 /// first element that differs.
 pub fn check_output(got: &[f32], want: &[f32]) -> Result<(), String> {
+    check_output_within(got, want, 1e-3)
+}
+
+/// [`check_output`] with relative tolerance `tol` (see [`tolerance`]).
+pub fn check_output_within(got: &[f32], want: &[f32], tol: f32) -> Result<(), String> {
     if got.len() != want.len() {
         return Err(format!(
             "output has {} elements, expected {}",
@@ -86,7 +109,7 @@ pub fn check_output(got: &[f32], want: &[f32]) -> Result<(), String> {
         ));
     }
     for (n, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-3 * w.abs().max(1.0);
+        let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * w.abs().max(1.0);
         if !ok {
             return Err(format!("wrong result: element {n} is {g}, expected {w}"));
         }

@@ -11,6 +11,7 @@
 use crate::codegen::c;
 use crate::ir::Kernel;
 use crate::template::cpu::CpuConfig;
+use crate::tensor::{Data, DataMut};
 use crate::Error;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -31,7 +32,9 @@ impl From<Error> for CpuError {
     }
 }
 
-type EntryFn = unsafe extern "C" fn(*const *const f32, *mut f32);
+/// `void td_kernel(const void *const *args, void *out)`: each pointer at its parameter's
+/// element type.
+type EntryFn = unsafe extern "C" fn(*const *const u8, *mut u8);
 
 /// A loaded kernel. The library is kept alive (never dropped) with the function pointer.
 struct Loaded {
@@ -265,8 +268,8 @@ pub fn run(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
-    data: &[&[f32]],
-    out: &mut [f32],
+    data: &[Data<'_>],
+    out: DataMut<'_>,
 ) -> Result<(), CpuError> {
     let config = CpuConfig::heuristic(kernel, extents, simd_lanes());
     run_with(kernel, extents, shapes, data, out, &config)
@@ -277,8 +280,8 @@ pub fn run_with(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
-    data: &[&[f32]],
-    out: &mut [f32],
+    data: &[Data<'_>],
+    mut out: DataMut<'_>,
     config: &CpuConfig,
 ) -> Result<(), CpuError> {
     let backend_err = |message: String| {
@@ -291,7 +294,7 @@ pub fn run_with(
         .validate(kernel)
         .map_err(|e| backend_err(format!("invalid schedule: {e}")))?;
     // The arguments must be exactly what `bind` checked; anything else would be unsound.
-    super::check_buffers(kernel, shapes, data, out).map_err(backend_err)?;
+    super::check_buffers(kernel, shapes, data, &out).map_err(backend_err)?;
     compiler().map_err(CpuError::NoCompiler)?;
 
     let key: CacheKey = (
@@ -318,7 +321,7 @@ pub fn run_with(
                 log: log.clone(),
             })
         })?;
-    let args: Vec<*const f32> = data.iter().map(|d| d.as_ptr()).collect();
+    let args: Vec<*const u8> = data.iter().map(Data::as_ptr).collect();
     // SAFETY: the generated code reads parameter `p` only at offsets below the product of
     // `shapes[p]` (plain indices range over the bound extents, affine ones are
     // bounds-checked) and writes `out` only below the output's element count; both were

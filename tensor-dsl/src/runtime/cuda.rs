@@ -42,9 +42,11 @@
 //! ```
 
 use crate::codegen::cuda::{self as codegen, CudaSource};
+use crate::ir::DType;
 use crate::ir::Kernel;
 use crate::runtime::nvrtc;
 use crate::template::gpu::{default_schedule, GpuSchedule, GpuTarget};
+use crate::tensor::{Buffer, Data, DataMut};
 use crate::Error;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys::{self, CUdevice_attribute as Attr, CUresult};
@@ -456,50 +458,105 @@ pub fn time_enqueued(
 // Device buffers
 // ---------------------------------------------------------------------------------------------
 
-/// `f32`s in GPU memory, on the runtime's device and stream. Copies to and from the host
-/// synchronize; kernels launched on it are ordered on the same stream.
+/// The allocation behind a [`DeviceBuffer`]: `f32`s, or the 16-bit patterns of `f16`/`bf16`.
+enum Slice {
+    F32(CudaSlice<f32>),
+    Half(CudaSlice<u16>),
+}
+
+/// Elements of one type (`f32`, `f16` or `bf16`) in GPU memory, on the runtime's device and
+/// stream. Copies to and from the host synchronize; kernels launched on it are ordered on
+/// the same stream.
 pub struct DeviceBuffer {
     /// At least one element (the driver refuses empty allocations); `len` is the real length.
-    slice: CudaSlice<f32>,
+    slice: Slice,
+    dtype: DType,
     len: usize,
     rt: &'static Runtime,
 }
 
 impl DeviceBuffer {
-    fn alloc(len: usize) -> Result<DeviceBuffer, Error> {
+    fn alloc(dtype: DType, len: usize) -> Result<DeviceBuffer, Error> {
         let rt = runtime()?;
         rt.check_device()?;
-        let slice = rt
-            .stream
-            .alloc_zeros::<f32>(len.max(1))
-            .map_err(|e| rt.device_error(&format!("allocating {len} floats"), e))?;
-        Ok(DeviceBuffer { slice, len, rt })
+        let what = || format!("allocating {len} {dtype} elements");
+        let slice = match dtype {
+            DType::F32 => Slice::F32(
+                rt.stream
+                    .alloc_zeros::<f32>(len.max(1))
+                    .map_err(|e| rt.device_error(&what(), e))?,
+            ),
+            DType::F16 | DType::BF16 => Slice::Half(
+                rt.stream
+                    .alloc_zeros::<u16>(len.max(1))
+                    .map_err(|e| rt.device_error(&what(), e))?,
+            ),
+        };
+        Ok(DeviceBuffer {
+            slice,
+            dtype,
+            len,
+            rt,
+        })
     }
 
-    /// A buffer of `len` zeros.
+    /// A buffer of `len` `f32` zeros.
     pub fn zeros(len: usize) -> Result<DeviceBuffer, Error> {
-        let buf = Self::alloc(len)?;
+        Self::zeros_of(DType::F32, len)
+    }
+
+    /// A buffer of `len` zeros of type `dtype`.
+    pub fn zeros_of(dtype: DType, len: usize) -> Result<DeviceBuffer, Error> {
+        let buf = Self::alloc(dtype, len)?;
         // Allocation and memset are asynchronous: surface their errors here.
         buf.rt.synchronize()?;
         Ok(buf)
     }
 
-    /// A copy of `data` on the GPU.
-    pub fn from_host(data: &[f32]) -> Result<DeviceBuffer, Error> {
-        let mut buf = Self::alloc(data.len())?;
+    /// A copy of `data` (`&[f32]`, a [`Data`] view of any element type) on the GPU.
+    pub fn from_host<'a>(data: impl Into<Data<'a>>) -> Result<DeviceBuffer, Error> {
+        let data = data.into();
+        let mut buf = Self::alloc(data.dtype(), data.len())?;
         buf.copy_from_host(data)?;
         Ok(buf)
     }
 
-    /// The `cudarc` allocation behind this buffer (at least one element long even when
-    /// [`len`](Self::len) is 0), for handing to cuBLAS or cuDNN on [`stream`].
-    pub fn cuda_slice(&self) -> &CudaSlice<f32> {
-        &self.slice
+    /// The `cudarc` allocation behind an `f32` buffer (at least one element long even when
+    /// [`len`](Self::len) is 0), for handing to cuBLAS or cuDNN on [`stream`]; an error for
+    /// a half-precision buffer.
+    pub fn cuda_slice(&self) -> Result<&CudaSlice<f32>, Error> {
+        match &self.slice {
+            Slice::F32(s) => Ok(s),
+            Slice::Half(_) => Err(self.wrong_type(DType::F32)),
+        }
     }
 
     /// [`cuda_slice`](Self::cuda_slice), writable.
-    pub fn cuda_slice_mut(&mut self) -> &mut CudaSlice<f32> {
-        &mut self.slice
+    pub fn cuda_slice_mut(&mut self) -> Result<&mut CudaSlice<f32>, Error> {
+        let dtype = self.dtype;
+        match &mut self.slice {
+            Slice::F32(s) => Ok(s),
+            Slice::Half(_) => Err(Error::Device {
+                device: DEVICE.into(),
+                message: format!("the buffer holds {dtype} elements, not f32"),
+            }),
+        }
+    }
+
+    /// The 16-bit patterns of an `f16` or `bf16` buffer (for cuBLAS's `GemmEx`); an error
+    /// for an `f32` buffer.
+    pub fn half_slice(&self) -> Result<&CudaSlice<u16>, Error> {
+        match &self.slice {
+            Slice::Half(s) => Ok(s),
+            Slice::F32(_) => Err(self.wrong_type(DType::F16)),
+        }
+    }
+
+    fn wrong_type(&self, wanted: DType) -> Error {
+        Error::Device {
+            device: DEVICE.into(),
+            message: format!("the buffer holds {} elements, not {wanted}", self.dtype),
+        }
     }
 
     /// Number of elements.
@@ -511,56 +568,93 @@ impl DeviceBuffer {
         self.len == 0
     }
 
-    /// Overwrites the buffer with `data`, which must have exactly [`DeviceBuffer::len`] elements.
-    pub fn copy_from_host(&mut self, data: &[f32]) -> Result<(), Error> {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Overwrites the buffer with `data`, which must have exactly [`DeviceBuffer::len`]
+    /// elements of the buffer's type.
+    pub fn copy_from_host<'a>(&mut self, data: impl Into<Data<'a>>) -> Result<(), Error> {
+        let data = data.into();
         self.rt.check_device()?;
-        if data.len() != self.len {
+        if data.len() != self.len || data.dtype() != self.dtype {
             return Err(Error::Device {
                 device: DEVICE.into(),
                 message: format!(
-                    "copying {} floats into a device buffer of {}",
+                    "copying {} {} elements into a device buffer of {} {}",
                     data.len(),
-                    self.len
+                    data.dtype(),
+                    self.len,
+                    self.dtype
                 ),
             });
         }
         if self.len > 0 {
-            self.rt
-                .stream
-                .memcpy_htod(data, &mut self.slice)
-                .map_err(|e| self.rt.device_error("copying to the GPU", e))?;
+            let copied = match (&mut self.slice, data) {
+                (Slice::F32(s), Data::F32(d)) => self.rt.stream.memcpy_htod(d, s),
+                (Slice::Half(s), Data::F16(d)) => self
+                    .rt
+                    .stream
+                    .memcpy_htod(bytemuck::cast_slice::<_, u16>(d), s),
+                (Slice::Half(s), Data::BF16(d)) => self
+                    .rt
+                    .stream
+                    .memcpy_htod(bytemuck::cast_slice::<_, u16>(d), s),
+                _ => return Err(self.wrong_type(data.dtype())),
+            };
+            copied.map_err(|e| self.rt.device_error("copying to the GPU", e))?;
         }
         self.rt.synchronize()
     }
 
-    /// Copies the buffer into `out`, which must have exactly [`DeviceBuffer::len`] elements.
-    /// Waits for the kernels queued before it.
-    pub fn copy_to_host(&self, out: &mut [f32]) -> Result<(), Error> {
+    /// Copies the buffer into `out` (`&mut [f32]`, or a [`DataMut`] view of the buffer's
+    /// element type), which must have exactly [`DeviceBuffer::len`] elements. Waits for the
+    /// kernels queued before it.
+    pub fn copy_to_host<'a>(&self, out: impl Into<DataMut<'a>>) -> Result<(), Error> {
+        let mut out = out.into();
         self.rt.check_device()?;
-        if out.len() != self.len {
+        if out.len() != self.len || out.dtype() != self.dtype {
             return Err(Error::Device {
                 device: DEVICE.into(),
                 message: format!(
-                    "copying a device buffer of {} floats into {}",
+                    "copying a device buffer of {} {} elements into {} {}",
                     self.len,
-                    out.len()
+                    self.dtype,
+                    out.len(),
+                    out.dtype()
                 ),
             });
         }
         if self.len > 0 {
-            self.rt
-                .stream
-                .memcpy_dtoh(&self.slice, out)
-                .map_err(|e| self.rt.device_error("copying from the GPU", e))?;
+            let copied = match (&self.slice, &mut out) {
+                (Slice::F32(s), DataMut::F32(d)) => self.rt.stream.memcpy_dtoh(s, &mut **d),
+                (Slice::Half(s), DataMut::F16(d)) => self
+                    .rt
+                    .stream
+                    .memcpy_dtoh(s, bytemuck::cast_slice_mut::<_, u16>(d)),
+                (Slice::Half(s), DataMut::BF16(d)) => self
+                    .rt
+                    .stream
+                    .memcpy_dtoh(s, bytemuck::cast_slice_mut::<_, u16>(d)),
+                _ => return Err(self.wrong_type(out.dtype())),
+            };
+            copied.map_err(|e| self.rt.device_error("copying from the GPU", e))?;
         }
         self.rt.synchronize()
     }
 
-    /// The buffer's contents. Waits for the kernels queued before it.
-    pub fn to_host(&self) -> Result<Vec<f32>, Error> {
-        let mut out = vec![0.0; self.len];
-        self.copy_to_host(&mut out)?;
+    /// The buffer's contents in its own element type. Waits for the kernels queued before it.
+    pub fn to_buffer(&self) -> Result<Buffer, Error> {
+        let mut out = Buffer::zeros(self.dtype, self.len);
+        self.copy_to_host(out.view_mut())?;
         Ok(out)
+    }
+
+    /// The buffer's contents as `f32` (exact for every element type). Waits for the kernels
+    /// queued before it.
+    pub fn to_host(&self) -> Result<Vec<f32>, Error> {
+        Ok(self.to_buffer()?.to_f32())
     }
 }
 
@@ -568,8 +662,8 @@ impl fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "DeviceBuffer(len={}, gpu={})",
-            self.len, self.rt.info.ordinal
+            "DeviceBuffer({} x {}, gpu={})",
+            self.len, self.dtype, self.rt.info.ordinal
         )
     }
 }
@@ -601,8 +695,10 @@ pub struct CompiledKernel {
     /// Element count of each input, in declaration order, and of the output.
     input_lens: Vec<usize>,
     input_names: Vec<String>,
+    input_dtypes: Vec<DType>,
     output_len: usize,
     output_name: String,
+    output_dtype: DType,
     attributes: KernelAttributes,
 }
 
@@ -673,13 +769,30 @@ impl CompiledKernel {
                 self.input_lens.len()
             )));
         }
-        for ((buf, &want), name) in inputs.iter().zip(&self.input_lens).zip(&self.input_names) {
+        for (((buf, &want), name), &dtype) in inputs
+            .iter()
+            .zip(&self.input_lens)
+            .zip(&self.input_names)
+            .zip(&self.input_dtypes)
+        {
+            if buf.dtype != dtype {
+                return Err(self.backend(format!(
+                    "input `{name}` holds {} elements on the GPU, the kernel declares {dtype}",
+                    buf.dtype
+                )));
+            }
             if buf.len != want {
                 return Err(self.backend(format!(
                     "input `{name}` has {} elements on the GPU, its shape needs {want}",
                     buf.len
                 )));
             }
+        }
+        if out.dtype != self.output_dtype {
+            return Err(self.backend(format!(
+                "output `{}` holds {} elements on the GPU, the kernel declares {}",
+                self.output_name, out.dtype, self.output_dtype
+            )));
         }
         if out.len != self.output_len {
             return Err(self.backend(format!(
@@ -700,11 +813,18 @@ impl CompiledKernel {
         };
         let mut launch = self.rt.stream.launch_builder(&self.func);
         for buf in inputs {
-            launch.arg(&buf.slice);
+            match &buf.slice {
+                Slice::F32(s) => launch.arg(s),
+                Slice::Half(s) => launch.arg(s),
+            };
         }
-        launch.arg(&mut out.slice);
-        // SAFETY: the generated kernel takes one `const float*` per input in declaration order,
-        // then the output `float*`, exactly what was pushed; it reads input `p` only below the
+        match &mut out.slice {
+            Slice::F32(s) => launch.arg(s),
+            Slice::Half(s) => launch.arg(s),
+        };
+        // SAFETY: the generated kernel takes one pointer per input in declaration order, then
+        // the output pointer, each of its parameter's storage type (`float` or the 16-bit
+        // `unsigned short`), exactly what was pushed (`check_args` checked the types); it reads input `p` only below the
         // product of its shape and writes the output only below its element count, and
         // `check_args` verified every buffer has exactly those lengths. Inputs and output are
         // distinct allocations (`&` vs `&mut`), as `__restrict__` requires.
@@ -1095,8 +1215,10 @@ fn load(
             .iter()
             .map(|&p| kernel.params[p].name.clone())
             .collect(),
+        input_dtypes: inputs.iter().map(|&p| kernel.params[p].dtype).collect(),
         output_len: count(kernel.output),
         output_name: kernel.params[kernel.output].name.clone(),
+        output_dtype: kernel.params[kernel.output].dtype,
         attributes,
     })
 }
@@ -1113,8 +1235,8 @@ pub fn run(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
-    data: &[&[f32]],
-    out: &mut [f32],
+    data: &[Data<'_>],
+    out: DataMut<'_>,
 ) -> Result<(), Error> {
     let info = available().map_err(|r| unavailable(&r))?;
     let schedule = default_schedule(kernel, extents, &info.target());
@@ -1126,8 +1248,8 @@ pub fn run_with(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
-    data: &[&[f32]],
-    out: &mut [f32],
+    data: &[Data<'_>],
+    out: DataMut<'_>,
     schedule: &GpuSchedule,
 ) -> Result<(), Error> {
     runtime()?;
@@ -1146,8 +1268,8 @@ pub fn run_with(
 pub fn run_host(
     kernel: &Kernel,
     shapes: &[&[usize]],
-    data: &[&[f32]],
-    out: &mut [f32],
+    data: &[Data<'_>],
+    out: DataMut<'_>,
     launch: impl FnOnce(&[&DeviceBuffer], &mut DeviceBuffer) -> Result<String, Error>,
 ) -> Result<(), Error> {
     let bad = |message: String| Error::Backend {
@@ -1155,14 +1277,14 @@ pub fn run_host(
         message,
     };
     // The buffers must be exactly what `bind` checked; anything else would be unsound.
-    super::check_buffers(kernel, shapes, data, out).map_err(bad)?;
+    super::check_buffers(kernel, shapes, data, &out).map_err(bad)?;
     let inputs = kernel
         .inputs()
         .iter()
         .map(|&p| DeviceBuffer::from_host(data[p]))
         .collect::<Result<Vec<_>, _>>()?;
     let refs: Vec<&DeviceBuffer> = inputs.iter().collect();
-    let mut output = DeviceBuffer::alloc(out.len())?;
+    let mut output = DeviceBuffer::alloc(out.dtype(), out.len())?;
     let describe = launch(&refs, &mut output)?;
     output.copy_to_host(out).map_err(|e| match e {
         // A fault inside the kernel shows up at this copy: report it against the kernel.

@@ -291,9 +291,19 @@ impl CpuConfig {
                     "k_block walks the unroll axis innermost: unroll_outer must be off".into(),
                 );
             }
+            if !output_is_f32(kernel) {
+                return Err(
+                    "k_block keeps partial sums in the output, which must then be f32".into(),
+                );
+            }
         }
         Ok(())
     }
+}
+
+/// Whether the kernel's output holds `f32` (partial sums may then be stored in it).
+fn output_is_f32(kernel: &Kernel) -> bool {
+    kernel.params[kernel.output].dtype == crate::ir::DType::F32
 }
 
 /// Tile widths the vector axis may take.
@@ -403,8 +413,10 @@ impl CpuTemplate {
             v * u <= MAX_TILE
         });
         // The blocked index's extent, 0 when nothing can be blocked.
+        // Blocks keep their partial sums in the output, so only an `f32` output can be
+        // blocked (a half-precision one would round them).
         let blockable = match kernel.reduction().first() {
-            Some(&r0) if kernel.kind == BodyKind::Sum => extents[r0],
+            Some(&r0) if kernel.kind == BodyKind::Sum && output_is_f32(kernel) => extents[r0],
             _ => 0,
         };
         b.constraint("a reduction block is smaller than its index", move |c| {

@@ -38,6 +38,7 @@ pub const KERNELS: &[&str] = &[
 /// size around it exercises zero padding); the output takes the spatial extents. Returns
 /// the bound extents and the shapes, or `None` when they are inconsistent (e.g. one tensor
 /// read with two different extents).
+#[allow(dead_code)]
 pub fn shapes_for(
     kernel: &Kernel,
     extents: &[usize],
@@ -62,4 +63,85 @@ pub fn shapes_for(
     let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
     let extents = bind(kernel, &refs).ok()?;
     Some((extents, shapes))
+}
+
+/// A snapshot case file in `tests/kernels/`: `kernel: <statements>`, `shapes: a=2x3 b=3 s=`
+/// (an empty shape is rank 0; tensors in parameter order, the output last) and, optionally,
+/// `dtypes: a=bf16,b=bf16` (the others `f32`).
+#[allow(dead_code)]
+pub struct Case {
+    pub name: String,
+    pub kernel: Kernel,
+    pub shapes: Vec<Vec<usize>>,
+}
+
+#[allow(dead_code)]
+impl Case {
+    /// A case from its parts (`shapes` written as in a case file).
+    pub fn new(name: &str, kernel: &str, shapes: &str, dtypes: &str) -> Case {
+        let params: Vec<(String, Vec<usize>)> = shapes
+            .split_whitespace()
+            .map(|p| {
+                let (name, dims) = p.split_once('=').unwrap();
+                let dims = if dims.is_empty() {
+                    vec![]
+                } else {
+                    dims.split('x').map(|d| d.parse().unwrap()).collect()
+                };
+                (name.to_string(), dims)
+            })
+            .collect();
+        let decl: Vec<(String, bool)> = params
+            .iter()
+            .enumerate()
+            .map(|(i, (n, _))| (n.clone(), i + 1 == params.len()))
+            .collect();
+        let kernel = tensor_dsl::ir::parse_text(name, kernel, Some(&decl))
+            .unwrap()
+            .with_dtypes(dtypes)
+            .unwrap();
+        Case {
+            name: name.into(),
+            kernel,
+            shapes: params.into_iter().map(|(_, s)| s).collect(),
+        }
+    }
+
+    pub fn shape_refs(&self) -> Vec<&[usize]> {
+        self.shapes.iter().map(Vec::as_slice).collect()
+    }
+
+    pub fn extents(&self) -> Vec<usize> {
+        bind(&self.kernel, &self.shape_refs()).unwrap()
+    }
+}
+
+/// Every case file in `tests/kernels/`, by file name.
+#[allow(dead_code)]
+pub fn kernel_cases() -> Vec<Case> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernels");
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .collect();
+    entries.sort();
+    entries
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let field = |key: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .map(|v| v.trim().to_string())
+            };
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            Case::new(
+                &name,
+                &field("kernel:").unwrap_or_else(|| panic!("{path:?}: missing `kernel:`")),
+                &field("shapes:").unwrap_or_else(|| panic!("{path:?}: missing `shapes:`")),
+                &field("dtypes:").unwrap_or_default(),
+            )
+        })
+        .collect()
 }
