@@ -24,6 +24,7 @@
 //! ```
 
 pub mod autotune;
+pub mod backend;
 pub mod build;
 pub mod codegen;
 pub mod device_tensor;

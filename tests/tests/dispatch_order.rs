@@ -79,7 +79,7 @@ fn cache_then_first_call_tuning_then_default() {
     .unwrap();
 
     let d = decision(24, 40, 16);
-    assert_eq!((d.source, &d.config), (Source::Cache, &chosen));
+    assert_eq!((d.source, &d.schedule), (Source::Cache, &chosen));
 
     // The call itself runs with that config and is correct.
     let a = Tensor::from_vec(vec![24, 40], vec![1.0f32; 960]).unwrap();
