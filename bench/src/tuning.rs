@@ -210,6 +210,7 @@ pub fn search(
         seconds: settings.seconds,
         batch: settings.batch.max(1),
         seed: settings.seed,
+        ..TuneOptions::default()
     };
     let (result, seconds) =
         tensor_dsl::autotune::search(space, seeds, &opts, features, measurer, on_trial)

@@ -18,9 +18,10 @@ use crate::records::{Record, RECORD_VERSION};
 use crate::runtime::cpu::simd_lanes;
 use crate::template::cpu::{CpuConfig, CpuTemplate};
 use crate::{tuned, Error};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tuner::tune::{tune, Budget, TuneResult};
-use tuner::{Config, Forest, Measurer, SearchSpace, Trial};
+use tuner::{Config, CostModel, Forest, Measurer, SearchSpace, Trial};
 
 /// The strategy CPU tuning uses by default: OpEvo exploration for 60% of the budget, then
 /// Droplet from the best point. Chosen from replays on three real CPU landscapes (every
@@ -31,11 +32,75 @@ use tuner::{Config, Forest, Measurer, SearchSpace, Trial};
 /// landscape.
 pub const CPU_DEFAULT_STRATEGY: &str = "opevo-droplet";
 
+/// The learned cost model a search uses, made fresh for each search from its seed: the
+/// random forest by default; any [`tuner::CostModel`] can be passed in.
+///
+/// ```
+/// use tensor_dsl::autotune::{CostModelChoice, TuneOptions};
+/// let opts = TuneOptions {
+///     cost_model: CostModelChoice::new("none", |_seed| Box::new(tuner::Untrained)),
+///     ..TuneOptions::default()
+/// };
+/// assert_eq!(opts.cost_model.name(), "none");
+/// ```
+#[derive(Clone)]
+pub struct CostModelChoice {
+    name: String,
+    make: Arc<dyn Fn(u64) -> Box<dyn CostModel> + Send + Sync>,
+}
+
+impl CostModelChoice {
+    /// A model made by `make(seed)`, known as `name` (two choices with one name are equal).
+    pub fn new(
+        name: &str,
+        make: impl Fn(u64) -> Box<dyn CostModel> + Send + Sync + 'static,
+    ) -> Self {
+        CostModelChoice {
+            name: name.into(),
+            make: Arc::new(make),
+        }
+    }
+
+    /// The random forest on knob and analytic features (`tuner::Forest`).
+    pub fn forest() -> Self {
+        Self::new("forest", |seed| Box::new(Forest::new(seed)))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A new model for a search seeded with `seed`.
+    pub fn make(&self, seed: u64) -> Box<dyn CostModel> {
+        (self.make)(seed)
+    }
+}
+
+impl Default for CostModelChoice {
+    fn default() -> Self {
+        Self::forest()
+    }
+}
+
+impl PartialEq for CostModelChoice {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl std::fmt::Debug for CostModelChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CostModelChoice({})", self.name)
+    }
+}
+
 /// How to tune.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TuneOptions {
     /// Strategy name (see `tuner::strategy::STRATEGY_NAMES`).
     pub strategy: String,
+    /// The cost model guiding the strategy (the forest by default).
+    pub cost_model: CostModelChoice,
     /// Measurements, invalid ones included.
     pub trials: usize,
     /// Wall-clock limit in seconds.
@@ -49,6 +114,7 @@ impl Default for TuneOptions {
     fn default() -> Self {
         TuneOptions {
             strategy: CPU_DEFAULT_STRATEGY.to_string(),
+            cost_model: CostModelChoice::default(),
             trials: 64,
             seconds: None,
             batch: 8,
@@ -150,7 +216,8 @@ pub fn combined_features<'a>(
 
 /// One search, as every tuning path runs it: `seeds` measured first (the template's
 /// default: tuning never ends worse than not tuning), then the strategy named in `opts`,
-/// guided by the forest cost model on `features`, within the budget of `opts`. Returns the
+/// guided by the cost model of `opts` (the forest by default) on `features`, within the
+/// budget of `opts`. Returns the
 /// result and its wall time in seconds. `on_trial` sees every measurement.
 ///
 /// Errors: [`Error::InvalidSetting`] for an unknown strategy.
@@ -171,12 +238,12 @@ pub fn search(
             expected: format!("one of {}", tuner::strategy::STRATEGY_NAMES.join(", ")),
         })?;
     let mut strategy = tuner::strategy::Seeded::new(seeds, inner);
-    let mut model = Forest::new(opts.seed);
+    let mut model = opts.cost_model.make(opts.seed);
     let start = Instant::now();
     let result = tune(
         space,
         &mut strategy,
-        &mut model,
+        model.as_mut(),
         features,
         measurer,
         &budget,

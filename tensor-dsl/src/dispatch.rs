@@ -165,8 +165,7 @@ pub fn gpu_schedule_from_record(
     target: &crate::template::gpu::GpuTarget,
     record: &Record,
 ) -> Option<crate::template::gpu::GpuSchedule> {
-    let point = template.space().parse(&record.config).ok()?;
-    let schedule = template.decode(&point).ok()?;
+    let schedule = crate::template::schedule_from_text(template, &record.config)?;
     schedule.validate(kernel, extents).ok()?;
     schedule.check_limits(kernel, target).ok()?;
     Some(schedule)

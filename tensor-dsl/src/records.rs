@@ -134,6 +134,59 @@ pub fn cache_dir() -> PathBuf {
     std::env::temp_dir().join("tensor-dsl-cache")
 }
 
+/// Where records live: one extension point (a file of JSON Lines today; a database or a
+/// remote store would be another implementation). Dispatch reads the user cache and
+/// first-call tuning writes to it through this trait.
+pub trait RecordStore {
+    /// Adds `records`, durably and safely with concurrent writers.
+    fn commit(&self, records: &[Record]) -> Result<(), Error>;
+    /// Every readable record of this build's format.
+    fn load(&self) -> Result<Vec<Record>, Error>;
+    /// The best-of index of [`RecordStore::load`].
+    fn index(&self) -> Result<Index, Error> {
+        let mut index = Index::new();
+        index.extend(&self.load()?);
+        Ok(index)
+    }
+}
+
+/// A JSON Lines records file: [`append`] to commit, [`read`] to load.
+///
+/// ```
+/// use tensor_dsl::records::{JsonlFile, RecordStore};
+/// let dir = std::env::temp_dir().join(format!("td-store-doc-{}", std::process::id()));
+/// let store = JsonlFile::new(dir.join("records.jsonl"));
+/// assert!(store.load().is_err()); // no file yet
+/// store.commit(&[]).unwrap();
+/// assert!(store.load().unwrap().is_empty());
+/// # std::fs::remove_dir_all(&dir).ok();
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JsonlFile {
+    pub path: PathBuf,
+}
+
+impl JsonlFile {
+    pub fn new(path: impl Into<PathBuf>) -> JsonlFile {
+        JsonlFile { path: path.into() }
+    }
+
+    /// The user cache ([`default_records_file`]).
+    pub fn user_cache() -> JsonlFile {
+        JsonlFile::new(default_records_file())
+    }
+}
+
+impl RecordStore for JsonlFile {
+    fn commit(&self, records: &[Record]) -> Result<(), Error> {
+        append(&self.path, records)
+    }
+
+    fn load(&self) -> Result<Vec<Record>, Error> {
+        read(&self.path).map(|(records, _skipped)| records)
+    }
+}
+
 /// The default records file in the user cache.
 pub fn default_records_file() -> PathBuf {
     cache_dir().join("records.jsonl")

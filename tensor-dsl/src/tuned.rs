@@ -9,7 +9,7 @@
 //! hand.
 
 use crate::ir::Kernel;
-use crate::records::{self, Index, Key, Record, Target};
+use crate::records::{self, Index, Key, Record, RecordStore, Target};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -88,11 +88,8 @@ pub fn cache_index() -> Arc<Index> {
     if let Some(i) = &*slot {
         return i.clone();
     }
-    let mut index = Index::new();
-    if let Ok((rs, _)) = records::read(&records::default_records_file()) {
-        index.extend(&rs);
-    }
-    let index = Arc::new(index);
+    // A missing or unreadable cache is an empty one (the warning for bad lines is `read`'s).
+    let index = Arc::new(records::JsonlFile::user_cache().index().unwrap_or_default());
     *slot = Some(index.clone());
     index
 }

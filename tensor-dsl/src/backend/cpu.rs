@@ -66,8 +66,7 @@ impl Backend for CpuBackend {
         record: &Record,
     ) -> Option<CpuConfig> {
         let template = CpuTemplate::new(kernel, extents, cpu::simd_lanes()).ok()?;
-        let point = template.parse(&record.config).ok()?;
-        let config = template.decode(&point).ok()?;
+        let config = crate::template::schedule_from_text(&template, &record.config)?;
         config.validate(kernel).ok()?;
         Some(config)
     }

@@ -23,7 +23,7 @@ pub mod cuda;
 use crate::autotune::{TuneOptions, TuneOutcome};
 use crate::dispatch::{tune_settings, TunePolicy};
 use crate::ir::Kernel;
-use crate::records::{self, Key, Record};
+use crate::records::{self, Key, Record, RecordStore};
 use crate::tuned::{self, Memo, Source};
 use crate::Error;
 use std::fmt;
@@ -218,7 +218,7 @@ fn with_progress<T>(
 /// Saves first-call tuning's records to the user cache (a failure is a warning: the call
 /// still uses what it found) and makes the next lookup read them.
 fn save_tuned(found: &[Record]) {
-    if let Err(e) = records::append(&records::default_records_file(), found) {
+    if let Err(e) = records::JsonlFile::user_cache().commit(found) {
         eprintln!("tensor-dsl: warning: could not save tuning records: {e}");
     }
     tuned::forget_cache();
