@@ -1,0 +1,866 @@
+//! Lowers a [`CpuConfig`] to a [`Nest`]: the loop nest described in
+//! [`crate::template::cpu`] — parallel outer loops, a register tile computed by `static
+//! inline` tile functions (called with constant sizes for full tiles, the remainders at the
+//! edges), optionally a packed per-thread panel and a blocked reduction.
+//!
+//! ```
+//! use tensor_dsl::{ir::parse_text, lower, template::cpu::CpuConfig};
+//! let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+//! let e = [7, 17, 13];
+//! let shapes: [&[usize]; 3] = [&[7, 13], &[13, 17], &[7, 17]];
+//! let cfg = CpuConfig { parallel: true, ..CpuConfig::heuristic(&k, &e, 8) };
+//! let nest = lower::cpu::lower(&k, &e, &shapes, &cfg).unwrap();
+//! // The parallel iteration space: 2 vector tiles (17 = 16 + 1) x 2 unroll tiles (7 = 4 + 3).
+//! let band: Vec<usize> = nest.outer_band().iter().map(|l| l.trip).collect();
+//! assert_eq!(band, vec![2, 2]);
+//! // `b` is packed into a per-thread panel of 13 rows of 24 floats.
+//! let panel = nest.scoped(lower::Scope::Panel).next().unwrap();
+//! assert_eq!(panel.dims, vec![13, 24]);
+//! ```
+
+use super::{
+    band, AssignOp, BufId, Buffer, Func, Layout, Loop, LoopKind, Nest, Param, Scope, Stage, Step,
+    Stmt, Target, Ty, Value, COMPUTE,
+};
+use super::{Binding, CopyMode, IntType};
+use crate::codegen::{index_name, strides};
+use crate::ir::{Access, BodyKind, Kernel};
+use crate::template::cpu::CpuConfig;
+use crate::template::cpu::{blocked_reduction, pack_stride, packed_access, panel_points, u_block};
+
+/// Name of the exported entry point.
+pub const ENTRY: &str = "td_kernel";
+
+/// What a config decides for the nest, beyond its knobs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// Spatial indices that are neither the vector nor the unroll axis.
+    pub others: Vec<usize>,
+    /// The packed access, if any.
+    pub packed: Option<Access>,
+    /// The blocked reduction index and its block, if any.
+    pub block: Option<(usize, usize)>,
+    /// Rows of the unroll axis per u-block (with a blocked reduction).
+    pub u_block: usize,
+}
+
+impl Plan {
+    pub fn new(kernel: &Kernel, extents: &[usize], config: &CpuConfig) -> Plan {
+        Plan {
+            others: kernel
+                .spatial()
+                .into_iter()
+                .filter(|&s| Some(s) != config.vector_axis && Some(s) != config.unroll_axis)
+                .collect(),
+            packed: packed_access(kernel, extents, config),
+            block: blocked_reduction(kernel, extents, config),
+            u_block: u_block(kernel, extents, config),
+        }
+    }
+}
+
+/// Checks that `config`, `extents` and `shapes` fit `kernel`.
+fn check(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    config: &CpuConfig,
+) -> Result<(), String> {
+    config.validate(kernel)?;
+    if extents.len() != kernel.indices.len() || extents.contains(&0) {
+        return Err(format!(
+            "{} positive extents are needed, got {extents:?}",
+            kernel.indices.len()
+        ));
+    }
+    if shapes.len() != kernel.params.len()
+        || kernel
+            .params
+            .iter()
+            .zip(shapes)
+            .any(|(p, s)| p.rank != s.len())
+    {
+        return Err("the shapes do not match the kernel's parameters".into());
+    }
+    Ok(())
+}
+
+/// Lowers `config` for `kernel` at `extents` (parameter shapes `shapes`).
+pub fn lower<'a>(
+    kernel: &'a Kernel,
+    extents: &[usize],
+    shapes: &'a [&'a [usize]],
+    config: &CpuConfig,
+) -> Result<Nest<'a>, String> {
+    check(kernel, extents, shapes, config)?;
+    let plan = Plan::new(kernel, extents, config);
+    let mut buffers: Vec<Buffer> = (0..kernel.params.len())
+        .map(|p| Buffer {
+            name: if p == kernel.output {
+                "out".into()
+            } else {
+                format!("t{p}")
+            },
+            scope: Scope::Global,
+            dtype: kernel.params[p].dtype,
+            dims: shapes[p].to_vec(),
+            param: Some(p),
+            align: None,
+        })
+        .collect();
+    let acc = BufId(buffers.len());
+    buffers.push(Buffer {
+        name: "acc".into(),
+        scope: Scope::Register,
+        dtype: COMPUTE,
+        dims: vec![config.unroll, config.vector],
+        param: None,
+        align: None,
+    });
+    // The panel holds loaded (converted) values, in the compute type.
+    let pk = plan.packed.as_ref().map(|_| {
+        buffers.push(Buffer {
+            name: "pk".into(),
+            scope: Scope::Panel,
+            dtype: COMPUTE,
+            dims: vec![
+                panel_points(kernel, extents, config),
+                pack_stride(config.vector),
+            ],
+            param: None,
+            align: None,
+        });
+        BufId(buffers.len() - 1)
+    });
+    let l = Lower {
+        buffers,
+        kernel,
+        extents,
+        shapes,
+        config,
+        names: (0..kernel.indices.len())
+            .map(|i| index_name(kernel, i))
+            .collect(),
+        inputs: kernel.inputs(),
+        out: BufId(kernel.output),
+        acc,
+        pk,
+        plan,
+    };
+    let mut helpers = vec![l.tile("td_tile", false)];
+    if l.pk.is_some() {
+        helpers.push(l.tile("td_tile_packed", true));
+    }
+    let entry = l.entry();
+    Ok(Nest {
+        kernel,
+        shapes,
+        domain: extents.to_vec(),
+        buffers: l.buffers,
+        helpers,
+        entry,
+        launch: None,
+    })
+}
+
+struct Lower<'a> {
+    buffers: Vec<Buffer>,
+    kernel: &'a Kernel,
+    extents: &'a [usize],
+    shapes: &'a [&'a [usize]],
+    config: &'a CpuConfig,
+    /// C names of the index variables in loops (`i_<name>`).
+    names: Vec<String>,
+    inputs: Vec<usize>,
+    out: BufId,
+    acc: BufId,
+    pk: Option<BufId>,
+    plan: Plan,
+}
+
+fn int(v: usize) -> String {
+    v.to_string()
+}
+
+/// A loop of `long var` from `start` while `< end`.
+#[allow(clippy::too_many_arguments)]
+fn lp(
+    var: &str,
+    start: &str,
+    end: String,
+    step: Step,
+    trip: usize,
+    kind: LoopKind,
+    index: Option<usize>,
+    layout: Layout,
+    body: Vec<Stmt>,
+) -> Loop {
+    Loop {
+        var: var.into(),
+        ty: IntType::Long,
+        start: start.into(),
+        end,
+        step,
+        trip,
+        kind,
+        index,
+        layout,
+        body,
+    }
+}
+
+impl Lower<'_> {
+    fn ext(&self, axis: Option<usize>) -> usize {
+        axis.map_or(1, |a| self.extents[a])
+    }
+
+    fn elem(&self, buf: BufId, index: &[&str]) -> Target {
+        Target::Elem {
+            buf,
+            index: index.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// Index strings inside a tile: the unroll / vector axes are `u0 + u` and `v0 + v`.
+    fn tile_index(&self) -> Vec<String> {
+        let mut index = self.names.clone();
+        if let Some(u) = self.config.unroll_axis {
+            index[u] = "(u0 + u)".into();
+        }
+        if let Some(v) = self.config.vector_axis {
+            index[v] = "(v0 + v)".into();
+        }
+        index
+    }
+
+    /// Row-major position of the current reduction point in a panel, e.g.
+    /// `(i_c * 3 + i_r) * 3 + i_s`; a blocked index counts from its block's start `k0`.
+    fn reduction_point(&self) -> String {
+        let mut s = String::new();
+        for (n, &r) in self.kernel.reduction().iter().enumerate() {
+            let name = match self.plan.block {
+                Some((r0, _)) if r0 == r => format!("({} - k0)", self.names[r]),
+                _ => self.names[r].clone(),
+            };
+            s = if n == 0 {
+                name
+            } else {
+                format!("({s}) * {} + {name}", self.extents[r])
+            };
+        }
+        s
+    }
+
+    /// The panel element of the current reduction point and `v`.
+    fn panel_elem(&self) -> String {
+        format!(
+            "({}) * {} + v",
+            self.reduction_point(),
+            pack_stride(self.config.vector)
+        )
+    }
+
+    /// Nested loops over every reduction index, each flat around the next, the last one
+    /// with `last` around `body`; a blocked index runs over its current block (`k0`, `nk`
+    /// in scope).
+    fn reduction_loops(&self, last: Layout, body: Vec<Stmt>) -> Vec<Stmt> {
+        let red = self.kernel.reduction();
+        let loops = red
+            .iter()
+            .enumerate()
+            .map(|(n, &r)| {
+                let layout = if n + 1 == red.len() {
+                    last
+                } else {
+                    Layout::Flat
+                };
+                let name = &self.names[r];
+                match self.plan.block {
+                    Some((r0, b)) if r0 == r => lp(
+                        name,
+                        "k0",
+                        "k0 + nk".into(),
+                        Step::Inc,
+                        b,
+                        LoopKind::Serial,
+                        Some(r),
+                        layout,
+                        Vec::new(),
+                    ),
+                    _ => lp(
+                        name,
+                        "0",
+                        int(self.extents[r]),
+                        Step::Inc,
+                        self.extents[r],
+                        LoopKind::Serial,
+                        Some(r),
+                        layout,
+                        Vec::new(),
+                    ),
+                }
+            })
+            .collect();
+        band(loops, body)
+    }
+
+    /// The tile's `u` loop (`kind`, most `min(unroll, extent)` iterations).
+    fn u_loop(&self, kind: LoopKind, layout: Layout, body: Vec<Stmt>) -> Loop {
+        let ru = self.config.unroll;
+        let trip = ru.min(self.ext(self.config.unroll_axis));
+        lp(
+            "u",
+            "0",
+            "nu".into(),
+            Step::Inc,
+            trip,
+            kind,
+            self.config.unroll_axis,
+            layout,
+            body,
+        )
+    }
+
+    /// The tile's `v` loop.
+    fn v_loop(&self, kind: LoopKind, layout: Layout, body: Vec<Stmt>) -> Loop {
+        let rv = self.config.vector;
+        let trip = rv.min(self.ext(self.config.vector_axis));
+        lp(
+            "v",
+            "0",
+            "nv".into(),
+            Step::Inc,
+            trip,
+            kind,
+            self.config.vector_axis,
+            layout,
+            body,
+        )
+    }
+
+    /// `for u < nu` around `for v < nv` (braced when `braced`), for the accumulator's
+    /// initialisation and stores. Deliberately without `#pragma GCC unroll`: forcing it here
+    /// made edge tiles (a runtime `nv`, e.g. every tile of a 14-wide axis under a 16-wide
+    /// vector tile) 2.3x slower on a 1×1 convolution, and full tiles gained nothing.
+    fn tile_loops(&self, braced: bool, body: Vec<Stmt>) -> Stmt {
+        let v = self.v_loop(
+            LoopKind::Serial,
+            if braced { Layout::Braced } else { Layout::Bare },
+            body,
+        );
+        Stmt::Loop(self.u_loop(LoopKind::Serial, Layout::Bare, vec![Stmt::Loop(v)]))
+    }
+
+    /// The output offset of a tile element, e.g. `40 * (u0 + u) + (v0 + v)`.
+    fn out_offset(&self) -> String {
+        let index = self.tile_index();
+        let out_strides = strides(self.shapes[self.kernel.output]);
+        let terms: Vec<String> = self
+            .kernel
+            .spatial()
+            .iter()
+            .enumerate()
+            .map(|(d, &sp)| match out_strides[d] {
+                1 => index[sp].clone(),
+                st => format!("{st} * {}", index[sp]),
+            })
+            .collect();
+        if terms.is_empty() {
+            "0".to_string()
+        } else {
+            terms.join(" + ")
+        }
+    }
+
+    /// The register tile: called with constant sizes for full tiles (so the compiler
+    /// unrolls and keeps `acc` in registers) and with the remainder at the edges.
+    fn tile(&self, name: &str, packed: bool) -> Func {
+        let (ru, rv) = (self.config.unroll, self.config.vector);
+        let mut params: Vec<Param> = self
+            .inputs
+            .iter()
+            .map(|&p| Param::Buffer {
+                buf: BufId(p),
+                konst: true,
+            })
+            .collect();
+        if let (Some(pk), true) = (self.pk, packed) {
+            params.push(Param::Buffer {
+                buf: pk,
+                konst: true,
+            });
+        }
+        params.push(Param::Buffer {
+            buf: self.out,
+            konst: false,
+        });
+        let scalar = |name: &str| Param::Scalar {
+            ty: IntType::Long,
+            name: name.into(),
+        };
+        params.extend(self.plan.others.iter().map(|&o| scalar(&self.names[o])));
+        params.extend(["u0", "v0", "nu", "nv"].map(scalar));
+        if self.plan.block.is_some() {
+            params.extend(["k0", "nk"].map(scalar));
+        }
+
+        let acc_uv = self.elem(self.acc, &["u", "v"]);
+        let out = self.elem(self.out, &[&self.out_offset()]);
+        let mut body = vec![Stmt::Alloc {
+            buf: self.acc,
+            init: None,
+        }];
+        let fill = |value: Value| {
+            self.tile_loops(
+                false,
+                vec![Stmt::Assign {
+                    dst: acc_uv.clone(),
+                    op: AssignOp::Set,
+                    value,
+                }],
+            )
+        };
+        if self.plan.block.is_some() {
+            // Later blocks continue from the partial sums the earlier ones stored.
+            body.push(Stmt::If {
+                cond: "k0 == 0".into(),
+                then: vec![fill(Value::Float(0.0))],
+                els: Some(vec![fill(Value::Read(out.clone()))]),
+                braced: true,
+            });
+        } else {
+            body.push(fill(Value::Float(0.0)));
+        }
+
+        let reads = match (&self.plan.packed, self.pk, packed) {
+            (Some(a), Some(pk), true) => {
+                vec![(
+                    a.clone(),
+                    format!("{}[{}]", self.name(pk), self.panel_elem()),
+                )]
+            }
+            _ => Vec::new(),
+        };
+        let binding = Binding {
+            index: self.tile_index(),
+            reads,
+        };
+        let sum = self.kernel.kind == BodyKind::Sum;
+        let compute = Stmt::Loop(self.u_loop(
+            LoopKind::Unrolled(ru),
+            Layout::Braced,
+            vec![Stmt::Loop(self.v_loop(
+                LoopKind::Vectorized(rv),
+                Layout::Bare,
+                vec![Stmt::Compute {
+                    acc: acc_uv.clone(),
+                    reduce: sum,
+                    value: Value::Kernel {
+                        expr: self.kernel.body.clone(),
+                        binding: binding.clone(),
+                    },
+                }],
+            ))],
+        ));
+        if sum {
+            body.extend(self.reduction_loops(Layout::Flat, vec![Stmt::Block(vec![compute])]));
+        } else {
+            body.push(compute);
+        }
+
+        // Epilogue and the single store (with blocks: partial sums until the last block).
+        if let Some((r0, _)) = self.plan.block {
+            body.push(Stmt::If {
+                cond: format!("k0 + nk < {}", self.extents[r0]),
+                then: vec![
+                    self.tile_loops(
+                        false,
+                        vec![Stmt::Assign {
+                            dst: out.clone(),
+                            op: AssignOp::Set,
+                            value: Value::Read(acc_uv.clone()),
+                        }],
+                    ),
+                    Stmt::Return,
+                ],
+                els: None,
+                braced: true,
+            });
+        }
+        body.push(self.tile_loops(
+            true,
+            vec![Stmt::Store {
+                acc: acc_uv,
+                epilogue: self.kernel.epilogue.clone(),
+                binding,
+                dst: out,
+            }],
+        ));
+        Func {
+            name: name.into(),
+            params,
+            body,
+        }
+    }
+
+    /// A buffer's name.
+    fn name(&self, buf: BufId) -> &str {
+        self.buffers.get(buf.0).map_or("", |b| b.name.as_str())
+    }
+
+    /// The calls of a tile function for the tile at (`u0`, `v0`), full or at an edge.
+    fn tile_calls(&self, name: &str, packed: bool) -> Stmt {
+        let (ru, rv) = (self.config.unroll, self.config.vector);
+        let u0 = if self.config.unroll_axis.is_some() {
+            "u0"
+        } else {
+            "0"
+        };
+        let v0 = if self.config.vector_axis.is_some() {
+            "v0"
+        } else {
+            "0"
+        };
+        let eu = self.ext(self.config.unroll_axis);
+        let ev = self.ext(self.config.vector_axis);
+        let mut args: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|&p| self.name(BufId(p)).to_string())
+            .collect();
+        if let (Some(pk), true) = (self.pk, packed) {
+            args.push(self.name(pk).into());
+        }
+        args.push(self.name(self.out).into());
+        args.extend(self.plan.others.iter().map(|&o| self.names[o].clone()));
+        args.push(u0.into());
+        args.push(v0.into());
+        let call = |nu: String, nv: String| {
+            let mut a = args.clone();
+            a.push(nu);
+            a.push(nv);
+            if self.plan.block.is_some() {
+                a.extend(["k0".to_string(), "nk".to_string()]);
+            }
+            Stmt::Call {
+                func: name.into(),
+                args: a,
+            }
+        };
+        let (full_u, full_v) = (eu.is_multiple_of(ru), ev.is_multiple_of(rv));
+        let full = call(int(ru), int(rv));
+        if full_u && full_v {
+            return full;
+        }
+        let mut conds = Vec::new();
+        if !full_u {
+            conds.push(format!("{u0} + {ru} <= {eu}"));
+        }
+        if !full_v {
+            conds.push(format!("{v0} + {rv} <= {ev}"));
+        }
+        let nu = if full_u {
+            int(ru)
+        } else {
+            format!("({eu} - {u0} < {ru} ? {eu} - {u0} : {ru})")
+        };
+        let nv = if full_v {
+            int(rv)
+        } else {
+            format!("({ev} - {v0} < {rv} ? {ev} - {v0} : {rv})")
+        };
+        Stmt::If {
+            cond: conds.join(" && "),
+            then: vec![full],
+            els: Some(vec![call(nu, nv)]),
+            braced: false,
+        }
+    }
+
+    /// The tiles of one u-block for the current reduction block: a loop over `u0` (from `ub`
+    /// when the unroll axis is cut in u-blocks, else from 0) around [`Self::tile_calls`].
+    fn blocked_tiles(&self, name: &str, packed: bool) -> Stmt {
+        let (ru, ub) = (self.config.unroll, self.plan.u_block);
+        let calls = self.tile_calls(name, packed);
+        let axis = self.config.unroll_axis;
+        match axis.map(|u| self.extents[u]) {
+            Some(e) if e > ub => Stmt::Loop(lp(
+                "u0",
+                "ub",
+                format!("(ub + {ub} < {e} ? ub + {ub} : {e})"),
+                Step::Add(ru),
+                ub.div_ceil(ru),
+                LoopKind::Serial,
+                axis,
+                Layout::Bare,
+                vec![calls],
+            )),
+            Some(e) => Stmt::Loop(lp(
+                "u0",
+                "0",
+                int(e),
+                Step::Add(ru),
+                e.div_ceil(ru),
+                LoopKind::Serial,
+                axis,
+                Layout::Bare,
+                vec![calls],
+            )),
+            None => calls,
+        }
+    }
+
+    /// Refills this thread's panel when the tile's (other indices, v0) changed; with a
+    /// blocked reduction, fills it for the current block unconditionally.
+    fn pack_fill(&self, pk: BufId, access: &Access) -> Vec<Stmt> {
+        let rv = self.config.vector;
+        let Some(v) = self.config.vector_axis else {
+            return Vec::new();
+        };
+        let ev = self.extents[v];
+        let mut keys: Vec<&str> = self
+            .plan
+            .others
+            .iter()
+            .map(|&o| self.names[o].as_str())
+            .collect();
+        keys.push("v0");
+        if self.plan.block.is_some() {
+            keys.clear();
+        }
+        let mut index = self.names.clone();
+        index[v] = "(v0 + v)".into();
+        let copy = Stmt::Assign {
+            dst: self.elem(pk, &[&self.panel_elem()]),
+            op: AssignOp::Set,
+            value: Value::Global {
+                access: access.clone(),
+                binding: Binding {
+                    index,
+                    reads: Vec::new(),
+                },
+            },
+        };
+        let rows = self.reduction_loops(
+            Layout::Bare,
+            vec![Stmt::Loop(self.v_loop(
+                LoopKind::Serial,
+                Layout::Bare,
+                vec![copy],
+            ))],
+        );
+        let mut body = vec![
+            Stmt::Let {
+                ty: Ty::Int(IntType::Long),
+                konst: true,
+                defs: vec![(
+                    "nv".into(),
+                    Value::Code(format!("{ev} - v0 < {rv} ? {ev} - v0 : {rv}")),
+                )],
+            },
+            Stmt::Stage(Stage {
+                src: access.clone(),
+                dst: pk,
+                dims: vec![panel_points(self.kernel, self.extents, self.config), rv],
+                width: 1,
+                mode: CopyMode::Sync,
+                body: rows,
+            }),
+        ];
+        for k in &keys {
+            body.push(Stmt::Assign {
+                dst: Target::Var(format!("pk_{k}")),
+                op: AssignOp::Set,
+                value: Value::Code(k.to_string()),
+            });
+        }
+        if self.plan.block.is_some() {
+            vec![Stmt::Block(body)]
+        } else {
+            let changed: Vec<String> = keys.iter().map(|k| format!("pk_{k} != {k}")).collect();
+            vec![Stmt::If {
+                cond: changed.join(" || "),
+                then: body,
+                els: None,
+                braced: true,
+            }]
+        }
+    }
+
+    /// With a panel: fill it and run the packed tiles if it was allocated, else the plain
+    /// ones.
+    fn with_panel(&self, tiles: &dyn Fn(&str, bool) -> Stmt) -> Vec<Stmt> {
+        match (self.pk, &self.plan.packed) {
+            (Some(pk), Some(access)) => {
+                let mut then = self.pack_fill(pk, access);
+                then.push(tiles("td_tile_packed", true));
+                vec![Stmt::If {
+                    cond: "pk".into(),
+                    then,
+                    els: Some(vec![tiles("td_tile", false)]),
+                    braced: true,
+                }]
+            }
+            _ => vec![tiles("td_tile", false)],
+        }
+    }
+
+    /// The entry point: parallel loops over every other output index and the tiles, the
+    /// unroll axis innermost so a packed panel is reused across it.
+    fn entry(&self) -> Func {
+        let (ru, rv) = (self.config.unroll, self.config.vector);
+        let extents = self.extents;
+        let mut loops: Vec<Loop> = self
+            .plan
+            .others
+            .iter()
+            .map(|&o| {
+                lp(
+                    &self.names[o],
+                    "0",
+                    int(extents[o]),
+                    Step::Inc,
+                    extents[o],
+                    LoopKind::Serial,
+                    Some(o),
+                    Layout::Flat,
+                    Vec::new(),
+                )
+            })
+            .collect();
+        let vloop = self.config.vector_axis.map(|v| {
+            lp(
+                "v0",
+                "0",
+                int(extents[v]),
+                Step::Add(rv),
+                extents[v].div_ceil(rv),
+                LoopKind::Serial,
+                Some(v),
+                Layout::Flat,
+                Vec::new(),
+            )
+        });
+        // With a blocked reduction the parallel loops stop at the u-block; the reduction
+        // blocks and the tiles of the u-block run inside.
+        let ub = self.plan.u_block;
+        let uaxis = self.config.unroll_axis;
+        let uloop = match (self.plan.block, uaxis.map(|u| extents[u])) {
+            (None, Some(e)) => Some(lp(
+                "u0",
+                "0",
+                int(e),
+                Step::Add(ru),
+                e.div_ceil(ru),
+                LoopKind::Serial,
+                uaxis,
+                Layout::Flat,
+                Vec::new(),
+            )),
+            (Some(_), Some(e)) if e > ub => Some(lp(
+                "ub",
+                "0",
+                int(e),
+                Step::Add(ub),
+                e.div_ceil(ub),
+                LoopKind::Serial,
+                uaxis,
+                Layout::Flat,
+                Vec::new(),
+            )),
+            _ => None,
+        };
+        if self.config.unroll_outer && self.plan.block.is_none() {
+            loops.extend(uloop.into_iter().chain(vloop));
+        } else {
+            loops.extend(vloop.into_iter().chain(uloop));
+        }
+        let parallel = self.config.parallel && !loops.is_empty();
+        if parallel {
+            for l in &mut loops {
+                l.kind = LoopKind::Parallel;
+            }
+        }
+
+        let inner = match self.plan.block {
+            Some((r0, b)) => {
+                let e0 = extents[r0];
+                let mut body = vec![Stmt::Let {
+                    ty: Ty::Int(IntType::Long),
+                    konst: true,
+                    defs: vec![(
+                        "nk".into(),
+                        Value::Code(format!("{e0} - k0 < {b} ? {e0} - k0 : {b}")),
+                    )],
+                }];
+                body.extend(self.with_panel(&|n, p| self.blocked_tiles(n, p)));
+                vec![Stmt::Loop(lp(
+                    "k0",
+                    "0",
+                    int(e0),
+                    Step::Add(b),
+                    e0.div_ceil(b),
+                    LoopKind::Serial,
+                    Some(r0),
+                    Layout::Braced,
+                    body,
+                ))]
+            }
+            None => self.with_panel(&|n, p| self.tile_calls(n, p)),
+        };
+        let nest = band(loops, vec![Stmt::Block(inner)]);
+
+        let body = match (self.pk, &self.plan.packed) {
+            (Some(pk), Some(access)) => {
+                let mut region = vec![
+                    Stmt::Comment(format!(
+                        "This thread's panel of `{}`; without memory, tiles read it in place.",
+                        self.kernel.params[access.tensor].name
+                    )),
+                    Stmt::Alloc {
+                        buf: pk,
+                        init: None,
+                    },
+                ];
+                if self.plan.block.is_none() {
+                    let mut keys: Vec<(String, Value)> = self
+                        .plan
+                        .others
+                        .iter()
+                        .map(|&o| (format!("pk_{}", self.names[o]), Value::Code("-1".into())))
+                        .collect();
+                    keys.push(("pk_v0".into(), Value::Code("-1".into())));
+                    region.push(Stmt::Let {
+                        ty: Ty::Int(IntType::Long),
+                        konst: false,
+                        defs: keys,
+                    });
+                }
+                region.extend(nest);
+                region.push(Stmt::Free(pk));
+                vec![Stmt::Region {
+                    parallel,
+                    body: region,
+                }]
+            }
+            _ => nest,
+        };
+        let mut params: Vec<Param> = self
+            .inputs
+            .iter()
+            .map(|&p| Param::Buffer {
+                buf: BufId(p),
+                konst: true,
+            })
+            .collect();
+        params.push(Param::Buffer {
+            buf: self.out,
+            konst: false,
+        });
+        Func {
+            name: ENTRY.into(),
+            params,
+            body,
+        }
+    }
+}
