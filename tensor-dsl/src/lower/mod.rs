@@ -46,6 +46,7 @@
 //! ```
 
 pub mod cpu;
+pub mod gpu;
 
 use crate::ir::{Access, DType, Expr, Kernel};
 
@@ -429,6 +430,13 @@ impl Nest<'_> {
     /// The buffers of a scope.
     pub fn scoped(&self, scope: Scope) -> impl Iterator<Item = &Buffer> + '_ {
         self.buffers.iter().filter(move |b| b.scope == scope)
+    }
+
+    /// Static shared memory per block, bytes: every shared buffer, each rounded up to 16.
+    pub fn shared_bytes(&self) -> usize {
+        self.scoped(Scope::Shared)
+            .map(|b| b.bytes().saturating_add(15) / 16 * 16)
+            .fold(0, usize::saturating_add)
     }
 
     /// The global buffer of kernel parameter `p`.
