@@ -17,7 +17,7 @@
 
 use super::builtin_prelude;
 use super::printer::{self, Dialect, Lines, LoopContext};
-use crate::ir::{DType, Kernel};
+use crate::ir::Kernel;
 use crate::lower::{self, cpu::Plan, Buffer, Func, LoopKind, Nest, Param};
 use crate::template::cpu::CpuConfig;
 use std::fmt::Write as _;
@@ -32,12 +32,6 @@ pub const ENTRY: &str = lower::cpu::ENTRY;
 pub struct CDialect;
 
 impl Dialect for CDialect {
-    fn storage_type(&self, dtype: DType) -> &'static str {
-        match dtype {
-            DType::F32 => "float",
-        }
-    }
-
     fn restrict(&self) -> &'static str {
         "restrict"
     }

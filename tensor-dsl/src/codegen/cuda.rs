@@ -50,12 +50,6 @@ pub struct CudaSource {
 pub struct CudaDialect;
 
 impl Dialect for CudaDialect {
-    fn storage_type(&self, dtype: DType) -> &'static str {
-        match dtype {
-            DType::F32 => "float",
-        }
-    }
-
     fn restrict(&self) -> &'static str {
         "__restrict__"
     }

@@ -57,8 +57,12 @@ fn unsupported<T>(what: &str) -> Result<T, String> {
 /// the ones a dialect may not support (the default refuses).
 pub trait Dialect {
     /// The spelling of an element type: every buffer, parameter and value type is printed
-    /// through here.
-    fn storage_type(&self, dtype: DType) -> &'static str;
+    /// through here (the C spelling unless a dialect differs).
+    fn storage_type(&self, dtype: DType) -> &'static str {
+        match dtype {
+            DType::F32 => "float",
+        }
+    }
 
     /// The pointer qualifier `restrict` of this dialect.
     fn restrict(&self) -> &'static str;

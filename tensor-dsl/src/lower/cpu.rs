@@ -22,7 +22,7 @@ use super::{
     band, AssignOp, BufId, Buffer, Func, Layout, Loop, LoopKind, Nest, Param, Scope, Stage, Step,
     Stmt, Target, Ty, Value, COMPUTE,
 };
-use super::{Binding, CopyMode, IntType};
+use super::{pointer_params, Binding, CopyMode, IntType};
 use crate::codegen::{index_name, strides};
 use crate::ir::{Access, BodyKind, Kernel};
 use crate::template::cpu::CpuConfig;
@@ -73,15 +73,7 @@ fn check(
             kernel.indices.len()
         ));
     }
-    if shapes.len() != kernel.params.len()
-        || kernel
-            .params
-            .iter()
-            .zip(shapes)
-            .any(|(p, s)| p.rank != s.len())
-    {
-        return Err("the shapes do not match the kernel's parameters".into());
-    }
+    super::check_shapes(kernel, shapes)?;
     Ok(())
 }
 
@@ -94,20 +86,7 @@ pub fn lower<'a>(
 ) -> Result<Nest<'a>, String> {
     check(kernel, extents, shapes, config)?;
     let plan = Plan::new(kernel, extents, config);
-    let mut buffers: Vec<Buffer> = (0..kernel.params.len())
-        .map(|p| Buffer {
-            name: if p == kernel.output {
-                "out".into()
-            } else {
-                format!("t{p}")
-            },
-            scope: Scope::Global,
-            dtype: kernel.params[p].dtype,
-            dims: shapes[p].to_vec(),
-            param: Some(p),
-            align: None,
-        })
-        .collect();
+    let mut buffers = super::param_buffers(kernel, shapes);
     let acc = BufId(buffers.len());
     buffers.push(Buffer {
         name: "acc".into(),
@@ -209,6 +188,22 @@ fn lp(
     }
 }
 
+/// `for (long var = 0; var < extent; var += step)`: the tiles of `extent` by `step`, over
+/// kernel index `index`.
+fn tile_steps(var: &str, extent: usize, step: usize, index: Option<usize>, layout: Layout) -> Loop {
+    lp(
+        var,
+        "0",
+        int(extent),
+        Step::Add(step),
+        extent.div_ceil(step),
+        LoopKind::Serial,
+        index,
+        layout,
+        Vec::new(),
+    )
+}
+
 impl Lower<'_> {
     fn ext(&self, axis: Option<usize>) -> usize {
         axis.map_or(1, |a| self.extents[a])
@@ -304,35 +299,23 @@ impl Lower<'_> {
         band(loops, body)
     }
 
-    /// The tile's `u` loop (`kind`, most `min(unroll, extent)` iterations).
-    fn u_loop(&self, kind: LoopKind, layout: Layout, body: Vec<Stmt>) -> Loop {
-        let ru = self.config.unroll;
-        let trip = ru.min(self.ext(self.config.unroll_axis));
+    /// The tile's `v` loop (`vector`: `v < nv`, most `min(vector, extent)` iterations over
+    /// the vector axis) or `u` loop (`u < nu` over the unroll axis).
+    fn tile_loop(&self, vector: bool, kind: LoopKind, layout: Layout, body: Vec<Stmt>) -> Loop {
+        let (var, end, tile, axis) = if vector {
+            ("v", "nv", self.config.vector, self.config.vector_axis)
+        } else {
+            ("u", "nu", self.config.unroll, self.config.unroll_axis)
+        };
+        let trip = tile.min(self.ext(axis));
         lp(
-            "u",
+            var,
             "0",
-            "nu".into(),
+            end.into(),
             Step::Inc,
             trip,
             kind,
-            self.config.unroll_axis,
-            layout,
-            body,
-        )
-    }
-
-    /// The tile's `v` loop.
-    fn v_loop(&self, kind: LoopKind, layout: Layout, body: Vec<Stmt>) -> Loop {
-        let rv = self.config.vector;
-        let trip = rv.min(self.ext(self.config.vector_axis));
-        lp(
-            "v",
-            "0",
-            "nv".into(),
-            Step::Inc,
-            trip,
-            kind,
-            self.config.vector_axis,
+            axis,
             layout,
             body,
         )
@@ -343,12 +326,13 @@ impl Lower<'_> {
     /// made edge tiles (a runtime `nv`, e.g. every tile of a 14-wide axis under a 16-wide
     /// vector tile) 2.3x slower on a 1×1 convolution, and full tiles gained nothing.
     fn tile_loops(&self, braced: bool, body: Vec<Stmt>) -> Stmt {
-        let v = self.v_loop(
+        let v = self.tile_loop(
+            true,
             LoopKind::Serial,
             if braced { Layout::Braced } else { Layout::Bare },
             body,
         );
-        Stmt::Loop(self.u_loop(LoopKind::Serial, Layout::Bare, vec![Stmt::Loop(v)]))
+        Stmt::Loop(self.tile_loop(false, LoopKind::Serial, Layout::Bare, vec![Stmt::Loop(v)]))
     }
 
     /// The output offset of a tile element, e.g. `40 * (u0 + u) + (v0 + v)`.
@@ -376,24 +360,7 @@ impl Lower<'_> {
     /// unrolls and keeps `acc` in registers) and with the remainder at the edges.
     fn tile(&self, name: &str, packed: bool) -> Func {
         let (ru, rv) = (self.config.unroll, self.config.vector);
-        let mut params: Vec<Param> = self
-            .inputs
-            .iter()
-            .map(|&p| Param::Buffer {
-                buf: BufId(p),
-                konst: true,
-            })
-            .collect();
-        if let (Some(pk), true) = (self.pk, packed) {
-            params.push(Param::Buffer {
-                buf: pk,
-                konst: true,
-            });
-        }
-        params.push(Param::Buffer {
-            buf: self.out,
-            konst: false,
-        });
+        let mut params = pointer_params(self.kernel, self.pk.filter(|_| packed));
         let scalar = |name: &str| Param::Scalar {
             ty: IntType::Long,
             name: name.into(),
@@ -446,10 +413,12 @@ impl Lower<'_> {
             reads,
         };
         let sum = self.kernel.kind == BodyKind::Sum;
-        let compute = Stmt::Loop(self.u_loop(
+        let compute = Stmt::Loop(self.tile_loop(
+            false,
             LoopKind::Unrolled(ru),
             Layout::Braced,
-            vec![Stmt::Loop(self.v_loop(
+            vec![Stmt::Loop(self.tile_loop(
+                true,
                 LoopKind::Vectorized(rv),
                 Layout::Bare,
                 vec![Stmt::Compute {
@@ -595,17 +564,10 @@ impl Lower<'_> {
                 Layout::Bare,
                 vec![calls],
             )),
-            Some(e) => Stmt::Loop(lp(
-                "u0",
-                "0",
-                int(e),
-                Step::Add(ru),
-                e.div_ceil(ru),
-                LoopKind::Serial,
-                axis,
-                Layout::Bare,
-                vec![calls],
-            )),
+            Some(e) => Stmt::Loop(Loop {
+                body: vec![calls],
+                ..tile_steps("u0", e, ru, axis, Layout::Bare)
+            }),
             None => calls,
         }
     }
@@ -643,7 +605,8 @@ impl Lower<'_> {
         };
         let rows = self.reduction_loops(
             Layout::Bare,
-            vec![Stmt::Loop(self.v_loop(
+            vec![Stmt::Loop(self.tile_loop(
+                true,
                 LoopKind::Serial,
                 Layout::Bare,
                 vec![copy],
@@ -728,46 +691,17 @@ impl Lower<'_> {
                 )
             })
             .collect();
-        let vloop = self.config.vector_axis.map(|v| {
-            lp(
-                "v0",
-                "0",
-                int(extents[v]),
-                Step::Add(rv),
-                extents[v].div_ceil(rv),
-                LoopKind::Serial,
-                Some(v),
-                Layout::Flat,
-                Vec::new(),
-            )
-        });
+        let vloop = self
+            .config
+            .vector_axis
+            .map(|v| tile_steps("v0", extents[v], rv, Some(v), Layout::Flat));
         // With a blocked reduction the parallel loops stop at the u-block; the reduction
         // blocks and the tiles of the u-block run inside.
         let ub = self.plan.u_block;
         let uaxis = self.config.unroll_axis;
         let uloop = match (self.plan.block, uaxis.map(|u| extents[u])) {
-            (None, Some(e)) => Some(lp(
-                "u0",
-                "0",
-                int(e),
-                Step::Add(ru),
-                e.div_ceil(ru),
-                LoopKind::Serial,
-                uaxis,
-                Layout::Flat,
-                Vec::new(),
-            )),
-            (Some(_), Some(e)) if e > ub => Some(lp(
-                "ub",
-                "0",
-                int(e),
-                Step::Add(ub),
-                e.div_ceil(ub),
-                LoopKind::Serial,
-                uaxis,
-                Layout::Flat,
-                Vec::new(),
-            )),
+            (None, Some(e)) => Some(tile_steps("u0", e, ru, uaxis, Layout::Flat)),
+            (Some(_), Some(e)) if e > ub => Some(tile_steps("ub", e, ub, uaxis, Layout::Flat)),
             _ => None,
         };
         if self.config.unroll_outer && self.plan.block.is_none() {
@@ -794,17 +728,10 @@ impl Lower<'_> {
                     )],
                 }];
                 body.extend(self.with_panel(&|n, p| self.blocked_tiles(n, p)));
-                vec![Stmt::Loop(lp(
-                    "k0",
-                    "0",
-                    int(e0),
-                    Step::Add(b),
-                    e0.div_ceil(b),
-                    LoopKind::Serial,
-                    Some(r0),
-                    Layout::Braced,
+                vec![Stmt::Loop(Loop {
                     body,
-                ))]
+                    ..tile_steps("k0", e0, b, Some(r0), Layout::Braced)
+                })]
             }
             None => self.with_panel(&|n, p| self.tile_calls(n, p)),
         };
@@ -845,21 +772,9 @@ impl Lower<'_> {
             }
             _ => nest,
         };
-        let mut params: Vec<Param> = self
-            .inputs
-            .iter()
-            .map(|&p| Param::Buffer {
-                buf: BufId(p),
-                konst: true,
-            })
-            .collect();
-        params.push(Param::Buffer {
-            buf: self.out,
-            konst: false,
-        });
         Func {
             name: ENTRY.into(),
-            params,
+            params: pointer_params(self.kernel, None),
             body,
         }
     }

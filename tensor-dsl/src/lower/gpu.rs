@@ -21,7 +21,7 @@
 
 use super::{
     AssignOp, BindPart, Binding, BufId, Buffer, CopyMode, Func, HwIndex, IntType, Launch, Layout,
-    Loop, LoopKind, Nest, Param, Scope, Stage, Step, Stmt, Target, Ty, Value, COMPUTE,
+    Loop, LoopKind, Nest, Scope, Stage, Step, Stmt, Target, Ty, Value, COMPUTE,
 };
 use crate::codegen::{bound_checks, index_name, offset_expr, Coord};
 use crate::ir::{Access, Affine, BodyKind, IndexKind, Kernel};
@@ -188,15 +188,7 @@ fn check(
     schedule: &GpuSchedule,
 ) -> Result<(), String> {
     schedule.validate(kernel, extents)?;
-    if shapes.len() != kernel.params.len()
-        || kernel
-            .params
-            .iter()
-            .zip(shapes)
-            .any(|(p, s)| p.rank != s.len())
-    {
-        return Err("the shapes do not match the kernel's parameters".into());
-    }
+    super::check_shapes(kernel, shapes)?;
     let threads = schedule.threads(kernel);
     let blocks = schedule.blocks(kernel);
     if threads == 0 || threads > u32::MAX as usize || blocks > u32::MAX as usize {
@@ -215,20 +207,7 @@ pub fn lower<'a>(
 ) -> Result<Nest<'a>, String> {
     check(kernel, extents, shapes, schedule)?;
     let threads = schedule.threads(kernel);
-    let mut buffers: Vec<Buffer> = (0..kernel.params.len())
-        .map(|p| Buffer {
-            name: if p == kernel.output {
-                "out".into()
-            } else {
-                format!("t{p}")
-            },
-            scope: Scope::Global,
-            dtype: kernel.params[p].dtype,
-            dims: shapes[p].to_vec(),
-            param: Some(p),
-            align: None,
-        })
-        .collect();
+    let mut buffers = super::param_buffers(kernel, shapes);
     let mut tiles: Vec<StagedTile> = Vec::new();
     let mut taken: Vec<String> = Vec::new();
     for tile in schedule.tiles(kernel) {
@@ -317,18 +296,7 @@ pub fn lower<'a>(
         red,
     };
     let body = l.kernel_body();
-    let params = kernel
-        .inputs()
-        .iter()
-        .map(|&p| Param::Buffer {
-            buf: BufId(p),
-            konst: true,
-        })
-        .chain([Param::Buffer {
-            buf: BufId(kernel.output),
-            konst: false,
-        }])
-        .collect();
+    let params = super::pointer_params(kernel, None);
     let domain = l.padded.clone();
     Ok(Nest {
         kernel,

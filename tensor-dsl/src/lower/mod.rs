@@ -497,6 +497,58 @@ impl Nest<'_> {
     }
 }
 
+/// Checks that there is one shape per kernel parameter, of its rank.
+pub(crate) fn check_shapes(kernel: &Kernel, shapes: &[&[usize]]) -> Result<(), String> {
+    if shapes.len() != kernel.params.len()
+        || kernel
+            .params
+            .iter()
+            .zip(shapes)
+            .any(|(p, s)| p.rank != s.len())
+    {
+        return Err("the shapes do not match the kernel's parameters".into());
+    }
+    Ok(())
+}
+
+/// The global buffer of every kernel parameter, [`BufId`] `p` for parameter `p`: `t<p>` for
+/// an input, `out` for the output.
+pub(crate) fn param_buffers(kernel: &Kernel, shapes: &[&[usize]]) -> Vec<Buffer> {
+    kernel
+        .params
+        .iter()
+        .zip(shapes)
+        .enumerate()
+        .map(|(p, (param, shape))| Buffer {
+            name: if p == kernel.output {
+                "out".into()
+            } else {
+                format!("t{p}")
+            },
+            scope: Scope::Global,
+            dtype: param.dtype,
+            dims: shape.to_vec(),
+            param: Some(p),
+            align: None,
+        })
+        .collect()
+}
+
+/// Pointer parameters: the inputs (read-only), then `extra` (read-only), then the output.
+pub(crate) fn pointer_params(kernel: &Kernel, extra: Option<BufId>) -> Vec<Param> {
+    let konst = |buf| Param::Buffer { buf, konst: true };
+    kernel
+        .inputs()
+        .into_iter()
+        .map(|p| konst(BufId(p)))
+        .chain(extra.map(konst))
+        .chain([Param::Buffer {
+            buf: BufId(kernel.output),
+            konst: false,
+        }])
+        .collect()
+}
+
 /// A band of loops, each [`Layout::Flat`] around the next, around `body`.
 pub(crate) fn band(loops: Vec<Loop>, body: Vec<Stmt>) -> Vec<Stmt> {
     loops.into_iter().rev().fold(body, |inner, mut l| {
