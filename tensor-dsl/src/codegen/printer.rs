@@ -553,3 +553,43 @@ impl Printer<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::codegen::cuda::CudaDialect;
+    use crate::ir::parse_text;
+    use crate::lower::{self, CopyMode};
+    use crate::template::gpu::{default_schedule, GpuTarget};
+
+    fn set_async(body: &mut [Stmt]) -> usize {
+        let mut n = 0;
+        for s in body {
+            match s {
+                Stmt::Stage(st) => {
+                    st.mode = CopyMode::Async { depth: 2 };
+                    n += 1;
+                }
+                Stmt::Loop(l) => n += set_async(&mut l.body),
+                _ => {}
+            }
+        }
+        n
+    }
+
+    /// Asynchronous copies have room in the IR but no printing yet: a nest with one is an
+    /// error, never wrong code.
+    #[test]
+    fn async_copies_are_refused_until_printed() {
+        let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+        let shapes: [&[usize]; 3] = [&[64, 48], &[48, 40], &[64, 40]];
+        let e = [64, 40, 48];
+        let s = default_schedule(&k, &e, &GpuTarget::h100());
+        let mut nest = lower::gpu::lower(&k, &e, &shapes, &s).unwrap();
+        assert!(print(&nest, &CudaDialect).is_ok());
+        assert_eq!(set_async(&mut nest.entry.body), 2);
+        let err = print(&nest, &CudaDialect).unwrap_err();
+        assert!(err.contains("asynchronous"), "{err}");
+    }
+}

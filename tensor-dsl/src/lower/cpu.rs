@@ -461,7 +461,12 @@ impl Lower<'_> {
             vec![Stmt::Store {
                 acc: acc_uv,
                 epilogue: self.kernel.epilogue.clone(),
-                binding,
+                // The panel holds the current reduction point's rows: the epilogue, after
+                // the reduction, reads every input from global memory.
+                binding: Binding {
+                    reads: Vec::new(),
+                    ..binding
+                },
                 dst: out,
             }],
         ));
@@ -777,5 +782,108 @@ impl Lower<'_> {
             params: pointer_params(self.kernel, None),
             body,
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::ir::parse_text;
+    use crate::lower::Scope;
+    use crate::template::cpu::CpuTemplate;
+    use rand::{rngs::StdRng, SeedableRng};
+
+    /// The nest's outer band and panel are what the schedule says: the parallel iterations
+    /// and the packed rows.
+    #[test]
+    fn the_nest_agrees_with_the_config_it_lowers() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+        let e = [37, 50, 300];
+        let shapes: [&[usize]; 3] = [&[37, 300], &[300, 50], &[37, 50]];
+        let t = CpuTemplate::new(&k, &e, 16).unwrap();
+        for _ in 0..60 {
+            let cfg = t
+                .decode(&t.space().sample_uniform(&mut rng).unwrap())
+                .unwrap();
+            let nest = lower(&k, &e, &shapes, &cfg).unwrap();
+            let plan = Plan::new(&k, &e, &cfg);
+            let ext = |a: Option<usize>| a.map_or(1, |a| e[a]);
+            let u_tiles = match plan.block {
+                Some(_) => ext(cfg.unroll_axis).div_ceil(plan.u_block),
+                None => ext(cfg.unroll_axis).div_ceil(cfg.unroll),
+            };
+            let others: usize = plan.others.iter().map(|&o| e[o]).product();
+            let outer: usize = nest.outer_band().iter().map(|l| l.trip).product();
+            assert_eq!(
+                outer,
+                ext(cfg.vector_axis).div_ceil(cfg.vector) * u_tiles * others,
+                "{cfg:?}"
+            );
+            let parallel = nest
+                .outer_band()
+                .iter()
+                .all(|l| l.kind == LoopKind::Parallel);
+            assert_eq!(parallel, cfg.parallel || nest.outer_band().is_empty());
+            let panel = nest.scoped(Scope::Panel).next().map(|b| b.dims.clone());
+            assert_eq!(
+                panel,
+                plan.packed
+                    .as_ref()
+                    .map(|_| vec![panel_points(&k, &e, &cfg), pack_stride(cfg.vector)])
+            );
+        }
+    }
+
+    /// An epilogue that reads the packed access reads it from global memory: the panel
+    /// holds rows per reduction point, out of scope after the reduction (this printed
+    /// `pk[(i_k) * 24 + v]` outside the `i_k` loop, which did not compile).
+    #[test]
+    fn an_epilogue_reads_the_packed_operand_in_place() {
+        let k = parse_text(
+            "k",
+            "o[[i, j]] += a[[i, k]] * b[[j]]; o[[i, j]] = o[[i, j]] + b[[j]]",
+            None,
+        )
+        .unwrap();
+        let shapes: [&[usize]; 3] = [&[16, 8], &[32], &[16, 32]];
+        let e = crate::ir::bind(&k, &shapes).unwrap();
+        let cfg = CpuConfig::heuristic(&k, &e, 8);
+        assert!(packed_access(&k, &e, &cfg).is_some());
+        let src = crate::codegen::c::generate(&k, &e, &shapes, &cfg);
+        assert!(src.contains("x = (x + t1[(v0 + v)]);"), "{src}");
+        assert!(!src.contains("x = (x + pk"), "{src}");
+        let a: Vec<f32> = (0..128).map(|x| (x % 7) as f32).collect();
+        let b: Vec<f32> = (0..32).map(|x| (x % 5) as f32 - 2.0).collect();
+        let data: [&[f32]; 3] = [&a, &b, &[]];
+        let mut want = vec![0.0f32; 16 * 32];
+        crate::reference::run(&k, &e, &shapes, &data, &mut want);
+        let mut got = vec![0.0f32; 16 * 32];
+        match crate::runtime::cpu::run_with(&k, &e, &shapes, &data, &mut got, &cfg) {
+            Err(crate::runtime::cpu::CpuError::NoCompiler(why)) => {
+                eprintln!("skipped: no C compiler ({why})")
+            }
+            r => {
+                assert!(r.is_ok(), "{r:?}");
+                assert_eq!(got, want);
+            }
+        }
+    }
+
+    #[test]
+    fn configs_that_do_not_fit_are_errors() {
+        let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+        let shapes: [&[usize]; 3] = [&[8, 4], &[4, 16], &[8, 16]];
+        let cfg = CpuConfig::heuristic(&k, &[8, 16, 4], 8);
+        assert!(lower(&k, &[8, 16], &shapes, &cfg).is_err());
+        assert!(lower(&k, &[8, 16, 4], &shapes[..2], &cfg).is_err());
+        let bad = CpuConfig {
+            vector_axis: Some(2),
+            ..cfg
+        };
+        assert!(lower(&k, &[8, 16, 4], &shapes, &bad).is_err());
+        let src = crate::codegen::c::generate(&k, &[8, 16, 4], &shapes, &bad);
+        assert!(src.starts_with("#error"), "{src}");
     }
 }

@@ -1151,3 +1151,72 @@ impl Lower<'_> {
         b.finish()
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::ir::parse_text;
+    use crate::template::gpu::{GpuTarget, GpuTemplate};
+    use rand::{rngs::StdRng, SeedableRng};
+
+    /// The nest agrees with the schedule's own arithmetic (which the template's limits
+    /// check): threads, blocks, accumulators, shared bytes, staged tiles.
+    #[test]
+    fn the_nest_agrees_with_the_schedule_it_lowers() {
+        let target = GpuTarget::h100();
+        let mut rng = StdRng::seed_from_u64(5);
+        for (src, shapes) in [
+            (
+                "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+                vec![vec![100, 64], vec![64, 48], vec![100, 48]],
+            ),
+            (
+                "o[[i]] += a[[i, k]] * b[[k]]",
+                vec![vec![8, 4096], vec![4096], vec![8]],
+            ),
+            (
+                "o[[i]] += a[[i - k + 2]] * w[[k]]",
+                vec![vec![1000], vec![5], vec![1000]],
+            ),
+        ] {
+            let k = parse_text("k", src, None).unwrap();
+            let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+            let e = crate::ir::bind(&k, &refs).unwrap();
+            let t = GpuTemplate::new(&k, &e, &target).unwrap();
+            for _ in 0..40 {
+                let s = t
+                    .decode(&t.space().sample_uniform(&mut rng).unwrap())
+                    .unwrap();
+                let nest = lower(&k, &e, &refs, &s).unwrap();
+                let launch = nest.launch.unwrap();
+                assert_eq!(launch.block, [s.threads(&k), 1, 1]);
+                assert_eq!(launch.grid, [s.blocks(&k), 1, 1]);
+                let acc: usize = nest.scoped(Scope::Register).map(Buffer::elements).sum();
+                assert_eq!(acc, s.accumulators(&k));
+                assert_eq!(nest.shared_bytes(), s.shared_bytes(&k));
+                let mut staged = Vec::new();
+                nest.walk(&mut |_, st, _| {
+                    if let Stmt::Stage(st) = st {
+                        staged.push((st.src.clone(), st.dims.clone()));
+                    }
+                });
+                for tile in s.tiles(&k) {
+                    assert!(staged.contains(&(tile.access.clone(), tile.dims.clone())));
+                }
+                assert_eq!(staged.len(), s.tiles(&k).len());
+            }
+        }
+    }
+
+    #[test]
+    fn schedules_that_do_not_fit_are_errors() {
+        let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+        let shapes: [&[usize]; 3] = [&[64, 48], &[48, 40], &[64, 40]];
+        let e = [64, 40, 48];
+        let mut s = crate::template::gpu::default_schedule(&k, &e, &GpuTarget::h100());
+        assert!(lower(&k, &e, &shapes[..2], &s).is_err());
+        s.axes[0].factors[0] += 1;
+        assert!(lower(&k, &e, &shapes, &s).is_err());
+    }
+}
