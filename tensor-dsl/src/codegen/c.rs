@@ -124,14 +124,17 @@ pub fn generate(
     shapes: &[&[usize]],
     config: &CpuConfig,
 ) -> String {
-    let nest = match lower::cpu::lower(kernel, extents, shapes, config) {
-        Ok(n) => n,
-        Err(e) => return invalid(&e),
-    };
-    let body = match printer::print(&nest, &CDialect) {
-        Ok(b) => b,
-        Err(e) => return invalid(&e),
-    };
+    source(kernel, extents, shapes, config).unwrap_or_else(|e| invalid(&e))
+}
+
+fn source(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    config: &CpuConfig,
+) -> Result<String, String> {
+    let nest = lower::cpu::lower(kernel, extents, shapes, config)?;
+    let body = printer::print(&nest, &CDialect)?;
     let plan = Plan::new(kernel, extents, config);
     let (ru, rv) = (config.unroll, config.vector);
     let mut s = String::new();
@@ -191,5 +194,5 @@ pub fn generate(
     s.push_str(&builtin_prelude(""));
     s.push('\n');
     s.push_str(&body);
-    s
+    Ok(s)
 }

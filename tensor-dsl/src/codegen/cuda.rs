@@ -271,18 +271,18 @@ pub fn generate(
     shapes: &[&[usize]],
     schedule: &GpuSchedule,
 ) -> CudaSource {
-    let nest = match lower::gpu::lower(kernel, extents, shapes, schedule) {
-        Ok(n) => n,
-        Err(e) => return invalid(&e),
-    };
-    let body = match printer::print(&nest, &CudaDialect) {
-        Ok(b) => b,
-        Err(e) => return invalid(&e),
-    };
-    let launch = match nest.launch {
-        Some(l) => l,
-        None => return invalid("the nest has no launch geometry"),
-    };
+    source(kernel, extents, shapes, schedule).unwrap_or_else(|e| invalid(&e))
+}
+
+fn source(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    schedule: &GpuSchedule,
+) -> Result<CudaSource, String> {
+    let nest = lower::gpu::lower(kernel, extents, shapes, schedule)?;
+    let body = printer::print(&nest, &CudaDialect)?;
+    let launch = nest.launch.ok_or("the nest has no launch geometry")?;
     let dim = |d: [usize; 3]| d.map(|x| x as u32);
     let mut s = header(&nest, extents, schedule);
     if body.contains("INFINITY") {
@@ -292,11 +292,11 @@ pub fn generate(
     s.push_str(&builtin_prelude("__device__ "));
     s.push('\n');
     s.push_str(&body);
-    CudaSource {
+    Ok(CudaSource {
         source: s,
         entry: ENTRY.into(),
         grid: dim(launch.grid),
         block: dim(launch.block),
         shared_bytes: 0,
-    }
+    })
 }
