@@ -275,7 +275,8 @@ pub struct Stage {
     /// The input access copied.
     pub src: Access,
     pub dst: BufId,
-    /// The box copied, elements per tensor dimension.
+    /// The box copied, elements per dimension as laid out in `dst` (a GPU tile: per tensor
+    /// dimension; a CPU panel: reduction points × the vector tile).
     pub dims: Vec<usize>,
     /// Elements per load.
     pub width: usize,
