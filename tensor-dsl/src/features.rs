@@ -1,7 +1,9 @@
 //! Analytic features of a schedule for the learned cost model: the seven GPU features of
 //! "Accelerated Auto-Tuning of GPU Kernels" (ICS'24) and CPU analogues. They are computed
-//! from the schedule, the kernel's extents and the device's properties alone (plus
-//! `ptxas`'s register count where one is at hand), so they cost microseconds.
+//! from the schedule's lowered loop nest ([`crate::lower`], the nest the code is printed
+//! from: tile sizes, trip counts, buffers, launch geometry), the device's properties and
+//! `ptxas`'s register count where one is at hand, so they describe the generated code. They
+//! cost tens of microseconds (mostly the lowering).
 //!
 //! Every feature is finite: divisions are guarded (a zero denominator is treated as 1, or
 //! the quantity it measures is defined explicitly below).
@@ -18,12 +20,11 @@
 //! assert_eq!(f.to_vec().len(), tensor_dsl::features::GpuFeatures::NAMES.len());
 //! ```
 
-use crate::ir::{Access, BodyKind, IndexKind, Kernel};
+use crate::ir::{Access, BodyKind, Kernel};
+use crate::lower::{self, HwIndex, LoopKind, Nest, Scope, Stage, Stmt, Value};
 use crate::runtime::ptxas::PtxasReport;
-use crate::template::cpu::{
-    blocked_reduction, pack_stride, packed_access, panel_points, u_block, CpuConfig,
-};
-use crate::template::gpu::{padded_extents, stageable_accesses, GpuSchedule, GpuTarget};
+use crate::template::cpu::CpuConfig;
+use crate::template::gpu::{GpuSchedule, GpuTarget};
 
 /// Bytes of one element (the language computes in f32).
 const ELEM: f64 = 4.0;
@@ -118,21 +119,88 @@ impl GpuFeatures {
     }
 }
 
-/// The ICS'24 features of `schedule` for `kernel` at `extents` on `target`. `shapes` (per
-/// parameter) is accepted for symmetry with [`cpu_features`] and not needed: the schedule
-/// works on padded extents. With `ptxas`, its register count and shared memory replace the
-/// estimates.
+/// The ICS'24 features of `schedule` for `kernel` at `extents` on `target`, read from its
+/// lowered nest ([`lower::gpu::lower`], see [`gpu_nest_features`]). `shapes` (per
+/// parameter) may be empty: the features do not depend on them (shapes implied by the
+/// extents are used then). A schedule that does not lower (it does not fit the kernel) has
+/// all-zero features.
+pub fn gpu_features(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[Vec<usize>],
+    schedule: &GpuSchedule,
+    target: &GpuTarget,
+    ptxas: Option<&PtxasReport>,
+) -> GpuFeatures {
+    let shapes = fitting_shapes(kernel, extents, shapes);
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    match lower::gpu::lower(kernel, extents, &refs, schedule) {
+        Ok(nest) => gpu_nest_features(&nest, schedule.vector, target, ptxas),
+        Err(_) => GpuFeatures {
+            oi_global: 0.0,
+            oi_shared: 0.0,
+            register_reuse: 0.0,
+            ilp: 0.0,
+            wlp: 0.0,
+            occupancy: 0.0,
+            wave_efficiency: 0.0,
+            registers: 0.0,
+            blocks_per_sm: 0.0,
+        },
+    }
+}
+
+/// `shapes` when they fit the kernel's parameters, else the shapes the extents imply (a
+/// plain dimension its index's extent, an affine one up to the largest coordinate read).
+fn fitting_shapes(kernel: &Kernel, extents: &[usize], shapes: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    let fits = shapes.len() == kernel.params.len()
+        && kernel
+            .params
+            .iter()
+            .zip(shapes)
+            .all(|(p, s)| p.rank == s.len());
+    if fits {
+        return shapes.to_vec();
+    }
+    let ext = |i: usize| extents.get(i).copied().unwrap_or(1).max(1);
+    let mut out: Vec<Vec<usize>> = kernel.params.iter().map(|p| vec![1; p.rank]).collect();
+    for a in kernel.accesses() {
+        for (d, map) in a.dims.iter().enumerate() {
+            let n = match map.as_var() {
+                Some(v) => ext(v),
+                None => {
+                    let e: Vec<usize> = (0..kernel.indices.len()).map(ext).collect();
+                    (map.range(&e).1.max(0) as usize).saturating_add(1)
+                }
+            };
+            if let Some(x) = out.get_mut(a.tensor).and_then(|s| s.get_mut(d)) {
+                *x = (*x).max(n);
+            }
+        }
+    }
+    if let Some(o) = out.get_mut(kernel.output) {
+        *o = kernel.spatial().into_iter().map(ext).collect();
+    }
+    out
+}
+
+/// The ICS'24 features of a lowered GPU nest; `vector` is the schedule's `vector` knob
+/// (the widest cooperative load).
 ///
-/// Notation: a block computes `P = Π span(s)` output points (spatial `s`) over
-/// `R = Π padded(r)` reduction points; `A` = accumulators per thread; `T` = threads per
-/// block; `B` = blocks; for an input access `a`, `reuse(a) = Π registers(s)` over spatial
-/// `s` that `a` does not read along (a thread loads its operand once per register tile row
-/// or column it feeds).
+/// Notation, all read from the nest: `T` = threads per block and `B` = blocks (its launch
+/// geometry); `A` = accumulators per thread (its register buffer); a block computes `P`
+/// output points (the product of the block-bound loops' tile spans) over `R` reduction
+/// points (the product of the reduction indices' extents in the nest's domain); for an
+/// input access `a` of the compute statement (at least one dimension), `reuse(a)` = the
+/// product of the trip counts of the loops around the compute statement over spatial
+/// indices that `a` does not read (a thread loads its operand once per register tile row or
+/// column it feeds).
 ///
-/// 1. `oi_global = F / G`, `F = flops(padded) / B` (a block's flops), `G` the bytes a block
-///    reads from global memory: each staged tile `4 · |tile| · S` (`S` = outer reduction
-///    steps when the tile is reloaded per step, else 1), each unstaged input
-///    `4 · P · R / reuse(a)` (direct loads, one per register-level use).
+/// 1. `oi_global = F / G`, `F = flops(domain) / B` (a block's flops), `G` the bytes a block
+///    reads from global memory: each copy stage `4 · |box| · S` (`S` = the trip counts of
+///    the loops around the stage: the outer reduction steps when the tile is reloaded per
+///    step, else 1), each unstaged input `4 · P · R / reuse(a)` (direct loads, one per
+///    register-level use).
 /// 2. `oi_shared = F / H`, `H = Σ` over staged accesses of `4 · P · R / reuse(a)`; with
 ///    nothing staged, `H = 4` (no shared traffic: the intensity is the block's flops / 4).
 /// 3. `register_reuse = A / Σ_a A / reuse(a)`: FMAs per operand load in one step of the
@@ -141,58 +209,91 @@ impl GpuFeatures {
 /// 5. `wlp = min(blocks_per_sm, ⌈B / SMs⌉) · ⌈T / 32⌉`: warps actually resident per SM.
 /// 6. `occupancy = blocks_per_sm · ⌈T / 32⌉ / (max_threads_per_sm / 32)`, where
 ///    `blocks_per_sm = max(1, min(32, ⌊max_threads_per_sm / (32⌈T/32⌉)⌋,
-///    ⌊shared_per_sm / (shared + 1 KiB)⌋, ⌊regs_per_sm / (r · 32⌈T/32⌉)⌋))` and the
-///    registers per thread `r` = ptxas's count, else `A + Σ_a A/reuse(a) + vector ·
-///    staged tiles + 24`, rounded up to 8 and capped at `max_regs_per_thread`.
+///    ⌊shared_per_sm / (shared + 1 KiB)⌋, ⌊regs_per_sm / (r · 32⌈T/32⌉)⌋))`, `shared` the
+///    nest's shared buffers (each rounded up to 16 bytes) or ptxas's if more, and the
+///    registers per thread `r` = ptxas's count, else `A + Σ_a A/reuse(a) + vector · stages
+///    + 24`, rounded up to 8 and capped at `max_regs_per_thread`.
 /// 7. `wave_efficiency = B / (⌈B / (SMs · blocks_per_sm)⌉ · SMs · blocks_per_sm)`.
-pub fn gpu_features(
-    kernel: &Kernel,
-    extents: &[usize],
-    _shapes: &[Vec<usize>],
-    schedule: &GpuSchedule,
+pub fn gpu_nest_features(
+    nest: &Nest,
+    vector: usize,
     target: &GpuTarget,
     ptxas: Option<&PtxasReport>,
 ) -> GpuFeatures {
-    let padded = padded_extents(kernel, extents);
+    let kernel = nest.kernel;
     let spatial = kernel.spatial();
     let reduction = if kernel.kind == BodyKind::Sum {
         kernel.reduction()
     } else {
         Vec::new()
     };
-    let blocks = schedule.blocks(kernel).max(1);
-    let threads = schedule.threads(kernel).max(1);
-    let acc = schedule.accumulators(kernel).max(1);
-    let block_points = prod(spatial.iter().map(|&s| schedule.span(s))) as f64;
+    let launch = nest.launch.unwrap_or(lower::Launch {
+        grid: [1; 3],
+        block: [1; 3],
+    });
+    let blocks = prod(launch.grid).max(1);
+    let threads = prod(launch.block).max(1);
+    let acc = nest
+        .scoped(Scope::Register)
+        .map(|b| b.elements())
+        .sum::<usize>()
+        .max(1);
+    let mut block_points = 1usize;
+    let mut compute: Option<(&crate::ir::Expr, Vec<&lower::Loop>)> = None;
+    let mut stages: Vec<(&Stage, usize)> = Vec::new();
+    nest.walk(&mut |_, s, loops| match s {
+        Stmt::Bind {
+            src: Value::Hw(HwIndex::Block),
+            parts,
+            ..
+        } => block_points = prod(parts.iter().map(|p| p.mult)),
+        Stmt::Compute {
+            value: Value::Kernel { expr, .. },
+            ..
+        } if compute.is_none() => compute = Some((expr, loops.to_vec())),
+        Stmt::Stage(st) => stages.push((st, prod(loops.iter().map(|l| l.trip)))),
+        _ => {}
+    });
+    let block_points = block_points as f64;
     let red_points = prod(
         reduction
             .iter()
-            .map(|&r| padded.get(r).copied().unwrap_or(1)),
+            .map(|&r| nest.domain.get(r).copied().unwrap_or(1)),
     ) as f64;
-    let outer_steps = prod(reduction.iter().map(|&r| schedule.outer(r))) as f64;
-    let flops = ratio(kernel.flops(&padded), blocks as f64);
+    let flops = ratio(kernel.flops(&nest.domain), blocks as f64);
 
-    let accesses = stageable_accesses(kernel);
+    // The compute statement's operands (distinct, at least one dimension) and the loops
+    // around it.
+    let (accesses, around) = match compute {
+        Some((expr, loops)) => {
+            let mut accesses: Vec<Access> = Vec::new();
+            expr.visit_accesses(&mut |a| {
+                if !a.dims.is_empty() && !accesses.contains(a) {
+                    accesses.push(a.clone());
+                }
+            });
+            (accesses, loops)
+        }
+        None => (Vec::new(), Vec::new()),
+    };
     let reuse = |a: &Access| {
         prod(
-            spatial
+            around
                 .iter()
-                .filter(|&&s| !uses(a, s))
-                .map(|&s| schedule.registers(s)),
+                .filter(|l| l.index.is_some_and(|s| spatial.contains(&s) && !uses(a, s)))
+                .map(|l| l.trip),
         ) as f64
     };
-    let tiles = schedule.tiles(kernel);
     let mut global = 0.0;
     let mut shared = 0.0;
     let mut operand_loads = 0.0;
-    for (n, a) in accesses.iter().enumerate() {
+    for a in &accesses {
         let direct = ELEM * block_points * red_points / reuse(a).max(1.0);
         operand_loads += acc as f64 / reuse(a).max(1.0);
-        let staged = schedule.stage.get(n).copied().unwrap_or(false);
-        match tiles.iter().find(|t| &t.access == a).filter(|_| staged) {
-            Some(t) => {
-                let elems = prod(t.dims.iter().copied()) as f64;
-                global += ELEM * elems * if t.per_step { outer_steps } else { 1.0 };
+        match stages.iter().find(|(st, _)| &st.src == a) {
+            Some((st, runs)) => {
+                let elems = prod(st.dims.iter().copied()) as f64;
+                global += ELEM * elems * *runs as f64;
                 shared += direct;
             }
             None => global += direct,
@@ -213,18 +314,15 @@ pub fn gpu_features(
     let registers = match ptxas {
         Some(r) if r.registers > 0 => (r.registers as usize).min(max_regs),
         _ => {
-            let staged = schedule.stage.iter().filter(|&&s| s).count();
-            let est = acc
-                + operand_loads.ceil() as usize
-                + schedule.vector.max(1) * staged
-                + REG_OVERHEAD;
+            let est =
+                acc + operand_loads.ceil() as usize + vector.max(1) * stages.len() + REG_OVERHEAD;
             est.div_ceil(REG_GRANULE)
                 .saturating_mul(REG_GRANULE)
                 .min(max_regs)
         }
     };
-    let shared_bytes = schedule
-        .shared_bytes(kernel)
+    let shared_bytes = nest
+        .shared_bytes()
         .max(ptxas.map_or(0, |r| r.shared_bytes as usize))
         .saturating_add(RESERVED_SHARED_PER_BLOCK);
     let slot_threads = warps_per_block.saturating_mul(warp).max(1);
@@ -329,66 +427,96 @@ pub fn cpu_features(
 }
 
 /// Analytic features of `config` for `kernel` at `extents` with `lanes` f32 SIMD lanes and
-/// `threads` cores (a serial config uses 1). `v`, `u` are the vector and unroll tiles,
-/// `E_v`, `E_u` their axes' extents (1 without the axis). `L` is the vector width the
-/// compiler uses: `lanes`, or 8 when `lanes` is 16 and the config does not ask for wide
-/// vectors (GCC then prefers 256-bit ones).
-///
-/// * `register_pressure = v · u / (L · 32)`;
-/// * `vector_utilisation = ⌊E_v / v⌋ · v / E_v` (1 when `v` divides `E_v`), likewise
-///   `unroll_utilisation`; `vector_lanes = v / L`;
-/// * `rounds = N / threads`, `N = ⌈E_v / v⌉ · ⌈E_u / u⌉ · Π` other spatial extents (the
-///   outer iterations; with a blocked reduction the unroll axis counts its u-blocks, see
-///   [`u_block`]); `last_round_fill = (N mod threads) / threads`, 1 when it divides;
-/// * `log2_l1_ratio = log2(W / 48 KiB)`, `log2_l2_ratio = log2(W / 2 MiB)`, `W = 4 ·` (the
-///   output tile `v · u` + for every input access the box of elements it reads while one
-///   tile sweeps the whole reduction, or one block of it: per dimension
-///   `1 + Σ |c| (span − 1)`, span `v`, `u`, 1 for other spatial indices, the extent for
-///   reduction indices and `k_block` for a blocked one); a packed access counts its panel
-///   rows at [`pack_stride`];
-/// * `packed` = [`packed_access`] is some, `log2_pack_bytes = log2(1 + 4 · R ·
-///   pack_stride(v))`, `R` the reduction points of one panel ([`panel_points`]).
-///
-/// `shapes` is not needed (the extents say it all) and accepted for symmetry.
+/// `threads` cores (a serial config uses 1), read from its lowered nest
+/// ([`lower::cpu::lower`], see [`cpu_nest_features`]). `shapes` may be empty: the features
+/// do not depend on them. A config that does not lower (it does not fit the kernel) has
+/// all-zero features.
 pub fn cpu_features_with_threads(
     kernel: &Kernel,
     extents: &[usize],
-    _shapes: &[Vec<usize>],
+    shapes: &[Vec<usize>],
     config: &CpuConfig,
     lanes: usize,
     threads: usize,
 ) -> CpuFeatures {
+    let shapes = fitting_shapes(kernel, extents, shapes);
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
     let lanes = if lanes >= 16 && !config.wide_simd {
         8
     } else {
         lanes.max(1)
     };
-    let ext = |i: usize| extents.get(i).copied().unwrap_or(1).max(1);
-    let block = blocked_reduction(kernel, extents, config);
-    let v = config.vector.max(1);
-    let u = config.unroll.max(1);
-    let ev = config.vector_axis.map_or(1, ext);
-    let eu = config.unroll_axis.map_or(1, ext);
-    let util = |e: usize, t: usize| ratio(((e / t) * t) as f64, e as f64);
-    let red_points = if kernel.kind == BodyKind::Sum {
-        panel_points(kernel, extents, config)
-    } else {
-        1
-    };
-
-    let others = prod(
-        kernel
-            .spatial()
-            .into_iter()
-            .filter(|&s| Some(s) != config.vector_axis && Some(s) != config.unroll_axis)
-            .map(ext),
-    );
-    let u_tiles = match block {
-        Some(_) => eu.div_ceil(u_block(kernel, extents, config).max(1)),
-        None => eu.div_ceil(u),
-    };
-    let outer = prod([ev.div_ceil(v), u_tiles, others]);
     let threads = if config.parallel { threads.max(1) } else { 1 };
+    match lower::cpu::lower(kernel, extents, &refs, config) {
+        Ok(nest) => cpu_nest_features(&nest, lanes, threads),
+        Err(_) => CpuFeatures {
+            register_pressure: 0.0,
+            vector_utilisation: 0.0,
+            vector_lanes: 0.0,
+            unroll_utilisation: 0.0,
+            rounds: 0.0,
+            last_round_fill: 0.0,
+            log2_l1_ratio: 0.0,
+            log2_l2_ratio: 0.0,
+            packed: 0.0,
+            log2_pack_bytes: 0.0,
+        },
+    }
+}
+
+/// Analytic features of a lowered CPU nest run on `threads` threads with `L = lanes` f32
+/// lanes per vector (the width the compiler uses: with 16 lanes, 8 unless the config asks
+/// for wide vectors, as GCC then prefers 256-bit ones). Read from the nest: the register
+/// tile `u × v` (its accumulator buffer), `E_v`, `E_u` the extents of the axes its vector
+/// and unrolled loops walk (1 without the axis), the outer band of loops, the loops around
+/// the compute statement and the packed panel.
+///
+/// * `register_pressure = v · u / (L · 32)`;
+/// * `vector_utilisation = ⌊E_v / v⌋ · v / E_v` (1 when `v` divides `E_v`), likewise
+///   `unroll_utilisation`; `vector_lanes = v / L`;
+/// * `rounds = N / threads`, `N` = the product of the outer band's trip counts (the outer
+///   iterations: `⌈E_v / v⌉ · ⌈E_u / u⌉ · Π` other spatial extents, with a blocked reduction
+///   the unroll axis counts its u-blocks); `last_round_fill = (N mod threads) / threads`, 1
+///   when it divides;
+/// * `log2_l1_ratio = log2(W / 48 KiB)`, `log2_l2_ratio = log2(W / 2 MiB)`, `W = 4 ·` (the
+///   output tile: the trip counts of the tile's vector and unrolled loops + for every
+///   access the box of elements it reads while one tile sweeps the reduction loops around
+///   the compute statement: per dimension `1 + Σ |c| (span − 1)`, span the trip count of
+///   the loop around the compute statement over that index, else 1); a packed access
+///   counts its panel rows at the panel's row stride;
+/// * `packed` = the nest has a panel, `log2_pack_bytes = log2(1 + its bytes)`.
+pub fn cpu_nest_features(nest: &Nest, lanes: usize, threads: usize) -> CpuFeatures {
+    let kernel = nest.kernel;
+    let lanes = lanes.max(1);
+    let threads = threads.max(1);
+    let ext = |i: usize| nest.domain.get(i).copied().unwrap_or(1).max(1);
+    let (u, v) = match nest
+        .scoped(Scope::Register)
+        .next()
+        .map(|b| b.dims.as_slice())
+    {
+        Some(&[u, v]) => (u.max(1), v.max(1)),
+        _ => (1, 1),
+    };
+    let mut around: Vec<&lower::Loop> = Vec::new();
+    let mut packed: Option<&Access> = None;
+    nest.walk(&mut |_, s, loops| match s {
+        Stmt::Compute { .. } if around.is_empty() => around = loops.to_vec(),
+        Stmt::Stage(st) if packed.is_none() => packed = Some(&st.src),
+        _ => {}
+    });
+    let tile_loop = |vector: bool| {
+        around.iter().find(|l| match l.kind {
+            LoopKind::Vectorized(_) => vector,
+            LoopKind::Unrolled(_) => !vector,
+            _ => false,
+        })
+    };
+    let axis_extent = |vector: bool| tile_loop(vector).and_then(|l| l.index).map_or(1, ext);
+    let (ev, eu) = (axis_extent(true), axis_extent(false));
+    let util = |e: usize, t: usize| ratio(((e / t) * t) as f64, e as f64);
+
+    let outer = prod(nest.outer_band().iter().map(|l| l.trip));
     let rest = outer % threads;
     let last_round_fill = if rest == 0 {
         1.0
@@ -396,21 +524,15 @@ pub fn cpu_features_with_threads(
         rest as f64 / threads as f64
     };
 
-    let packed = packed_access(kernel, extents, config);
+    let panel = nest.scoped(Scope::Panel).next();
     let span = |i: usize| -> usize {
-        if Some(i) == config.vector_axis {
-            v.min(ev)
-        } else if Some(i) == config.unroll_axis {
-            u.min(eu)
-        } else if let Some((r0, b)) = block.filter(|&(r0, _)| r0 == i) {
-            b.min(ext(r0))
-        } else if kernel.indices.get(i).map(|x| x.kind) == Some(IndexKind::Reduction) {
-            ext(i)
-        } else {
-            1
-        }
+        around
+            .iter()
+            .find(|l| l.index == Some(i))
+            .map_or(1, |l| l.trip)
     };
-    let mut elems = (v.min(ev) * u.min(eu)) as f64;
+    let trip = |vector: bool| tile_loop(vector).map_or(1, |l| l.trip);
+    let mut elems = (trip(true) * trip(false)) as f64;
     for a in kernel.accesses() {
         let mut box_elems = 1.0;
         let last = a.dims.len().saturating_sub(1);
@@ -421,19 +543,15 @@ pub fn cpu_features_with_threads(
                     (c.unsigned_abs() as usize).saturating_mul(span(x).saturating_sub(1)),
                 );
             }
-            if d == last && packed.as_ref() == Some(a) {
-                extent = extent.max(pack_stride(v));
+            if let (true, Some(p)) = (d == last && packed == Some(a), panel) {
+                extent = extent.max(p.dims.last().copied().unwrap_or(1));
             }
             box_elems *= extent as f64;
         }
         elems += box_elems;
     }
     let bytes = (ELEM * elems).max(1.0);
-    let pack_bytes = if packed.is_some() {
-        ELEM * red_points as f64 * pack_stride(v) as f64
-    } else {
-        0.0
-    };
+    let pack_bytes = panel.map_or(0.0, |p| p.bytes() as f64);
     CpuFeatures {
         register_pressure: ratio((v * u) as f64, (lanes * CPU_VECTOR_REGISTERS) as f64),
         vector_utilisation: util(ev, v),
@@ -443,7 +561,7 @@ pub fn cpu_features_with_threads(
         last_round_fill,
         log2_l1_ratio: (bytes / CPU_L1_BYTES).log2(),
         log2_l2_ratio: (bytes / CPU_L2_BYTES).log2(),
-        packed: if packed.is_some() { 1.0 } else { 0.0 },
+        packed: if panel.is_some() { 1.0 } else { 0.0 },
         log2_pack_bytes: pack_bytes.ln_1p() / std::f64::consts::LN_2,
     }
 }

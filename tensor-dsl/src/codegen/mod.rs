@@ -1,9 +1,11 @@
-//! Code generators. The C generator ([`c`]) owns the loop-nest shape; the pieces both C and
-//! CUDA need — scalar expressions, tensor accesses with zero padding, built-in functions —
-//! live here so the two backends print the same arithmetic.
+//! Code generators. Both print a loop nest lowered by [`crate::lower`] with the one
+//! [`printer`] and their dialect; the pieces both need — scalar expressions, tensor accesses
+//! with zero padding, built-in functions — live here so the two backends print the same
+//! arithmetic.
 
 pub mod c;
 pub mod cuda;
+pub mod printer;
 
 use crate::ir::{Access, Affine, BinOp, DType, Expr, Func, Kernel};
 use std::fmt::Write as _;
@@ -111,6 +113,30 @@ pub fn index_name(kernel: &Kernel, i: usize) -> String {
     } else {
         format!("i_{i}")
     }
+}
+
+/// `i=64 j=40 k=48`: each index and its extent (for the generated files' headers).
+pub fn extents_text(kernel: &Kernel, extents: &[usize]) -> String {
+    let ext: Vec<String> = kernel
+        .indices
+        .iter()
+        .zip(extents)
+        .map(|(i, e)| format!("{}={e}", i.name))
+        .collect();
+    ext.join(" ")
+}
+
+/// `why` made safe inside a C string literal of an `#error` line.
+pub fn error_text(why: &str) -> String {
+    why.chars()
+        .map(|c| {
+            if c == '"' || c == '\\' || c == '\n' {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 /// A `float` literal in C syntax.

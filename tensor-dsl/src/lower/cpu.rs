@@ -1,0 +1,889 @@
+//! Lowers a [`CpuConfig`] to a [`Nest`]: the loop nest described in
+//! [`crate::template::cpu`] — parallel outer loops, a register tile computed by `static
+//! inline` tile functions (called with constant sizes for full tiles, the remainders at the
+//! edges), optionally a packed per-thread panel and a blocked reduction.
+//!
+//! ```
+//! use tensor_dsl::{ir::parse_text, lower, template::cpu::CpuConfig};
+//! let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+//! let e = [7, 17, 13];
+//! let shapes: [&[usize]; 3] = [&[7, 13], &[13, 17], &[7, 17]];
+//! let cfg = CpuConfig { parallel: true, ..CpuConfig::heuristic(&k, &e, 8) };
+//! let nest = lower::cpu::lower(&k, &e, &shapes, &cfg).unwrap();
+//! // The parallel iteration space: 2 vector tiles (17 = 16 + 1) x 2 unroll tiles (7 = 4 + 3).
+//! let band: Vec<usize> = nest.outer_band().iter().map(|l| l.trip).collect();
+//! assert_eq!(band, vec![2, 2]);
+//! // `b` is packed into a per-thread panel of 13 rows of 24 floats.
+//! let panel = nest.scoped(lower::Scope::Panel).next().unwrap();
+//! assert_eq!(panel.dims, vec![13, 24]);
+//! ```
+
+use super::{
+    band, AssignOp, BufId, Buffer, Func, Layout, Loop, LoopKind, Nest, Param, Scope, Stage, Step,
+    Stmt, Target, Ty, Value, COMPUTE,
+};
+use super::{pointer_params, Binding, CopyMode, IntType};
+use crate::codegen::{index_name, strides};
+use crate::ir::{Access, BodyKind, Kernel};
+use crate::template::cpu::CpuConfig;
+use crate::template::cpu::{blocked_reduction, pack_stride, packed_access, panel_points, u_block};
+
+/// Name of the exported entry point.
+pub const ENTRY: &str = "td_kernel";
+
+/// What a config decides for the nest, beyond its knobs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// Spatial indices that are neither the vector nor the unroll axis.
+    pub others: Vec<usize>,
+    /// The packed access, if any.
+    pub packed: Option<Access>,
+    /// The blocked reduction index and its block, if any.
+    pub block: Option<(usize, usize)>,
+    /// Rows of the unroll axis per u-block (with a blocked reduction).
+    pub u_block: usize,
+}
+
+impl Plan {
+    pub fn new(kernel: &Kernel, extents: &[usize], config: &CpuConfig) -> Plan {
+        Plan {
+            others: kernel
+                .spatial()
+                .into_iter()
+                .filter(|&s| Some(s) != config.vector_axis && Some(s) != config.unroll_axis)
+                .collect(),
+            packed: packed_access(kernel, extents, config),
+            block: blocked_reduction(kernel, extents, config),
+            u_block: u_block(kernel, extents, config),
+        }
+    }
+}
+
+/// Checks that `config`, `extents` and `shapes` fit `kernel`.
+fn check(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    config: &CpuConfig,
+) -> Result<(), String> {
+    config.validate(kernel)?;
+    if extents.len() != kernel.indices.len() || extents.contains(&0) {
+        return Err(format!(
+            "{} positive extents are needed, got {extents:?}",
+            kernel.indices.len()
+        ));
+    }
+    super::check_shapes(kernel, shapes)?;
+    Ok(())
+}
+
+/// Lowers `config` for `kernel` at `extents` (parameter shapes `shapes`).
+pub fn lower<'a>(
+    kernel: &'a Kernel,
+    extents: &[usize],
+    shapes: &'a [&'a [usize]],
+    config: &CpuConfig,
+) -> Result<Nest<'a>, String> {
+    check(kernel, extents, shapes, config)?;
+    let plan = Plan::new(kernel, extents, config);
+    let mut buffers = super::param_buffers(kernel, shapes);
+    let acc = BufId(buffers.len());
+    buffers.push(Buffer {
+        name: "acc".into(),
+        scope: Scope::Register,
+        dtype: COMPUTE,
+        dims: vec![config.unroll, config.vector],
+        param: None,
+        align: None,
+    });
+    // The panel holds loaded (converted) values, in the compute type.
+    let pk = plan.packed.as_ref().map(|_| {
+        buffers.push(Buffer {
+            name: "pk".into(),
+            scope: Scope::Panel,
+            dtype: COMPUTE,
+            dims: vec![
+                panel_points(kernel, extents, config),
+                pack_stride(config.vector),
+            ],
+            param: None,
+            align: None,
+        });
+        BufId(buffers.len() - 1)
+    });
+    let l = Lower {
+        buffers,
+        kernel,
+        extents,
+        shapes,
+        config,
+        names: (0..kernel.indices.len())
+            .map(|i| index_name(kernel, i))
+            .collect(),
+        inputs: kernel.inputs(),
+        out: BufId(kernel.output),
+        acc,
+        pk,
+        plan,
+    };
+    let mut helpers = vec![l.tile("td_tile", false)];
+    if l.pk.is_some() {
+        helpers.push(l.tile("td_tile_packed", true));
+    }
+    let entry = l.entry();
+    Ok(Nest {
+        kernel,
+        shapes,
+        domain: extents.to_vec(),
+        buffers: l.buffers,
+        helpers,
+        entry,
+        launch: None,
+    })
+}
+
+struct Lower<'a> {
+    buffers: Vec<Buffer>,
+    kernel: &'a Kernel,
+    extents: &'a [usize],
+    shapes: &'a [&'a [usize]],
+    config: &'a CpuConfig,
+    /// C names of the index variables in loops (`i_<name>`).
+    names: Vec<String>,
+    inputs: Vec<usize>,
+    out: BufId,
+    acc: BufId,
+    pk: Option<BufId>,
+    plan: Plan,
+}
+
+fn int(v: usize) -> String {
+    v.to_string()
+}
+
+/// A loop of `long var` from `start` while `< end`.
+#[allow(clippy::too_many_arguments)]
+fn lp(
+    var: &str,
+    start: &str,
+    end: String,
+    step: Step,
+    trip: usize,
+    kind: LoopKind,
+    index: Option<usize>,
+    layout: Layout,
+    body: Vec<Stmt>,
+) -> Loop {
+    Loop {
+        var: var.into(),
+        ty: IntType::Long,
+        start: start.into(),
+        end,
+        step,
+        trip,
+        kind,
+        index,
+        layout,
+        body,
+    }
+}
+
+/// `for (long var = 0; var < extent; var += step)`: the tiles of `extent` by `step`, over
+/// kernel index `index`.
+fn tile_steps(var: &str, extent: usize, step: usize, index: Option<usize>, layout: Layout) -> Loop {
+    lp(
+        var,
+        "0",
+        int(extent),
+        Step::Add(step),
+        extent.div_ceil(step),
+        LoopKind::Serial,
+        index,
+        layout,
+        Vec::new(),
+    )
+}
+
+impl Lower<'_> {
+    fn ext(&self, axis: Option<usize>) -> usize {
+        axis.map_or(1, |a| self.extents[a])
+    }
+
+    fn elem(&self, buf: BufId, index: &[&str]) -> Target {
+        Target::Elem {
+            buf,
+            index: index.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// Index strings inside a tile: the unroll / vector axes are `u0 + u` and `v0 + v`.
+    fn tile_index(&self) -> Vec<String> {
+        let mut index = self.names.clone();
+        if let Some(u) = self.config.unroll_axis {
+            index[u] = "(u0 + u)".into();
+        }
+        if let Some(v) = self.config.vector_axis {
+            index[v] = "(v0 + v)".into();
+        }
+        index
+    }
+
+    /// Row-major position of the current reduction point in a panel, e.g.
+    /// `(i_c * 3 + i_r) * 3 + i_s`; a blocked index counts from its block's start `k0`.
+    fn reduction_point(&self) -> String {
+        let mut s = String::new();
+        for (n, &r) in self.kernel.reduction().iter().enumerate() {
+            let name = match self.plan.block {
+                Some((r0, _)) if r0 == r => format!("({} - k0)", self.names[r]),
+                _ => self.names[r].clone(),
+            };
+            s = if n == 0 {
+                name
+            } else {
+                format!("({s}) * {} + {name}", self.extents[r])
+            };
+        }
+        s
+    }
+
+    /// The panel element of the current reduction point and `v`.
+    fn panel_elem(&self) -> String {
+        format!(
+            "({}) * {} + v",
+            self.reduction_point(),
+            pack_stride(self.config.vector)
+        )
+    }
+
+    /// Nested loops over every reduction index, each flat around the next, the last one
+    /// with `last` around `body`; a blocked index runs over its current block (`k0`, `nk`
+    /// in scope).
+    fn reduction_loops(&self, last: Layout, body: Vec<Stmt>) -> Vec<Stmt> {
+        let red = self.kernel.reduction();
+        let loops = red
+            .iter()
+            .enumerate()
+            .map(|(n, &r)| {
+                let layout = if n + 1 == red.len() {
+                    last
+                } else {
+                    Layout::Flat
+                };
+                let name = &self.names[r];
+                match self.plan.block {
+                    Some((r0, b)) if r0 == r => lp(
+                        name,
+                        "k0",
+                        "k0 + nk".into(),
+                        Step::Inc,
+                        b,
+                        LoopKind::Serial,
+                        Some(r),
+                        layout,
+                        Vec::new(),
+                    ),
+                    _ => lp(
+                        name,
+                        "0",
+                        int(self.extents[r]),
+                        Step::Inc,
+                        self.extents[r],
+                        LoopKind::Serial,
+                        Some(r),
+                        layout,
+                        Vec::new(),
+                    ),
+                }
+            })
+            .collect();
+        band(loops, body)
+    }
+
+    /// The tile's `v` loop (`vector`: `v < nv`, most `min(vector, extent)` iterations over
+    /// the vector axis) or `u` loop (`u < nu` over the unroll axis).
+    fn tile_loop(&self, vector: bool, kind: LoopKind, layout: Layout, body: Vec<Stmt>) -> Loop {
+        let (var, end, tile, axis) = if vector {
+            ("v", "nv", self.config.vector, self.config.vector_axis)
+        } else {
+            ("u", "nu", self.config.unroll, self.config.unroll_axis)
+        };
+        let trip = tile.min(self.ext(axis));
+        lp(
+            var,
+            "0",
+            end.into(),
+            Step::Inc,
+            trip,
+            kind,
+            axis,
+            layout,
+            body,
+        )
+    }
+
+    /// `for u < nu` around `for v < nv` (braced when `braced`), for the accumulator's
+    /// initialisation and stores. Deliberately without `#pragma GCC unroll`: forcing it here
+    /// made edge tiles (a runtime `nv`, e.g. every tile of a 14-wide axis under a 16-wide
+    /// vector tile) 2.3x slower on a 1×1 convolution, and full tiles gained nothing.
+    fn tile_loops(&self, braced: bool, body: Vec<Stmt>) -> Stmt {
+        let v = self.tile_loop(
+            true,
+            LoopKind::Serial,
+            if braced { Layout::Braced } else { Layout::Bare },
+            body,
+        );
+        Stmt::Loop(self.tile_loop(false, LoopKind::Serial, Layout::Bare, vec![Stmt::Loop(v)]))
+    }
+
+    /// The output offset of a tile element, e.g. `40 * (u0 + u) + (v0 + v)`.
+    fn out_offset(&self) -> String {
+        let index = self.tile_index();
+        let out_strides = strides(self.shapes[self.kernel.output]);
+        let terms: Vec<String> = self
+            .kernel
+            .spatial()
+            .iter()
+            .enumerate()
+            .map(|(d, &sp)| match out_strides[d] {
+                1 => index[sp].clone(),
+                st => format!("{st} * {}", index[sp]),
+            })
+            .collect();
+        if terms.is_empty() {
+            "0".to_string()
+        } else {
+            terms.join(" + ")
+        }
+    }
+
+    /// The register tile: called with constant sizes for full tiles (so the compiler
+    /// unrolls and keeps `acc` in registers) and with the remainder at the edges.
+    fn tile(&self, name: &str, packed: bool) -> Func {
+        let (ru, rv) = (self.config.unroll, self.config.vector);
+        let mut params = pointer_params(self.kernel, self.pk.filter(|_| packed));
+        let scalar = |name: &str| Param::Scalar {
+            ty: IntType::Long,
+            name: name.into(),
+        };
+        params.extend(self.plan.others.iter().map(|&o| scalar(&self.names[o])));
+        params.extend(["u0", "v0", "nu", "nv"].map(scalar));
+        if self.plan.block.is_some() {
+            params.extend(["k0", "nk"].map(scalar));
+        }
+
+        let acc_uv = self.elem(self.acc, &["u", "v"]);
+        let out = self.elem(self.out, &[&self.out_offset()]);
+        let mut body = vec![Stmt::Alloc {
+            buf: self.acc,
+            init: None,
+        }];
+        let fill = |value: Value| {
+            self.tile_loops(
+                false,
+                vec![Stmt::Assign {
+                    dst: acc_uv.clone(),
+                    op: AssignOp::Set,
+                    value,
+                }],
+            )
+        };
+        if self.plan.block.is_some() {
+            // Later blocks continue from the partial sums the earlier ones stored.
+            body.push(Stmt::If {
+                cond: "k0 == 0".into(),
+                then: vec![fill(Value::Float(0.0))],
+                els: Some(vec![fill(Value::Read(out.clone()))]),
+                braced: true,
+            });
+        } else {
+            body.push(fill(Value::Float(0.0)));
+        }
+
+        let reads = match (&self.plan.packed, self.pk, packed) {
+            (Some(a), Some(pk), true) => {
+                vec![(
+                    a.clone(),
+                    format!("{}[{}]", self.name(pk), self.panel_elem()),
+                )]
+            }
+            _ => Vec::new(),
+        };
+        let binding = Binding {
+            index: self.tile_index(),
+            reads,
+        };
+        let sum = self.kernel.kind == BodyKind::Sum;
+        let compute = Stmt::Loop(self.tile_loop(
+            false,
+            LoopKind::Unrolled(ru),
+            Layout::Braced,
+            vec![Stmt::Loop(self.tile_loop(
+                true,
+                LoopKind::Vectorized(rv),
+                Layout::Bare,
+                vec![Stmt::Compute {
+                    acc: acc_uv.clone(),
+                    reduce: sum,
+                    value: Value::Kernel {
+                        expr: self.kernel.body.clone(),
+                        binding: binding.clone(),
+                    },
+                }],
+            ))],
+        ));
+        if sum {
+            body.extend(self.reduction_loops(Layout::Flat, vec![Stmt::Block(vec![compute])]));
+        } else {
+            body.push(compute);
+        }
+
+        // Epilogue and the single store (with blocks: partial sums until the last block).
+        if let Some((r0, _)) = self.plan.block {
+            body.push(Stmt::If {
+                cond: format!("k0 + nk < {}", self.extents[r0]),
+                then: vec![
+                    self.tile_loops(
+                        false,
+                        vec![Stmt::Assign {
+                            dst: out.clone(),
+                            op: AssignOp::Set,
+                            value: Value::Read(acc_uv.clone()),
+                        }],
+                    ),
+                    Stmt::Return,
+                ],
+                els: None,
+                braced: true,
+            });
+        }
+        body.push(self.tile_loops(
+            true,
+            vec![Stmt::Store {
+                acc: acc_uv,
+                epilogue: self.kernel.epilogue.clone(),
+                // The panel holds the current reduction point's rows: the epilogue, after
+                // the reduction, reads every input from global memory.
+                binding: Binding {
+                    reads: Vec::new(),
+                    ..binding
+                },
+                dst: out,
+            }],
+        ));
+        Func {
+            name: name.into(),
+            params,
+            body,
+        }
+    }
+
+    /// A buffer's name.
+    fn name(&self, buf: BufId) -> &str {
+        self.buffers.get(buf.0).map_or("", |b| b.name.as_str())
+    }
+
+    /// The calls of a tile function for the tile at (`u0`, `v0`), full or at an edge.
+    fn tile_calls(&self, name: &str, packed: bool) -> Stmt {
+        let (ru, rv) = (self.config.unroll, self.config.vector);
+        let u0 = if self.config.unroll_axis.is_some() {
+            "u0"
+        } else {
+            "0"
+        };
+        let v0 = if self.config.vector_axis.is_some() {
+            "v0"
+        } else {
+            "0"
+        };
+        let eu = self.ext(self.config.unroll_axis);
+        let ev = self.ext(self.config.vector_axis);
+        let mut args: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|&p| self.name(BufId(p)).to_string())
+            .collect();
+        if let (Some(pk), true) = (self.pk, packed) {
+            args.push(self.name(pk).into());
+        }
+        args.push(self.name(self.out).into());
+        args.extend(self.plan.others.iter().map(|&o| self.names[o].clone()));
+        args.push(u0.into());
+        args.push(v0.into());
+        let call = |nu: String, nv: String| {
+            let mut a = args.clone();
+            a.push(nu);
+            a.push(nv);
+            if self.plan.block.is_some() {
+                a.extend(["k0".to_string(), "nk".to_string()]);
+            }
+            Stmt::Call {
+                func: name.into(),
+                args: a,
+            }
+        };
+        let (full_u, full_v) = (eu.is_multiple_of(ru), ev.is_multiple_of(rv));
+        let full = call(int(ru), int(rv));
+        if full_u && full_v {
+            return full;
+        }
+        let mut conds = Vec::new();
+        if !full_u {
+            conds.push(format!("{u0} + {ru} <= {eu}"));
+        }
+        if !full_v {
+            conds.push(format!("{v0} + {rv} <= {ev}"));
+        }
+        let nu = if full_u {
+            int(ru)
+        } else {
+            format!("({eu} - {u0} < {ru} ? {eu} - {u0} : {ru})")
+        };
+        let nv = if full_v {
+            int(rv)
+        } else {
+            format!("({ev} - {v0} < {rv} ? {ev} - {v0} : {rv})")
+        };
+        Stmt::If {
+            cond: conds.join(" && "),
+            then: vec![full],
+            els: Some(vec![call(nu, nv)]),
+            braced: false,
+        }
+    }
+
+    /// The tiles of one u-block for the current reduction block: a loop over `u0` (from `ub`
+    /// when the unroll axis is cut in u-blocks, else from 0) around [`Self::tile_calls`].
+    fn blocked_tiles(&self, name: &str, packed: bool) -> Stmt {
+        let (ru, ub) = (self.config.unroll, self.plan.u_block);
+        let calls = self.tile_calls(name, packed);
+        let axis = self.config.unroll_axis;
+        match axis.map(|u| self.extents[u]) {
+            Some(e) if e > ub => Stmt::Loop(lp(
+                "u0",
+                "ub",
+                format!("(ub + {ub} < {e} ? ub + {ub} : {e})"),
+                Step::Add(ru),
+                ub.div_ceil(ru),
+                LoopKind::Serial,
+                axis,
+                Layout::Bare,
+                vec![calls],
+            )),
+            Some(e) => Stmt::Loop(Loop {
+                body: vec![calls],
+                ..tile_steps("u0", e, ru, axis, Layout::Bare)
+            }),
+            None => calls,
+        }
+    }
+
+    /// Refills this thread's panel when the tile's (other indices, v0) changed; with a
+    /// blocked reduction, fills it for the current block unconditionally.
+    fn pack_fill(&self, pk: BufId, access: &Access) -> Vec<Stmt> {
+        let rv = self.config.vector;
+        let Some(v) = self.config.vector_axis else {
+            return Vec::new();
+        };
+        let ev = self.extents[v];
+        let mut keys: Vec<&str> = self
+            .plan
+            .others
+            .iter()
+            .map(|&o| self.names[o].as_str())
+            .collect();
+        keys.push("v0");
+        if self.plan.block.is_some() {
+            keys.clear();
+        }
+        let mut index = self.names.clone();
+        index[v] = "(v0 + v)".into();
+        let copy = Stmt::Assign {
+            dst: self.elem(pk, &[&self.panel_elem()]),
+            op: AssignOp::Set,
+            value: Value::Global {
+                access: access.clone(),
+                binding: Binding {
+                    index,
+                    reads: Vec::new(),
+                },
+            },
+        };
+        let rows = self.reduction_loops(
+            Layout::Bare,
+            vec![Stmt::Loop(self.tile_loop(
+                true,
+                LoopKind::Serial,
+                Layout::Bare,
+                vec![copy],
+            ))],
+        );
+        let mut body = vec![
+            Stmt::Let {
+                ty: Ty::Int(IntType::Long),
+                konst: true,
+                defs: vec![(
+                    "nv".into(),
+                    Value::Code(format!("{ev} - v0 < {rv} ? {ev} - v0 : {rv}")),
+                )],
+            },
+            Stmt::Stage(Stage {
+                src: access.clone(),
+                dst: pk,
+                dims: vec![panel_points(self.kernel, self.extents, self.config), rv],
+                width: 1,
+                mode: CopyMode::Sync,
+                body: rows,
+            }),
+        ];
+        for k in &keys {
+            body.push(Stmt::Assign {
+                dst: Target::Var(format!("pk_{k}")),
+                op: AssignOp::Set,
+                value: Value::Code(k.to_string()),
+            });
+        }
+        if self.plan.block.is_some() {
+            vec![Stmt::Block(body)]
+        } else {
+            let changed: Vec<String> = keys.iter().map(|k| format!("pk_{k} != {k}")).collect();
+            vec![Stmt::If {
+                cond: changed.join(" || "),
+                then: body,
+                els: None,
+                braced: true,
+            }]
+        }
+    }
+
+    /// With a panel: fill it and run the packed tiles if it was allocated, else the plain
+    /// ones.
+    fn with_panel(&self, tiles: &dyn Fn(&str, bool) -> Stmt) -> Vec<Stmt> {
+        match (self.pk, &self.plan.packed) {
+            (Some(pk), Some(access)) => {
+                let mut then = self.pack_fill(pk, access);
+                then.push(tiles("td_tile_packed", true));
+                vec![Stmt::If {
+                    cond: "pk".into(),
+                    then,
+                    els: Some(vec![tiles("td_tile", false)]),
+                    braced: true,
+                }]
+            }
+            _ => vec![tiles("td_tile", false)],
+        }
+    }
+
+    /// The entry point: parallel loops over every other output index and the tiles, the
+    /// unroll axis innermost so a packed panel is reused across it.
+    fn entry(&self) -> Func {
+        let (ru, rv) = (self.config.unroll, self.config.vector);
+        let extents = self.extents;
+        let mut loops: Vec<Loop> = self
+            .plan
+            .others
+            .iter()
+            .map(|&o| {
+                lp(
+                    &self.names[o],
+                    "0",
+                    int(extents[o]),
+                    Step::Inc,
+                    extents[o],
+                    LoopKind::Serial,
+                    Some(o),
+                    Layout::Flat,
+                    Vec::new(),
+                )
+            })
+            .collect();
+        let vloop = self
+            .config
+            .vector_axis
+            .map(|v| tile_steps("v0", extents[v], rv, Some(v), Layout::Flat));
+        // With a blocked reduction the parallel loops stop at the u-block; the reduction
+        // blocks and the tiles of the u-block run inside.
+        let ub = self.plan.u_block;
+        let uaxis = self.config.unroll_axis;
+        let uloop = match (self.plan.block, uaxis.map(|u| extents[u])) {
+            (None, Some(e)) => Some(tile_steps("u0", e, ru, uaxis, Layout::Flat)),
+            (Some(_), Some(e)) if e > ub => Some(tile_steps("ub", e, ub, uaxis, Layout::Flat)),
+            _ => None,
+        };
+        if self.config.unroll_outer && self.plan.block.is_none() {
+            loops.extend(uloop.into_iter().chain(vloop));
+        } else {
+            loops.extend(vloop.into_iter().chain(uloop));
+        }
+        let parallel = self.config.parallel && !loops.is_empty();
+        if parallel {
+            for l in &mut loops {
+                l.kind = LoopKind::Parallel;
+            }
+        }
+
+        let inner = match self.plan.block {
+            Some((r0, b)) => {
+                let e0 = extents[r0];
+                let mut body = vec![Stmt::Let {
+                    ty: Ty::Int(IntType::Long),
+                    konst: true,
+                    defs: vec![(
+                        "nk".into(),
+                        Value::Code(format!("{e0} - k0 < {b} ? {e0} - k0 : {b}")),
+                    )],
+                }];
+                body.extend(self.with_panel(&|n, p| self.blocked_tiles(n, p)));
+                vec![Stmt::Loop(Loop {
+                    body,
+                    ..tile_steps("k0", e0, b, Some(r0), Layout::Braced)
+                })]
+            }
+            None => self.with_panel(&|n, p| self.tile_calls(n, p)),
+        };
+        let nest = band(loops, vec![Stmt::Block(inner)]);
+
+        let body = match (self.pk, &self.plan.packed) {
+            (Some(pk), Some(access)) => {
+                let mut region = vec![
+                    Stmt::Comment(format!(
+                        "This thread's panel of `{}`; without memory, tiles read it in place.",
+                        self.kernel.params[access.tensor].name
+                    )),
+                    Stmt::Alloc {
+                        buf: pk,
+                        init: None,
+                    },
+                ];
+                if self.plan.block.is_none() {
+                    let mut keys: Vec<(String, Value)> = self
+                        .plan
+                        .others
+                        .iter()
+                        .map(|&o| (format!("pk_{}", self.names[o]), Value::Code("-1".into())))
+                        .collect();
+                    keys.push(("pk_v0".into(), Value::Code("-1".into())));
+                    region.push(Stmt::Let {
+                        ty: Ty::Int(IntType::Long),
+                        konst: false,
+                        defs: keys,
+                    });
+                }
+                region.extend(nest);
+                region.push(Stmt::Free(pk));
+                vec![Stmt::Region {
+                    parallel,
+                    body: region,
+                }]
+            }
+            _ => nest,
+        };
+        Func {
+            name: ENTRY.into(),
+            params: pointer_params(self.kernel, None),
+            body,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::ir::parse_text;
+    use crate::lower::Scope;
+    use crate::template::cpu::CpuTemplate;
+    use rand::{rngs::StdRng, SeedableRng};
+
+    /// The nest's outer band and panel are what the schedule says: the parallel iterations
+    /// and the packed rows.
+    #[test]
+    fn the_nest_agrees_with_the_config_it_lowers() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+        let e = [37, 50, 300];
+        let shapes: [&[usize]; 3] = [&[37, 300], &[300, 50], &[37, 50]];
+        let t = CpuTemplate::new(&k, &e, 16).unwrap();
+        for _ in 0..60 {
+            let cfg = t
+                .decode(&t.space().sample_uniform(&mut rng).unwrap())
+                .unwrap();
+            let nest = lower(&k, &e, &shapes, &cfg).unwrap();
+            let plan = Plan::new(&k, &e, &cfg);
+            let ext = |a: Option<usize>| a.map_or(1, |a| e[a]);
+            let u_tiles = match plan.block {
+                Some(_) => ext(cfg.unroll_axis).div_ceil(plan.u_block),
+                None => ext(cfg.unroll_axis).div_ceil(cfg.unroll),
+            };
+            let others: usize = plan.others.iter().map(|&o| e[o]).product();
+            let outer: usize = nest.outer_band().iter().map(|l| l.trip).product();
+            assert_eq!(
+                outer,
+                ext(cfg.vector_axis).div_ceil(cfg.vector) * u_tiles * others,
+                "{cfg:?}"
+            );
+            let parallel = nest
+                .outer_band()
+                .iter()
+                .all(|l| l.kind == LoopKind::Parallel);
+            assert_eq!(parallel, cfg.parallel || nest.outer_band().is_empty());
+            let panel = nest.scoped(Scope::Panel).next().map(|b| b.dims.clone());
+            assert_eq!(
+                panel,
+                plan.packed
+                    .as_ref()
+                    .map(|_| vec![panel_points(&k, &e, &cfg), pack_stride(cfg.vector)])
+            );
+        }
+    }
+
+    /// An epilogue that reads the packed access reads it from global memory: the panel
+    /// holds rows per reduction point, out of scope after the reduction (this printed
+    /// `pk[(i_k) * 24 + v]` outside the `i_k` loop, which did not compile).
+    #[test]
+    fn an_epilogue_reads_the_packed_operand_in_place() {
+        let k = parse_text(
+            "k",
+            "o[[i, j]] += a[[i, k]] * b[[j]]; o[[i, j]] = o[[i, j]] + b[[j]]",
+            None,
+        )
+        .unwrap();
+        let shapes: [&[usize]; 3] = [&[16, 8], &[32], &[16, 32]];
+        let e = crate::ir::bind(&k, &shapes).unwrap();
+        let cfg = CpuConfig::heuristic(&k, &e, 8);
+        assert!(packed_access(&k, &e, &cfg).is_some());
+        let src = crate::codegen::c::generate(&k, &e, &shapes, &cfg);
+        assert!(src.contains("x = (x + t1[(v0 + v)]);"), "{src}");
+        assert!(!src.contains("x = (x + pk"), "{src}");
+        let a: Vec<f32> = (0..128).map(|x| (x % 7) as f32).collect();
+        let b: Vec<f32> = (0..32).map(|x| (x % 5) as f32 - 2.0).collect();
+        let data: [crate::Data; 3] = [(&a).into(), (&b).into(), Default::default()];
+        let mut want = vec![0.0f32; 16 * 32];
+        crate::reference::run(&k, &e, &shapes, &data, (&mut want).into());
+        let mut got = vec![0.0f32; 16 * 32];
+        match crate::runtime::cpu::run_with(&k, &e, &shapes, &data, (&mut got).into(), &cfg) {
+            Err(crate::runtime::cpu::CpuError::NoCompiler(why)) => {
+                eprintln!("skipped: no C compiler ({why})")
+            }
+            r => {
+                assert!(r.is_ok(), "{r:?}");
+                assert_eq!(got, want);
+            }
+        }
+    }
+
+    #[test]
+    fn configs_that_do_not_fit_are_errors() {
+        let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+        let shapes: [&[usize]; 3] = [&[8, 4], &[4, 16], &[8, 16]];
+        let cfg = CpuConfig::heuristic(&k, &[8, 16, 4], 8);
+        assert!(lower(&k, &[8, 16], &shapes, &cfg).is_err());
+        assert!(lower(&k, &[8, 16, 4], &shapes[..2], &cfg).is_err());
+        let bad = CpuConfig {
+            vector_axis: Some(2),
+            ..cfg
+        };
+        assert!(lower(&k, &[8, 16, 4], &shapes, &bad).is_err());
+        let src = crate::codegen::c::generate(&k, &[8, 16, 4], &shapes, &bad);
+        assert!(src.starts_with("#error"), "{src}");
+    }
+}
