@@ -5,6 +5,7 @@
 
 use crate::autotune::TuneOptions;
 use crate::backend::cpu::{CpuBackend, HostBuffers};
+use crate::backend::reference::ReferenceBackend;
 use crate::backend::{self, Decision};
 use crate::ir::{bind, Kernel};
 use crate::records::Record;
@@ -85,8 +86,8 @@ pub fn call(
     match opts.resolve_device()? {
         Device::Cuda => run_cuda(kernel, &extents, &shapes, &data, out),
         Device::Reference => {
-            reference::run(kernel, &extents, &shapes, &data, out);
-            Ok(())
+            let mut buffers = HostBuffers { data: &data, out };
+            backend::run(&ReferenceBackend, kernel, &extents, &shapes, &mut buffers).map(|_| ())
         }
         Device::Cpu => match run_cpu(kernel, &extents, &shapes, &data, out.reborrow()) {
             Err(cpu::CpuError::NoCompiler(why)) => {

@@ -49,23 +49,29 @@ fn sum_scale(kernel: &Kernel, extents: &[usize]) -> f32 {
     (terms as f32 / 1000.0).sqrt().max(1.0)
 }
 
-#[test]
-fn cpu_matches_reference_on_random_shapes() {
-    // Compiling dominates: spread the kernels over the cores.
+/// Runs `check(n, src)` for every kernel of the language, spread over the cores (compiling
+/// dominates).
+fn for_each_kernel(check: impl Fn(usize, &str) + Sync) {
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .min(4);
     std::thread::scope(|scope| {
         for w in 0..workers {
+            let check = &check;
             scope.spawn(move || {
                 for (n, src) in common::KERNELS.iter().enumerate() {
                     if n % workers == w {
-                        check_kernel(src, n as u64, |_| None);
+                        check(n, src);
                     }
                 }
             });
         }
     });
+}
+
+#[test]
+fn cpu_matches_reference_on_random_shapes() {
+    for_each_kernel(|n, src| check_kernel(src, n as u64, |_| None));
 }
 
 /// Element types for a kernel's parameters in the half-precision test, cycling by `n`:
@@ -85,20 +91,7 @@ fn half_types(n: usize) -> impl Fn(bool) -> Option<DType> {
 
 #[test]
 fn cpu_matches_reference_in_half_precision() {
-    let workers = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .min(4);
-    std::thread::scope(|scope| {
-        for w in 0..workers {
-            scope.spawn(move || {
-                for (n, src) in common::KERNELS.iter().enumerate() {
-                    if n % workers == w {
-                        check_kernel(src, 100 + n as u64, half_types(n));
-                    }
-                }
-            });
-        }
-    });
+    for_each_kernel(|n, src| check_kernel(src, 100 + n as u64, half_types(n)));
 }
 
 /// Tolerance of an output element of type `dtype`: f32 sums to `1e-4 * scale`, half ones to

@@ -19,6 +19,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod reference;
 
 use crate::autotune::{TuneOptions, TuneOutcome};
 use crate::dispatch::{tune_settings, TunePolicy};

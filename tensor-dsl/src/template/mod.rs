@@ -2,8 +2,8 @@
 //! sound default.
 //!
 //! A [`Template`] is one extension point: its space (a `tuner::SearchSpace`), how a point
-//! decodes into a schedule, its default point, and how a record's text becomes a point.
-//! The loop nest a schedule stands for is built by [`crate::lower`]. A new template is one
+//! decodes into a schedule, its default point, how a record's text becomes a point, and the
+//! loop nest ([`crate::lower::Nest`]) a schedule stands for. A new template is one
 //! file implementing the trait, plus the backend that runs its schedules.
 //!
 //! ```
@@ -18,6 +18,8 @@
 pub mod cpu;
 pub mod gpu;
 
+use crate::ir::Kernel;
+use crate::lower::Nest;
 use tuner::{Config, SearchSpace};
 
 /// A schedule space for one kernel at one shape on one target.
@@ -38,6 +40,16 @@ pub trait Template {
     fn parse(&self, text: &str) -> Result<Config, String> {
         self.space().parse(text).map_err(|e| e.to_string())
     }
+
+    /// The loop nest a schedule stands for (what the code generators print and the
+    /// analytic features read).
+    fn lower<'a>(
+        &self,
+        kernel: &'a Kernel,
+        extents: &[usize],
+        shapes: &'a [&'a [usize]],
+        schedule: &Self::Schedule,
+    ) -> Result<Nest<'a>, String>;
 }
 
 /// The schedule a record's config text stands for, if it is a point of `template`.
@@ -64,6 +76,16 @@ impl Template for cpu::CpuTemplate {
     fn parse(&self, text: &str) -> Result<Config, String> {
         cpu::CpuTemplate::parse(self, text)
     }
+
+    fn lower<'a>(
+        &self,
+        kernel: &'a Kernel,
+        extents: &[usize],
+        shapes: &'a [&'a [usize]],
+        schedule: &cpu::CpuConfig,
+    ) -> Result<Nest<'a>, String> {
+        crate::lower::cpu::lower(kernel, extents, shapes, schedule)
+    }
 }
 
 impl Template for gpu::GpuTemplate {
@@ -79,5 +101,15 @@ impl Template for gpu::GpuTemplate {
 
     fn decode(&self, point: &Config) -> Result<gpu::GpuSchedule, String> {
         gpu::GpuTemplate::decode(self, point)
+    }
+
+    fn lower<'a>(
+        &self,
+        kernel: &'a Kernel,
+        extents: &[usize],
+        shapes: &'a [&'a [usize]],
+        schedule: &gpu::GpuSchedule,
+    ) -> Result<Nest<'a>, String> {
+        crate::lower::gpu::lower(kernel, extents, shapes, schedule)
     }
 }
