@@ -66,6 +66,7 @@ pub fn run(
                 let meta = serde_json::json!({
                     "kernel": p.kernel.to_string(),
                     "fingerprint": p.kernel.fingerprint(),
+                    "dtypes": p.kernel.dtypes_text(),
                     "shapes": p.shapes,
                     "target": "cpu",
                     "config": t.space().format(c).map_err(|e| e.to_string())?,

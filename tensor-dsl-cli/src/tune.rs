@@ -74,6 +74,7 @@ pub fn run(
     let summary = serde_json::json!({
         "kernel": p.kernel.to_string(),
         "fingerprint": p.kernel.fingerprint(),
+        "dtypes": p.kernel.dtypes_text(),
         "shapes": p.shapes,
         "strategy": strategy,
         "best_gflops": out.best_gflops,

@@ -120,6 +120,7 @@ pub fn emit_cuda(
         let meta = serde_json::json!({
             "kernel": p.kernel.to_string(),
             "fingerprint": p.kernel.fingerprint(),
+            "dtypes": p.kernel.dtypes_text(),
             "shapes": p.shapes,
             "target": format!("cuda:sm_{sm}"),
             "config": t.space().format(c).map_err(|e| e.to_string())?,
