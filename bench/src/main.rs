@@ -57,7 +57,7 @@ struct Args {
     /// Stop tuning a kernel after this many seconds (besides the trial budget).
     #[arg(long)]
     tune_seconds: Option<f64>,
-    /// Write every measured point of every kernel to DIR/<suite>_<name>.jsonl (records
+    /// Write every measured point of every kernel to `DIR/<suite>_<name>.jsonl` (records
     /// format), for offline strategy replays.
     #[arg(long, value_name = "DIR")]
     record_landscape: Option<PathBuf>,

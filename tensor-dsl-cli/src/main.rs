@@ -31,7 +31,7 @@ struct Cli {
 /// The kernel and its shapes, shared by every command.
 #[derive(clap::Args, Clone)]
 pub struct KernelArgs {
-    /// Kernel statements, separated by `;`, e.g. 'c[[i,j]] += a[[i,k]] * b[[k,j]]'.
+    /// Kernel statements, separated by `;`, e.g. `'c[[i,j]] += a[[i,k]] * b[[k,j]]'`.
     #[arg(long)]
     pub kernel: String,
     /// Shapes of every tensor, in parameter order, e.g. a=512x1024,b=1024x64,c=512x64

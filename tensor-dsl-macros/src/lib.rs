@@ -51,8 +51,11 @@ mod valid;
 
 use proc_macro::TokenStream;
 
-/// Turns a function whose body is tensor-dsl statements into a kernel; see the
-/// [crate documentation](crate) and `tensor_dsl`'s.
+/// Turns a function whose body is tensor-dsl statements into a kernel: the function keeps
+/// its name and parameters and returns `Result<(), tensor_dsl::Error>`, and a module of the
+/// same name gets `kernel()` (the IR) and `with(&opts)` (the call with explicit options).
+/// The language (statements, built-ins, padding, element types) is documented at the root
+/// of the `tensor_dsl` crate.
 #[proc_macro_attribute]
 pub fn tensor_kernel(args: TokenStream, item: TokenStream) -> TokenStream {
     let args = proc_macro2::TokenStream::from(args);

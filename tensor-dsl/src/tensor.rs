@@ -29,7 +29,7 @@ mod sealed {
     impl Sealed for half::bf16 {}
 }
 
-/// Element types a tensor can hold: `f32`, [`f16`](crate::f16) and [`bf16`](crate::bf16).
+/// Element types a tensor can hold: `f32`, [`f16`](struct@f16) and [`bf16`](struct@bf16).
 pub trait Element:
     Copy + Default + fmt::Debug + PartialEq + Send + Sync + 'static + sealed::Sealed
 {

@@ -4,7 +4,7 @@
 //! A batch is compiled on every core first (NVRTC, one program per thread; the PTX lands in
 //! the runtime's caches), then each candidate in turn is loaded, launched once on seeded
 //! random inputs with its output checked against the expected one, and timed with CUDA
-//! events ([`CompiledKernel::time`]: back-to-back launches, so launch latency does not count).
+//! events ([`CompiledKernel::time`](crate::runtime::cuda::CompiledKernel::time): back-to-back launches, so launch latency does not count).
 //! A candidate that does not compile, exceeds the device's limits, computes a wrong result
 //! or runs longer than [`CudaMeasurer::max_seconds`] per launch is an [`Outcome::Invalid`];
 //! the search goes on.
