@@ -486,6 +486,22 @@ impl<'a> Parser<'a> {
                     syn::Expr::Path(p) if p.qself.is_none() => p.path.get_ident(),
                     _ => None,
                 };
+                // `max(x[[i, j]])`: a maximum over an index, which the language cannot say
+                // yet. Said before the arguments are read, whose index errors ("use `+=`")
+                // would suggest a sum, which means something else.
+                if let Some(n) = name.filter(|n| *n == "max" || *n == "min") {
+                    if c.args.len() == 1 {
+                        self.errors.push(
+                            c,
+                            format!(
+                                "`{n}` compares two values elementwise, `{n}(a, b)`; a {n}imum \
+                                 over an index (a reduction) cannot be written yet: only sums \
+                                 reduce (`out[[...]] += ...`)"
+                            ),
+                        );
+                        return None;
+                    }
+                }
                 let args: Vec<Option<Expr>> =
                     c.args.iter().map(|a| self.value(a, stage, seen)).collect();
                 let Some(name) = name else {

@@ -61,7 +61,8 @@ pub fn tensor_kernel(args: TokenStream, item: TokenStream) -> TokenStream {
     let args = proc_macro2::TokenStream::from(args);
     let item = proc_macro2::TokenStream::from(item);
     let f = match ast::KernelFn::parse(args, item.clone()) {
-        Ok(f) => f,
+        Ok(ast::Parsed::Fn(f)) => f,
+        Ok(ast::Parsed::BadBody(f, e)) => return error::fallback(e, &f).into(),
         Err(e) => return error::unparsed(e, item).into(),
     };
     valid::validate(&f)

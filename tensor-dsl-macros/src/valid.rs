@@ -84,6 +84,18 @@ pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
                     unnamed = true;
                     continue;
                 };
+                if let Some(ty) = scalar_type(t.ty()) {
+                    // A scalar: the body's uses of it would only add "is a tensor" errors.
+                    cx.error(
+                        t.ty(),
+                        format!(
+                            "scalar parameters are not supported yet: pass `{name}` as a \
+                             rank-0 tensor, `{name}: &Tensor<{ty}>`, and read it as `{name}[[]]`"
+                        ),
+                    );
+                    unnamed = true;
+                    continue;
+                }
                 let (role, dtype) = match param_role(t.ty()) {
                     Ok(typed) => typed,
                     Err((role, e)) => {
@@ -265,6 +277,22 @@ fn param_name(cx: &mut Ctxt, t: &TypedParam) -> Option<syn::Ident> {
             );
             None
         }
+    }
+}
+
+/// The element type to suggest when `ty` is a plain number type (`f32`, `f64`, `i32`, ...),
+/// which a kernel parameter cannot be yet.
+fn scalar_type(ty: &syn::Type) -> Option<&'static str> {
+    let syn::Type::Path(p) = strip_type_group(ty) else {
+        return None;
+    };
+    let id = p.path.get_ident()?.to_string();
+    match id.as_str() {
+        "f16" => Some("f16"),
+        "bf16" => Some("bf16"),
+        "f32" | "f64" | "i8" | "i16" | "i32" | "i64" | "i128" | "isize" | "u8" | "u16" | "u32"
+        | "u64" | "u128" | "usize" => Some("f32"),
+        _ => None,
     }
 }
 
