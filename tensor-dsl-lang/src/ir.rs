@@ -258,10 +258,21 @@ pub enum Func {
     Sqrt,
     Max,
     Min,
+    /// Natural logarithm.
+    Log,
+    Abs,
+    /// `pow(x, y)` = x^y.
+    Pow,
+    /// The error function.
+    Erf,
+    /// `x * sigmoid(x)` (also called swish).
+    Silu,
+    /// `1 / sqrt(x)`.
+    Rsqrt,
 }
 
 impl Func {
-    pub const ALL: [Func; 8] = [
+    pub const ALL: [Func; 14] = [
         Func::Relu,
         Func::Gelu,
         Func::Sigmoid,
@@ -270,6 +281,12 @@ impl Func {
         Func::Sqrt,
         Func::Max,
         Func::Min,
+        Func::Log,
+        Func::Abs,
+        Func::Pow,
+        Func::Erf,
+        Func::Silu,
+        Func::Rsqrt,
     ];
 
     pub fn name(self) -> &'static str {
@@ -282,6 +299,12 @@ impl Func {
             Func::Sqrt => "sqrt",
             Func::Max => "max",
             Func::Min => "min",
+            Func::Log => "log",
+            Func::Abs => "abs",
+            Func::Pow => "pow",
+            Func::Erf => "erf",
+            Func::Silu => "silu",
+            Func::Rsqrt => "rsqrt",
         }
     }
 
@@ -291,7 +314,7 @@ impl Func {
 
     pub fn arity(self) -> usize {
         match self {
-            Func::Max | Func::Min => 2,
+            Func::Max | Func::Min | Func::Pow => 2,
             _ => 1,
         }
     }

@@ -30,6 +30,12 @@ pub fn call(f: Func, args: &[f64]) -> f64 {
         Func::Sqrt => x.sqrt(),
         Func::Max => x.max(args.get(1).copied().unwrap_or(f64::NEG_INFINITY)),
         Func::Min => x.min(args.get(1).copied().unwrap_or(f64::INFINITY)),
+        Func::Log => x.ln(),
+        Func::Abs => x.abs(),
+        Func::Pow => x.powf(args.get(1).copied().unwrap_or(1.0)),
+        Func::Erf => erf(x),
+        Func::Silu => x / (1.0 + (-x).exp()),
+        Func::Rsqrt => 1.0 / x.sqrt(),
     }
 }
 

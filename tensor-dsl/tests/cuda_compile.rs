@@ -67,6 +67,11 @@ const KERNELS: &[(&str, &str, &str)] = &[
         "a=1024x1000 b=1024x1000 o=1024x1000",
     ),
     (
+        "builtins_more",
+        "o[[i, j]] = log(abs(a[[i, j]]) + 1.0) + pow(abs(b[[i, j]]), 1.5) + erf(a[[i, j]]) + silu(b[[i, j]]) + rsqrt(a[[i, j]] * a[[i, j]] + 1.0)",
+        "a=1024x1000 b=1024x1000 o=1024x1000",
+    ),
+    (
         "gemv",
         "o[[i]] += a[[i, k]] * b[[k]]",
         "a=4096x4096 b=4096 o=4096",

@@ -23,6 +23,7 @@ use tensor_dsl::Buffer;
 /// Kernels covering the language: many inputs, diagonals, scalars, outer products,
 /// transposes, affine (padded) accesses, epilogues with every built-in.
 const KERNELS: &[&str] = &[
+    "o[[i, j]] = log(abs(a[[i, j]]) + 1.0) + pow(abs(b[[i, j]]), 1.5) + erf(a[[i, j]]) + silu(b[[i, j]]) + rsqrt(a[[i, j]] * a[[i, j]] + 1.0)",
     "c[[i, j]] += a[[i, k]] * b[[k, j]]",
     "c[[i, j]] += a[[k, i]] * b[[j, k]]",
     "c[[b, i, j]] += x[[b, k, i]] * y[[b, k, j]]",

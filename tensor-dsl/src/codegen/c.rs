@@ -200,6 +200,7 @@ fn source(
         );
     }
     s.push_str(&builtin_prelude(""));
+    s.push_str(&super::used_builtins_prelude(kernel, ""));
     s.push_str(&dtype_prelude(kernel, ""));
     s.push('\n');
     s.push_str(&body);

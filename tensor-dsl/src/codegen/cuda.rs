@@ -297,6 +297,7 @@ fn source(
     }
     s.push('\n');
     s.push_str(&builtin_prelude("__device__ "));
+    s.push_str(&super::used_builtins_prelude(kernel, "__device__ "));
     s.push_str(&super::dtype_prelude(kernel, "__device__ "));
     s.push('\n');
     s.push_str(&body);

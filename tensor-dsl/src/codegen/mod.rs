@@ -175,6 +175,34 @@ pub fn builtin_prelude(qualifier: &str) -> String {
     s
 }
 
+/// Helper functions for the built-ins a kernel uses beyond those of [`builtin_prelude`]
+/// (`silu`, `rsqrt`), each definition starting with `qualifier`.
+pub fn used_builtins_prelude(kernel: &Kernel, qualifier: &str) -> String {
+    fn uses(e: &Expr, f: Func) -> bool {
+        match e {
+            Expr::Lit(_) | Expr::Access(_) | Expr::Output => false,
+            Expr::Neg(a) => uses(a, f),
+            Expr::Bin(_, a, b) => uses(a, f) || uses(b, f),
+            Expr::Call(g, args) => *g == f || args.iter().any(|a| uses(a, f)),
+        }
+    }
+    let used = |f: Func| uses(&kernel.body, f) || kernel.epilogue.iter().any(|e| uses(e, f));
+    let mut s = String::new();
+    for (f, body) in [
+        (Func::Silu, "return x / (1.0f + expf(-x));"),
+        (Func::Rsqrt, "return 1.0f / sqrtf(x);"),
+    ] {
+        if used(f) {
+            let _ = writeln!(
+                s,
+                "{qualifier}static inline float td_{}(float x) {{ {body} }}",
+                f.name()
+            );
+        }
+    }
+    s
+}
+
 /// One coordinate of an element read: its C expression, whether that is a single name or
 /// number (no parentheses needed inside an offset), and the range of values it can take.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -321,6 +349,12 @@ impl ExprPrinter<'_> {
                     Func::Sqrt => "sqrtf",
                     Func::Max => "fmaxf",
                     Func::Min => "fminf",
+                    Func::Log => "logf",
+                    Func::Abs => "fabsf",
+                    Func::Pow => "powf",
+                    Func::Erf => "erff",
+                    Func::Silu => "td_silu",
+                    Func::Rsqrt => "td_rsqrt",
                 };
                 format!("{name}({})", args.join(", "))
             }

@@ -222,11 +222,18 @@ pub fn pads_to_zero(kernel: &Kernel, r: usize) -> bool {
             Expr::Bin(BinOp::Mul, a, b) => zero(a, r) || zero(b, r),
             Expr::Bin(BinOp::Add | BinOp::Sub, a, b) => zero(a, r) && zero(b, r),
             Expr::Bin(BinOp::Div, _, _) => false,
-            Expr::Call(Func::Relu | Func::Gelu | Func::Tanh | Func::Sqrt, args) => {
-                args.iter().all(|a| zero(a, r))
-            }
+            Expr::Call(
+                Func::Relu
+                | Func::Gelu
+                | Func::Tanh
+                | Func::Sqrt
+                | Func::Abs
+                | Func::Erf
+                | Func::Silu,
+                args,
+            ) => args.iter().all(|a| zero(a, r)),
             Expr::Call(Func::Max | Func::Min, args) => args.iter().all(|a| zero(a, r)),
-            Expr::Call(Func::Exp | Func::Sigmoid, _) => false,
+            Expr::Call(Func::Exp | Func::Sigmoid | Func::Log | Func::Pow | Func::Rsqrt, _) => false,
         }
     }
     kernel.kind == BodyKind::Sum && zero(&kernel.body, r)

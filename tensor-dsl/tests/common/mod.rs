@@ -7,6 +7,7 @@ use tensor_dsl::ir::{bind, Kernel};
 /// checked against the reference on each of them, at random awkward shapes.
 #[allow(dead_code)] // each test file compiles this module; not all of them use the list
 pub const KERNELS: &[&str] = &[
+    "o[[i, j]] = log(abs(a[[i, j]]) + 1.0) + pow(abs(b[[i, j]]), 1.5) + erf(a[[i, j]]) + silu(b[[i, j]]) + rsqrt(a[[i, j]] * a[[i, j]] + 1.0)",
     "c[[i, j]] += a[[i, k]] * b[[k, j]]",
     "c[[i, j]] += a[[k, i]] * b[[j, k]]",
     "c[[b, i, j]] += x[[b, i, k]] * y[[b, k, j]]",
