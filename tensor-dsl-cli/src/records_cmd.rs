@@ -52,13 +52,6 @@ fn matches_target(r: &Record, target: Option<&str>) -> bool {
     }
 }
 
-fn write(out: &Path, recs: &[Record]) -> Result<(), String> {
-    let _ = std::fs::remove_file(out);
-    records::append(out, recs).map_err(|e| format!("{}: {e}", out.display()))?;
-    let _ = std::fs::remove_file(out.with_extension("lock"));
-    Ok(())
-}
-
 pub fn show(files: &[PathBuf], kernel: Option<&str>, json: bool) -> Result<ExitCode, String> {
     for r in load(files)?
         .iter()
@@ -98,7 +91,7 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<ExitCode, String> {
             recs.push(r);
         }
     }
-    write(out, &recs)?;
+    records::write(out, &recs).map_err(|e| e.to_string())?;
     println!(
         "{}",
         serde_json::json!({ "records": recs.len(), "out": out.display().to_string() })
@@ -116,7 +109,7 @@ pub fn export(inputs: &[PathBuf], target: Option<&str>, out: &Path) -> Result<Ex
     index.extend(&recs);
     let mut best: Vec<Record> = index.iter().cloned().collect();
     best.sort_by(|a, b| (&a.kernel, &a.shapes).cmp(&(&b.kernel, &b.shapes)));
-    write(out, &best)?;
+    records::write(out, &best).map_err(|e| e.to_string())?;
     println!(
         "{}",
         serde_json::json!({ "records": best.len(), "out": out.display().to_string() })

@@ -70,7 +70,7 @@ pub fn run(
         eprintln!();
     }
     let path = records_file.unwrap_or_else(records::default_records_file);
-    records::append(&path, &out.records).map_err(|e| format!("{}: {e}", path.display()))?;
+    records::append(&path, &out.records).map_err(|e| e.to_string())?;
     let summary = serde_json::json!({
         "kernel": p.kernel.to_string(),
         "fingerprint": p.kernel.fingerprint(),
