@@ -298,3 +298,76 @@ fn tune_on_cuda_records_the_gpu_or_says_why_not() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What is at `path`, without following a link: (is a link, is a character device, is a
+/// regular file).
+#[cfg(unix)]
+fn kind(path: &std::path::Path) -> (bool, bool, bool) {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::symlink_metadata(path).unwrap().file_type();
+    (t.is_symlink(), t.is_char_device(), t.is_file())
+}
+
+fn tune_into(records: &std::path::Path) -> (i32, String, String) {
+    tensor_dsl(&[
+        "tune",
+        "--kernel",
+        "c[[i,j]] += a[[i,k]] * b[[k,j]]",
+        "--shapes",
+        "a=8x4,b=4x8,c=8x8",
+        "--trials",
+        "2",
+        "--records",
+        records.to_str().unwrap(),
+        "--json",
+    ])
+}
+
+/// `tune --records` writes through a symlink (the link stays, its target gets the records)
+/// and saves nothing to `/dev/null`, which stays the character device it was (this matters
+/// as root, where replacing it by rename would succeed).
+#[cfg(unix)]
+#[test]
+fn tune_records_to_a_symlink_or_dev_null_leaves_each_what_it_was() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-cli-links-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = dir.join("real.jsonl");
+    let link = dir.join("records.jsonl");
+    std::os::unix::fs::symlink("real.jsonl", &link).unwrap();
+    let (code, out, err) = tune_into(&link);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        kind(&link),
+        (true, false, false),
+        "the link is still a link"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap().lines().count(),
+        2,
+        "its target holds the records"
+    );
+
+    let null = std::path::Path::new("/dev/null");
+    let before = std::fs::symlink_metadata(null).unwrap();
+    let (code, out, err) = tune_into(null);
+    assert_eq!(code, 0, "{out}{err}");
+    let after = std::fs::symlink_metadata(null).unwrap();
+    assert_eq!(
+        kind(null),
+        (false, true, false),
+        "/dev/null is still a device"
+    );
+    assert_eq!((before.ino(), before.rdev()), (after.ino(), after.rdev()));
+    assert!(std::fs::symlink_metadata("/dev/null.lock").is_err());
+
+    // A directory (or any other non-regular file) is refused, naming it.
+    let (code, _, err) = tune_into(&dir);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("is a directory") && err.contains(dir.to_str().unwrap()),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
