@@ -58,9 +58,9 @@ pub fn show(files: &[PathBuf], kernel: Option<&str>, json: bool) -> Result<ExitC
         .filter(|r| kernel.is_none_or(|k| r.kernel == k))
     {
         if json {
-            println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+            crate::output::line(serde_json::to_string(r).map_err(|e| e.to_string())?)?;
         } else {
-            println!("{}", line(r));
+            crate::output::line(line(r))?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -73,9 +73,9 @@ pub fn best(files: &[PathBuf], json: bool) -> Result<ExitCode, String> {
     best.sort_by(|a, b| (&a.kernel, &a.shapes).cmp(&(&b.kernel, &b.shapes)));
     for r in best {
         if json {
-            println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+            crate::output::line(serde_json::to_string(r).map_err(|e| e.to_string())?)?;
         } else {
-            println!("{}", line(r));
+            crate::output::line(line(r))?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -92,10 +92,9 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<ExitCode, String> {
         }
     }
     records::write(out, &recs).map_err(|e| e.to_string())?;
-    println!(
-        "{}",
-        serde_json::json!({ "records": recs.len(), "out": out.display().to_string() })
-    );
+    crate::output::line(
+        serde_json::json!({ "records": recs.len(), "out": out.display().to_string() }),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -110,9 +109,8 @@ pub fn export(inputs: &[PathBuf], target: Option<&str>, out: &Path) -> Result<Ex
     let mut best: Vec<Record> = index.iter().cloned().collect();
     best.sort_by(|a, b| (&a.kernel, &a.shapes).cmp(&(&b.kernel, &b.shapes)));
     records::write(out, &best).map_err(|e| e.to_string())?;
-    println!(
-        "{}",
-        serde_json::json!({ "records": best.len(), "out": out.display().to_string() })
-    );
+    crate::output::line(
+        serde_json::json!({ "records": best.len(), "out": out.display().to_string() }),
+    )?;
     Ok(ExitCode::SUCCESS)
 }

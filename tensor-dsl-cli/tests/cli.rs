@@ -371,3 +371,94 @@ fn tune_records_to_a_symlink_or_dev_null_leaves_each_what_it_was() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs the binary with stdout a pipe whose read end is closed after `lines` lines (and
+/// stderr a pipe closed at once when `close_stderr`); returns the exit code and stderr.
+fn with_closed_pipe(args: &[&str], lines: usize, close_stderr: bool) -> (Option<i32>, String) {
+    use std::io::{BufRead, Read};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tensor-dsl"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Dropping a handle closes this end of its pipe.
+    let stderr = child.stderr.take().filter(|_| !close_stderr);
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..lines {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+    }
+    drop(reader);
+    let mut err = String::new();
+    if let Some(mut stderr) = stderr {
+        stderr.read_to_string(&mut err).unwrap();
+    }
+    (child.wait().unwrap().code(), err)
+}
+
+/// `tensor-dsl records show | head -1` and the like: every command exits quietly (status 0,
+/// no panic) when the reader of its stdout goes away.
+#[test]
+fn commands_exit_quietly_on_a_closed_pipe() {
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-cli-pipe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Far more than a pipe's buffer, so the writer is still writing when the reader goes.
+    let recs = dir.join("records.jsonl");
+    let mut text = String::new();
+    for n in 1..=3000 {
+        let r = serde_json::json!({
+            "version": tensor_dsl::records::RECORD_VERSION, "kernel": "k",
+            "kernel_text": "c[[i]] = a[[i]];", "shapes": [[n], [n]], "dtype": "f32",
+            "target": { "device": "cpu", "name": "test", "detail": "" }, "codegen": 2,
+            "config": "vector=4", "seconds": 1.0, "samples": [1.0], "error": null,
+            "gflops": 1.0, "strategy": "test", "unix_time": 0
+        });
+        text.push_str(&format!("{r}\n"));
+    }
+    std::fs::write(&recs, text).unwrap();
+    let recs = recs.to_str().unwrap();
+    let emitted = dir.join("emitted");
+    let emit = [
+        "emit",
+        "--kernel",
+        "c[[i,j]] += a[[i,k]] * b[[k,j]]",
+        "--shapes",
+        "a=4x4,b=4x4,c=4x4",
+        "--out",
+        emitted.to_str().unwrap(),
+    ];
+    let merged = dir.join("merged.jsonl");
+    let merge = ["records", "merge", recs, "--out", merged.to_str().unwrap()];
+    for (args, lines) in [
+        (&["records", "show", recs][..], 1),
+        (&["records", "show", recs, "--json"][..], 1),
+        (&["records", "best", recs][..], 1),
+        (&["records", "best", recs, "--json"][..], 0),
+        (&emit[..], 0),
+        (&merge[..], 0),
+        (&["--help"][..], 0),
+    ] {
+        let (code, err) = with_closed_pipe(args, lines, false);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // A closed stderr does not turn an error into a panic either.
+    let (code, _) = with_closed_pipe(
+        &[
+            "emit",
+            "--kernel",
+            "c[[i]] +=",
+            "--shapes",
+            "c=4",
+            "--out",
+            "x",
+        ],
+        0,
+        true,
+    );
+    assert_eq!(code, Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
