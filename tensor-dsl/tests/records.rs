@@ -270,3 +270,29 @@ fn records_to_a_fifo_or_device_are_a_clear_error() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The build script's output follows the same rules: through a link to its target, nothing
+/// for `/dev/null`, and no lock file beside it.
+#[cfg(unix)]
+#[test]
+fn build_output_goes_through_a_symlink_and_not_to_dev_null() {
+    let path = temp_file("build-out");
+    let dir = path.parent().unwrap();
+    let target = dir.join("real-tuned.jsonl");
+    std::fs::write(&target, "stale\n").unwrap();
+    let link = dir.join("tuned.jsonl");
+    std::os::unix::fs::symlink("real-tuned.jsonl", &link).unwrap();
+    // No kernels: nothing is tuned, and the output is rewritten with no records.
+    let out = tensor_dsl::build::tune().out_file(&link).run().unwrap();
+    assert_eq!(out, link);
+    assert!(kind(&link).0, "the link is still a link");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "",
+        "its target was rewritten"
+    );
+    assert!(!target.with_extension("lock").exists() && !link.with_extension("lock").exists());
+    let null = std::path::Path::new("/dev/null");
+    tensor_dsl::build::tune().out_file(null).run().unwrap();
+    assert!(kind(null).1, "/dev/null is still a character device");
+}
