@@ -80,10 +80,9 @@ pub fn run(
             written = crate::verify::emit_cuda(&p, sm, selection, seed, out)?;
         }
     }
-    println!(
-        "{}",
-        serde_json::json!({ "dir": out.display().to_string(), "configs": written })
-    );
+    crate::output::line(
+        serde_json::json!({ "dir": out.display().to_string(), "configs": written }),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

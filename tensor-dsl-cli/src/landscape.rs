@@ -76,10 +76,9 @@ pub fn record(
             measured += measure_all(&p, &template, &mut measurer, &top, batch, out, "refining")?;
         }
     }
-    println!(
-        "{}",
-        serde_json::json!({ "space": total, "measured_now": measured, "file": out.display().to_string() })
-    );
+    crate::output::line(
+        serde_json::json!({ "space": total, "measured_now": measured, "file": out.display().to_string() }),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -124,13 +123,13 @@ fn measure_all(
             })
             .collect();
         records::append(out, &recs).map_err(|e| e.to_string())?;
-        eprint!(
+        crate::output::note(format_args!(
             "\rtensor-dsl: landscape {what}: {}/{}",
             ((n + 1) * batch.max(1)).min(points.len()),
             points.len()
-        );
+        ));
     }
-    eprintln!();
+    crate::output::note("\n");
     Ok(points.len())
 }
 
@@ -256,20 +255,17 @@ pub fn replay(
             "median_best_share": sorted_shares[sorted_shares.len() / 2],
         }));
     }
-    println!(
-        "{}",
-        serde_json::json!({
-            "kernel": p.kernel.to_string(),
-            "shapes": p.shapes,
-            "landscape_points": pooled.len(),
-            "records": points.len(),
-            "best_seconds": best,
-            "best_gflops": p.kernel.flops(&p.extents) / best / 1e9,
-            "share": share,
-            "trials": trials,
-            "seeds": seeds,
-            "results": rows,
-        })
-    );
+    crate::output::line(serde_json::json!({
+        "kernel": p.kernel.to_string(),
+        "shapes": p.shapes,
+        "landscape_points": pooled.len(),
+        "records": points.len(),
+        "best_seconds": best,
+        "best_gflops": p.kernel.flops(&p.extents) / best / 1e9,
+        "share": share,
+        "trials": trials,
+        "seeds": seeds,
+        "results": rows,
+    }))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -10,6 +10,7 @@
 mod args;
 mod emit;
 mod landscape;
+mod output;
 mod records_cmd;
 mod tune;
 mod verify;
@@ -241,7 +242,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tensor-dsl: error: {e}");
+            output::note(format_args!("tensor-dsl: error: {e}\n"));
             ExitCode::from(2)
         }
     }

@@ -52,22 +52,15 @@ fn matches_target(r: &Record, target: Option<&str>) -> bool {
     }
 }
 
-fn write(out: &Path, recs: &[Record]) -> Result<(), String> {
-    let _ = std::fs::remove_file(out);
-    records::append(out, recs).map_err(|e| format!("{}: {e}", out.display()))?;
-    let _ = std::fs::remove_file(out.with_extension("lock"));
-    Ok(())
-}
-
 pub fn show(files: &[PathBuf], kernel: Option<&str>, json: bool) -> Result<ExitCode, String> {
     for r in load(files)?
         .iter()
         .filter(|r| kernel.is_none_or(|k| r.kernel == k))
     {
         if json {
-            println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+            crate::output::line(serde_json::to_string(r).map_err(|e| e.to_string())?)?;
         } else {
-            println!("{}", line(r));
+            crate::output::line(line(r))?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -80,9 +73,9 @@ pub fn best(files: &[PathBuf], json: bool) -> Result<ExitCode, String> {
     best.sort_by(|a, b| (&a.kernel, &a.shapes).cmp(&(&b.kernel, &b.shapes)));
     for r in best {
         if json {
-            println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+            crate::output::line(serde_json::to_string(r).map_err(|e| e.to_string())?)?;
         } else {
-            println!("{}", line(r));
+            crate::output::line(line(r))?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -98,11 +91,10 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<ExitCode, String> {
             recs.push(r);
         }
     }
-    write(out, &recs)?;
-    println!(
-        "{}",
-        serde_json::json!({ "records": recs.len(), "out": out.display().to_string() })
-    );
+    records::write(out, &recs).map_err(|e| e.to_string())?;
+    crate::output::line(
+        serde_json::json!({ "records": recs.len(), "out": out.display().to_string() }),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -116,10 +108,9 @@ pub fn export(inputs: &[PathBuf], target: Option<&str>, out: &Path) -> Result<Ex
     index.extend(&recs);
     let mut best: Vec<Record> = index.iter().cloned().collect();
     best.sort_by(|a, b| (&a.kernel, &a.shapes).cmp(&(&b.kernel, &b.shapes)));
-    write(out, &best)?;
-    println!(
-        "{}",
-        serde_json::json!({ "records": best.len(), "out": out.display().to_string() })
-    );
+    records::write(out, &best).map_err(|e| e.to_string())?;
+    crate::output::line(
+        serde_json::json!({ "records": best.len(), "out": out.display().to_string() }),
+    )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -54,7 +54,10 @@ pub fn run(
     let quiet = json;
     let mut progress = |n: usize| {
         if !quiet {
-            eprint!("\rtensor-dsl: tuning {}: trial {n}/{trials}", args.name);
+            crate::output::note(format_args!(
+                "\rtensor-dsl: tuning {}: trial {n}/{trials}",
+                args.name
+            ));
         }
     };
     let out: Outcome = match device {
@@ -67,10 +70,10 @@ pub fn run(
         other => return Err(format!("--device `{other}`: expected cpu or cuda")),
     };
     if !quiet {
-        eprintln!();
+        crate::output::note("\n");
     }
     let path = records_file.unwrap_or_else(records::default_records_file);
-    records::append(&path, &out.records).map_err(|e| format!("{}: {e}", path.display()))?;
+    records::append(&path, &out.records).map_err(|e| e.to_string())?;
     let summary = serde_json::json!({
         "kernel": p.kernel.to_string(),
         "fingerprint": p.kernel.fingerprint(),
@@ -88,9 +91,9 @@ pub fn run(
         "records": path.display().to_string(),
     });
     if json {
-        println!("{summary}");
+        crate::output::line(&summary)?;
     } else {
-        println!(
+        crate::output::line(format_args!(
             "best {:.2} GFLOPS ({}) after {} trials ({} valid) in {:.1} s; records in {}",
             out.best_gflops.unwrap_or(0.0),
             out.best_config.as_deref().unwrap_or("none"),
@@ -98,7 +101,7 @@ pub fn run(
             out.valid_trials,
             out.seconds,
             path.display()
-        );
+        ))?;
     }
     Ok(if out.best_config.is_some() {
         ExitCode::SUCCESS

@@ -87,10 +87,9 @@ pub fn run(args: &KernelArgs, device: &str, configs: &str, seed: u64) -> Result<
         other => return Err(format!("--device `{other}`: expected cpu or cuda")),
     }
     let passed = total - failed.len();
-    println!(
-        "{}",
-        serde_json::json!({ "configs": total, "passed": passed, "failed": failed })
-    );
+    crate::output::line(
+        serde_json::json!({ "configs": total, "passed": passed, "failed": failed }),
+    )?;
     Ok(if failed.is_empty() {
         ExitCode::SUCCESS
     } else {

@@ -298,3 +298,167 @@ fn tune_on_cuda_records_the_gpu_or_says_why_not() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What is at `path`, without following a link: (is a link, is a character device, is a
+/// regular file).
+#[cfg(unix)]
+fn kind(path: &std::path::Path) -> (bool, bool, bool) {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::symlink_metadata(path).unwrap().file_type();
+    (t.is_symlink(), t.is_char_device(), t.is_file())
+}
+
+fn tune_into(records: &std::path::Path) -> (i32, String, String) {
+    tensor_dsl(&[
+        "tune",
+        "--kernel",
+        "c[[i,j]] += a[[i,k]] * b[[k,j]]",
+        "--shapes",
+        "a=8x4,b=4x8,c=8x8",
+        "--trials",
+        "2",
+        "--records",
+        records.to_str().unwrap(),
+        "--json",
+    ])
+}
+
+/// `tune --records` writes through a symlink (the link stays, its target gets the records)
+/// and saves nothing to `/dev/null`, which stays the character device it was (this matters
+/// as root, where replacing it by rename would succeed).
+#[cfg(unix)]
+#[test]
+fn tune_records_to_a_symlink_or_dev_null_leaves_each_what_it_was() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-cli-links-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = dir.join("real.jsonl");
+    let link = dir.join("records.jsonl");
+    std::os::unix::fs::symlink("real.jsonl", &link).unwrap();
+    let (code, out, err) = tune_into(&link);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        kind(&link),
+        (true, false, false),
+        "the link is still a link"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap().lines().count(),
+        2,
+        "its target holds the records"
+    );
+
+    let null = std::path::Path::new("/dev/null");
+    let before = std::fs::symlink_metadata(null).unwrap();
+    let (code, out, err) = tune_into(null);
+    assert_eq!(code, 0, "{out}{err}");
+    let after = std::fs::symlink_metadata(null).unwrap();
+    assert_eq!(
+        kind(null),
+        (false, true, false),
+        "/dev/null is still a device"
+    );
+    assert_eq!((before.ino(), before.rdev()), (after.ino(), after.rdev()));
+    assert!(std::fs::symlink_metadata("/dev/null.lock").is_err());
+
+    // A directory (or any other non-regular file) is refused, naming it.
+    let (code, _, err) = tune_into(&dir);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("is a directory") && err.contains(dir.to_str().unwrap()),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs the binary with stdout a pipe whose read end is closed after `lines` lines (and
+/// stderr a pipe closed at once when `close_stderr`); returns the exit code and stderr.
+fn with_closed_pipe(args: &[&str], lines: usize, close_stderr: bool) -> (Option<i32>, String) {
+    use std::io::{BufRead, Read};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tensor-dsl"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Dropping a handle closes this end of its pipe.
+    let stderr = child.stderr.take().filter(|_| !close_stderr);
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..lines {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+    }
+    drop(reader);
+    let mut err = String::new();
+    if let Some(mut stderr) = stderr {
+        stderr.read_to_string(&mut err).unwrap();
+    }
+    (child.wait().unwrap().code(), err)
+}
+
+/// `tensor-dsl records show | head -1` and the like: every command exits quietly (status 0,
+/// no panic) when the reader of its stdout goes away.
+#[test]
+fn commands_exit_quietly_on_a_closed_pipe() {
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-cli-pipe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // Far more than a pipe's buffer, so the writer is still writing when the reader goes.
+    let recs = dir.join("records.jsonl");
+    let mut text = String::new();
+    for n in 1..=3000 {
+        let r = serde_json::json!({
+            "version": tensor_dsl::records::RECORD_VERSION, "kernel": "k",
+            "kernel_text": "c[[i]] = a[[i]];", "shapes": [[n], [n]], "dtype": "f32",
+            "target": { "device": "cpu", "name": "test", "detail": "" }, "codegen": 2,
+            "config": "vector=4", "seconds": 1.0, "samples": [1.0], "error": null,
+            "gflops": 1.0, "strategy": "test", "unix_time": 0
+        });
+        text.push_str(&format!("{r}\n"));
+    }
+    std::fs::write(&recs, text).unwrap();
+    let recs = recs.to_str().unwrap();
+    let emitted = dir.join("emitted");
+    let emit = [
+        "emit",
+        "--kernel",
+        "c[[i,j]] += a[[i,k]] * b[[k,j]]",
+        "--shapes",
+        "a=4x4,b=4x4,c=4x4",
+        "--out",
+        emitted.to_str().unwrap(),
+    ];
+    let merged = dir.join("merged.jsonl");
+    let merge = ["records", "merge", recs, "--out", merged.to_str().unwrap()];
+    for (args, lines) in [
+        (&["records", "show", recs][..], 1),
+        (&["records", "show", recs, "--json"][..], 1),
+        (&["records", "best", recs][..], 1),
+        (&["records", "best", recs, "--json"][..], 0),
+        (&emit[..], 0),
+        (&merge[..], 0),
+        (&["--help"][..], 0),
+    ] {
+        let (code, err) = with_closed_pipe(args, lines, false);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // A closed stderr does not turn an error into a panic either.
+    let (code, _) = with_closed_pipe(
+        &[
+            "emit",
+            "--kernel",
+            "c[[i]] +=",
+            "--shapes",
+            "c=4",
+            "--out",
+            "x",
+        ],
+        0,
+        true,
+    );
+    assert_eq!(code, Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}

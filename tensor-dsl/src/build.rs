@@ -168,15 +168,7 @@ impl BuildTuner {
         }
         best.extend(self.gpu_records(&known, &previous, tune_allowed)?);
         // Rewrite the output with exactly this build's records.
-        let _ = std::fs::remove_file(&out);
-        if best.is_empty() {
-            if let Some(dir) = out.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            std::fs::write(&out, "")?;
-        } else {
-            records::append(&out, &best)?;
-        }
+        records::write(&out, &best)?;
         Ok(out)
     }
 

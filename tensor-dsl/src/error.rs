@@ -53,6 +53,27 @@ pub enum Error {
     /// A device operation outside any kernel (allocation, copy, synchronization) failed.
     #[error("`{device}` device error: {message}")]
     Device { device: String, message: String },
+    /// A file tensor-dsl was asked to write (records, their lock, a cache file) is not a
+    /// regular file: writing replaces a file, which would destroy a device, FIFO, socket or
+    /// directory. `resolved` is `path` followed through symbolic links.
+    #[error("{}", not_a_file(path, resolved, kind))]
+    NotAFile {
+        path: std::path::PathBuf,
+        resolved: std::path::PathBuf,
+        kind: String,
+    },
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+fn not_a_file(path: &std::path::Path, resolved: &std::path::Path, kind: &str) -> String {
+    let via = if path == resolved {
+        String::new()
+    } else {
+        format!(" (a link to {})", resolved.display())
+    };
+    format!(
+        "cannot write {}{via}: it is a {kind}, not a regular file, and writing would replace it; give the path of a regular file (or /dev/null to save nothing)",
+        path.display()
+    )
 }

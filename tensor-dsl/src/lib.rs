@@ -31,6 +31,7 @@ pub mod device_tensor;
 pub mod dispatch;
 mod error;
 pub mod features;
+pub mod files;
 pub mod lower;
 pub mod measure;
 mod options;

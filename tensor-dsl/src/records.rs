@@ -26,9 +26,8 @@
 //! assert_eq!(serde_json::from_str::<Record>(&line).unwrap(), r);
 //! ```
 
-use crate::Error;
+use crate::{files, Error};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Version of the record format.
@@ -197,43 +196,53 @@ pub fn default_records_file() -> PathBuf {
 /// warning), the new records appended, and the result written to a temporary file that is
 /// renamed over the old one. Readers never see a partial file, and concurrent writers never
 /// lose each other's records.
+///
+/// The file is written as [`crate::files`] writes every file: a symbolic link is written
+/// through to its target (and stays a link), `/dev/null` saves nothing (and gets no lock
+/// file), and a device, FIFO, socket or directory is refused with [`Error::NotAFile`].
 pub fn append(path: &Path, records: &[Record]) -> Result<(), Error> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let lock_path = path.with_extension("lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)?;
-    lock.lock()?;
-    let mut existing = match read(path) {
+    let files::Destination::File(path) = files::destination(path)? else {
+        return Ok(());
+    };
+    let _lock = files::lock(&path)?;
+    let mut existing = match read(&path) {
         Ok((records, _)) => records,
         Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(Error::Io(e)) => {
+            let named = format!("{}: {e}", path.display());
+            return Err(Error::Io(std::io::Error::new(e.kind(), named)));
+        }
         Err(e) => return Err(e),
     };
     existing.extend_from_slice(records);
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let result = (|| -> Result<(), Error> {
-        let mut file = std::fs::File::create(&tmp)?;
-        let mut text = String::new();
-        for r in &existing {
-            text.push_str(
-                &serde_json::to_string(r).map_err(|e| Error::Io(std::io::Error::other(e)))?,
-            );
-            text.push('\n');
-        }
-        file.write_all(text.as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    files::replace(&path, jsonl(&existing)?.as_bytes())
+}
+
+/// Writes exactly `records` to a JSON Lines file, replacing what it held (atomically, under
+/// the rules of [`crate::files`]: through symbolic links, never over a special file, nothing
+/// for `/dev/null`). No lock is taken and no lock file is left: this is for files one
+/// process produces, such as a build's output or records exported for shipping; use
+/// [`append`] for files that several processes add to.
+///
+/// ```
+/// use tensor_dsl::records::{read, write};
+/// let path = std::env::temp_dir().join(format!("td-write-doc-{}.jsonl", std::process::id()));
+/// write(&path, &[]).unwrap();
+/// assert_eq!(read(&path).unwrap().0.len(), 0);
+/// # std::fs::remove_file(&path).ok();
+/// ```
+pub fn write(path: &Path, records: &[Record]) -> Result<(), Error> {
+    files::replace(path, jsonl(records)?.as_bytes())
+}
+
+/// Records as JSON Lines text.
+fn jsonl(records: &[Record]) -> Result<String, Error> {
+    let mut text = String::new();
+    for r in records {
+        text.push_str(&serde_json::to_string(r).map_err(|e| Error::Io(std::io::Error::other(e)))?);
+        text.push('\n');
     }
-    let _ = lock.unlock();
-    result
+    Ok(text)
 }
 
 /// The `dtype` field of a kernel's records: `f32` when every parameter is `f32` (as records

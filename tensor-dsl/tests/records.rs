@@ -3,7 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::PathBuf;
-use tensor_dsl::records::{append, read, Index, Record, Target, RECORD_VERSION};
+use tensor_dsl::records::{
+    append, read, write, Index, JsonlFile, Record, RecordStore, Target, RECORD_VERSION,
+};
+use tensor_dsl::Error;
 
 fn record(kernel: &str, shape: usize, seconds: Option<f64>) -> Record {
     Record {
@@ -145,4 +148,151 @@ fn concurrent_processes_lose_no_records() {
     }
     let (records, skipped) = read(&path).unwrap();
     assert_eq!((records.len(), skipped), (80, 0));
+}
+
+/// What is at `path`, without following a link: (is a link, is a character device, is a
+/// FIFO, is a regular file).
+#[cfg(unix)]
+fn kind(path: &std::path::Path) -> (bool, bool, bool, bool) {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::symlink_metadata(path).unwrap().file_type();
+    (t.is_symlink(), t.is_char_device(), t.is_fifo(), t.is_file())
+}
+
+#[cfg(unix)]
+#[test]
+fn records_go_through_a_symlink_to_its_target_and_the_link_stays() {
+    let path = temp_file("symlink");
+    let dir = path.parent().unwrap();
+    let target = dir.join("elsewhere").join("real.jsonl");
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    append(&target, &[record("k", 1, Some(1.0))]).unwrap();
+    std::os::unix::fs::symlink("elsewhere/real.jsonl", &path).unwrap();
+    append(&path, &[record("k", 2, Some(1.0))]).unwrap();
+    JsonlFile::new(&path)
+        .commit(&[record("k", 3, Some(1.0))])
+        .unwrap();
+    assert!(kind(&path).0, "the link is still a link");
+    assert_eq!(
+        std::fs::read_link(&path).unwrap(),
+        PathBuf::from("elsewhere/real.jsonl")
+    );
+    let (records, _) = read(&target).unwrap();
+    assert_eq!(records.len(), 3, "the target holds every record");
+    // The lock sits beside the target (so writers through any link share it), not the link.
+    assert!(target.with_extension("lock").is_file());
+    assert!(!path.with_extension("lock").exists());
+    // Replacing the whole file goes through the link too.
+    write(&path, &[record("k", 4, Some(1.0))]).unwrap();
+    assert!(kind(&path).0);
+    assert_eq!(read(&target).unwrap().0.len(), 1);
+}
+
+/// `/dev/null` means "do not save", and writing it must not replace it (as root, renaming a
+/// temporary file over it would).
+#[cfg(unix)]
+#[test]
+fn records_to_dev_null_are_not_saved_and_dev_null_stays() {
+    use std::os::unix::fs::MetadataExt;
+    let null = std::path::Path::new("/dev/null");
+    let before = std::fs::symlink_metadata(null).unwrap();
+    assert!(
+        kind(null).1,
+        "/dev/null is a character device before the test"
+    );
+    append(null, &[record("k", 1, Some(1.0))]).unwrap();
+    JsonlFile::new(null)
+        .commit(&[record("k", 2, Some(1.0))])
+        .unwrap();
+    write(null, &[record("k", 3, Some(1.0))]).unwrap();
+    let after = std::fs::symlink_metadata(null).unwrap();
+    assert!(kind(null).1, "/dev/null is still a character device");
+    assert_eq!((before.ino(), before.rdev()), (after.ino(), after.rdev()));
+    assert!(
+        std::fs::symlink_metadata("/dev/null.lock").is_err(),
+        "no lock file beside it"
+    );
+    assert!(JsonlFile::new(null).load().unwrap().is_empty());
+}
+
+/// A FIFO (or another special file) at the records path is refused with an error that names
+/// the path and what it is; the FIFO is left as it was.
+#[cfg(unix)]
+#[test]
+fn records_to_a_fifo_or_device_are_a_clear_error() {
+    let path = temp_file("special");
+    let dir = path.parent().unwrap().to_path_buf();
+    let mut cases = Vec::new();
+    let fifo = dir.join("fifo");
+    match std::process::Command::new("mkfifo").arg(&fifo).status() {
+        Ok(s) if s.success() => cases.push((fifo, "FIFO")),
+        other => println!("skipping the FIFO case: mkfifo is unavailable ({other:?})"),
+    }
+    // A character device of our own, only where we may create one (root): a copy of
+    // /dev/zero (1, 5) in the temp folder, so nothing outside the test can be harmed.
+    let device = dir.join("zero");
+    match std::process::Command::new("mknod")
+        .arg(&device)
+        .args(["c", "1", "5"])
+        .stderr(std::process::Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => cases.push((device, "character device")),
+        other => println!("skipping the character-device case: mknod failed ({other:?})"),
+    }
+    let link = dir.join("link-to-special");
+    if let Some((first, _)) = cases.first() {
+        std::os::unix::fs::symlink(first, &link).unwrap();
+        let what = cases[0].1;
+        cases.push((link.clone(), what));
+    }
+    for (special, what) in &cases {
+        let before = kind(special);
+        for result in [
+            append(special, &[record("k", 1, Some(1.0))]),
+            write(special, &[record("k", 1, Some(1.0))]),
+        ] {
+            let e = result.unwrap_err();
+            assert!(matches!(e, Error::NotAFile { .. }), "{e:?}");
+            let text = e.to_string();
+            assert!(
+                text.contains(&*special.to_string_lossy()) && text.contains(what),
+                "the error names the path and what it is: {text}"
+            );
+        }
+        assert_eq!(
+            kind(special),
+            before,
+            "{} is left as it was",
+            special.display()
+        );
+        assert!(!special.with_extension("lock").exists());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The build script's output follows the same rules: through a link to its target, nothing
+/// for `/dev/null`, and no lock file beside it.
+#[cfg(unix)]
+#[test]
+fn build_output_goes_through_a_symlink_and_not_to_dev_null() {
+    let path = temp_file("build-out");
+    let dir = path.parent().unwrap();
+    let target = dir.join("real-tuned.jsonl");
+    std::fs::write(&target, "stale\n").unwrap();
+    let link = dir.join("tuned.jsonl");
+    std::os::unix::fs::symlink("real-tuned.jsonl", &link).unwrap();
+    // No kernels: nothing is tuned, and the output is rewritten with no records.
+    let out = tensor_dsl::build::tune().out_file(&link).run().unwrap();
+    assert_eq!(out, link);
+    assert!(kind(&link).0, "the link is still a link");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "",
+        "its target was rewritten"
+    );
+    assert!(!target.with_extension("lock").exists() && !link.with_extension("lock").exists());
+    let null = std::path::Path::new("/dev/null");
+    tensor_dsl::build::tune().out_file(null).run().unwrap();
+    assert!(kind(null).1, "/dev/null is still a character device");
 }

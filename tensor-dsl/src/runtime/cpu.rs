@@ -219,7 +219,11 @@ fn build(kernel: &Kernel, source: &str) -> Result<Loaded, String> {
                 Some(lib)
             }
             Err(_) => {
-                let _ = std::fs::remove_file(path);
+                // A broken object is dropped (a link someone put there is left alone: the
+                // publish below writes through it).
+                if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
+                    let _ = std::fs::remove_file(path);
+                }
                 None
             }
         },
@@ -234,18 +238,11 @@ fn build(kernel: &Kernel, source: &str) -> Result<Loaded, String> {
                 let _ = std::fs::remove_dir_all(&dir);
                 return Err(e);
             }
-            // Publish to the disk cache (rename: other processes see all of it or nothing).
+            // Publish to the disk cache (by rename: other processes see all of it or nothing).
             if let Some(path) = &cached {
-                if let Some(parent) = path.parent() {
-                    if std::fs::create_dir_all(parent).is_ok() {
-                        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-                        if std::fs::copy(&so, &tmp).is_ok() {
-                            let _ = std::fs::rename(&tmp, path);
-                        }
-                        let _ = std::fs::remove_file(&tmp);
-                        super::object_cache::prune(parent, super::object_cache::max_bytes());
-                    }
-                }
+                super::object_cache::publish(path, |file| {
+                    std::io::copy(&mut std::fs::File::open(&so)?, file).map(|_| ())
+                });
             }
             // SAFETY: the library is code we just generated and compiled; its initialisers
             // are the C runtime's. It is leaked, so it outlives every use of `entry`.

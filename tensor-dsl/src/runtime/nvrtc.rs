@@ -98,16 +98,7 @@ pub fn compile_ptx_cached(name: &str, source: &str, arch: &str) -> Result<String
     let ptx = compile_ptx(name, source, arch)?;
     remember(&ptx);
     if let (true, Some(p)) = (enabled, &path) {
-        if let Some(dir) = p.parent() {
-            if std::fs::create_dir_all(dir).is_ok() {
-                let tmp = p.with_extension(format!("tmp{}", std::process::id()));
-                if std::fs::write(&tmp, &ptx).is_ok() {
-                    let _ = std::fs::rename(&tmp, p);
-                }
-                let _ = std::fs::remove_file(&tmp);
-                super::object_cache::prune(dir, super::object_cache::max_bytes());
-            }
-        }
+        super::object_cache::publish(p, |file| std::io::Write::write_all(file, ptx.as_bytes()));
     }
     Ok(ptx)
 }

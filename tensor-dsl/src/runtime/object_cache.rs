@@ -21,6 +21,17 @@ pub fn max_bytes() -> u64 {
         .saturating_mul(1 << 20)
 }
 
+/// Writes a new file into the cache with [`crate::files::replace_with`] (atomically, by
+/// rename, through a symbolic link, never over a special file), then prunes its folder.
+/// Errors are ignored: a file that could not be cached is compiled again next time.
+pub fn publish(path: &Path, write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>) {
+    if crate::files::replace_with(path, write).is_ok() {
+        if let Some(dir) = path.parent() {
+            prune(dir, max_bytes());
+        }
+    }
+}
+
 /// Marks a cached file as just used. Errors are ignored: at worst it is pruned earlier.
 pub fn touch(path: &Path) {
     if let Ok(f) = std::fs::File::options().append(true).open(path) {
@@ -30,7 +41,7 @@ pub fn touch(path: &Path) {
 
 /// If the files directly in `dir` total more than `max_bytes`, deletes the least recently
 /// modified ones until they total at most 3/4 of it. Another process's temporary file
-/// (`*.tmp<pid>`) is only deleted once it is an hour old. Returns how many files it deleted.
+/// (`*.tmp<pid>-<n>`, see [`crate::files`]) is only deleted once it is an hour old. Returns how many files it deleted.
 pub fn prune(dir: &Path, max_bytes: u64) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
