@@ -16,11 +16,17 @@ struct Outcome {
     valid_trials: usize,
     seconds: f64,
     history: Vec<Option<f64>>,
+    default_seconds: Option<f64>,
+    speedup: Option<f64>,
+    summary: String,
 }
 
 impl<S> From<TuneOutcome<S>> for Outcome {
     fn from(o: TuneOutcome<S>) -> Outcome {
         Outcome {
+            default_seconds: o.default_seconds,
+            speedup: o.speedup(),
+            summary: o.summary(),
             best_gflops: o.best_gflops,
             best_seconds: o.best_seconds,
             best_config: o.best.map(|(_, text)| text),
@@ -83,6 +89,8 @@ pub fn run(
         "best_gflops": out.best_gflops,
         "best_seconds": out.best_seconds,
         "best_config": out.best_config,
+        "default_seconds": out.default_seconds,
+        "speedup_over_default": out.speedup,
         "device": device,
         "trials": out.records.len(),
         "valid_trials": out.valid_trials,
@@ -94,12 +102,9 @@ pub fn run(
         crate::output::line(&summary)?;
     } else {
         crate::output::line(format_args!(
-            "best {:.2} GFLOPS ({}) after {} trials ({} valid) in {:.1} s; records in {}",
-            out.best_gflops.unwrap_or(0.0),
+            "{}\nbest config: {}\nrecords in {}",
+            out.summary,
             out.best_config.as_deref().unwrap_or("none"),
-            out.records.len(),
-            out.valid_trials,
-            out.seconds,
             path.display()
         ))?;
     }

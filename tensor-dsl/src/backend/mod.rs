@@ -160,6 +160,15 @@ fn decide_now<B: Backend>(
             backend.tune(kernel, &owned, &opts, progress)
         })?;
         save_tuned(&result.records);
+        if std::io::stderr().is_terminal() || tuned::log_dispatch() {
+            eprintln!(
+                "tensor-dsl: tuned {} {} on {}: {}",
+                kernel.name,
+                shapes_text(shapes),
+                B::NAME,
+                result.summary()
+            );
+        }
         if let Some((schedule, _)) = result.best {
             return Ok(Decision {
                 schedule,
