@@ -25,13 +25,28 @@ pub fn result_type() -> TokenStream {
     quote!(::core::result::Result<(), ::tensor_dsl::Error>)
 }
 
-/// The type `&Tensor<T>` or `&mut Tensor<T>`, fully qualified.
-pub fn tensor_ref(is_output: bool, dtype: DType) -> TokenStream {
-    let elem = match dtype {
+/// The element type `T`, fully qualified.
+fn elem_type(dtype: DType) -> TokenStream {
+    match dtype {
         DType::F32 => quote!(f32),
         DType::F16 => quote!(::tensor_dsl::f16),
         DType::BF16 => quote!(::tensor_dsl::bf16),
-    };
+    }
+}
+
+/// The type `TensorView<'_, T>` or `TensorViewMut<'_, T>`, fully qualified.
+fn view_type(is_output: bool, dtype: DType) -> TokenStream {
+    let elem = elem_type(dtype);
+    if is_output {
+        quote!(::tensor_dsl::TensorViewMut<'_, #elem>)
+    } else {
+        quote!(::tensor_dsl::TensorView<'_, #elem>)
+    }
+}
+
+/// The type `&Tensor<T>` or `&mut Tensor<T>`, fully qualified.
+pub fn tensor_ref(is_output: bool, dtype: DType) -> TokenStream {
+    let elem = elem_type(dtype);
     if is_output {
         quote!(&mut ::tensor_dsl::Tensor<#elem>)
     } else {
@@ -85,6 +100,26 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
         .filter(|(p, _)| !p.is_output)
         .map(|(_, a)| a);
     let out_arg = &args[v.kernel.output];
+    // `name::views(...)`: the call on borrowed data (no copy into a `Tensor`).
+    let view_types = v.params.iter().map(|p| view_type(p.is_output, p.dtype));
+    let view_in = in_args.clone();
+    let views_doc = format!(
+        " `{name}` on borrowed data: `TensorView::new(&shape, &slice)?` for each input, \
+         `TensorViewMut::new(&shape, &mut slice)?` for the output, in the declaration's order \
+         and types; default options."
+    );
+    let views = quote! {
+        #[doc = #views_doc]
+        #[allow(dead_code, clippy::result_large_err)]
+        pub fn views(#(#args: #view_types),*) -> #ret {
+            ::tensor_dsl::dispatch::call(
+                self::kernel(),
+                &[#(::tensor_dsl::TensorRef::from(#view_in)),*],
+                ::tensor_dsl::TensorMut::from(#out_arg),
+                &::tensor_dsl::Options::default(),
+            )
+        }
+    };
     let companion = companion_mod(
         f,
         &Companion {
@@ -103,7 +138,7 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
                     &opts,
                 )
             },
-            prelude: quote!(),
+            prelude: views,
         },
     );
     Ok(quote! {

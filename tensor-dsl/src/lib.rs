@@ -46,7 +46,9 @@ pub use device_tensor::DeviceTensor;
 pub use error::Error;
 pub use half::{bf16, f16};
 pub use options::{Device, Options};
-pub use tensor::{Buffer, Data, DataMut, Element, Tensor, TensorMut, TensorRef};
+pub use tensor::{
+    Buffer, Data, DataMut, Element, Tensor, TensorMut, TensorRef, TensorView, TensorViewMut,
+};
 pub use tensor_dsl_macros::tensor_kernel;
 
 /// The kernel IR, its parser (for text, as the CLI uses it) and shape binding.

@@ -414,6 +414,103 @@ impl<'a, T: Element> From<&'a mut Tensor<T>> for TensorMut<'a> {
     }
 }
 
+/// A shape over borrowed row-major data: a kernel input without copying the data into a
+/// [`Tensor`] (`my_kernel::views(...)`, or [`crate::dispatch::call`] through
+/// [`TensorRef::from`]).
+///
+/// ```
+/// use tensor_dsl::{tensor_kernel, Tensor, TensorView, TensorViewMut};
+/// #[tensor_kernel]
+/// fn scale(x: &Tensor<f32>, y: &mut Tensor<f32>) {
+///     y[[i, j]] = 2.0 * x[[i, j]];
+/// }
+/// let data = vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+/// let mut out = vec![0.0f32; 6];
+/// scale::views(
+///     TensorView::new(&[2, 3], &data)?,
+///     TensorViewMut::new(&[2, 3], &mut out)?,
+/// )?;
+/// assert_eq!(out, [2.0, 4.0, 6.0, 8.0, 10.0, 12.0]);
+/// # Ok::<(), tensor_dsl::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct TensorView<'a, T: Element> {
+    shape: &'a [usize],
+    data: &'a [T],
+}
+
+/// A shape over borrowed, writable row-major data: a kernel output without a [`Tensor`].
+#[derive(Debug)]
+pub struct TensorViewMut<'a, T: Element> {
+    shape: &'a [usize],
+    data: &'a mut [T],
+}
+
+/// The number of elements of `shape`, checked against `len`.
+fn check_len(shape: &[usize], len: usize) -> Result<(), Error> {
+    let expected = element_count(shape).ok_or_else(|| Error::ShapeOverflow {
+        shape: shape.to_vec(),
+    })?;
+    if expected != len {
+        return Err(Error::DataLength {
+            shape: shape.to_vec(),
+            expected,
+            len,
+        });
+    }
+    Ok(())
+}
+
+impl<'a, T: Element> TensorView<'a, T> {
+    /// A view of `data` as a tensor of `shape`; an error when the lengths differ.
+    pub fn new(shape: &'a [usize], data: &'a [T]) -> Result<Self, Error> {
+        check_len(shape, data.len())?;
+        Ok(TensorView { shape, data })
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        self.shape
+    }
+
+    pub fn as_slice(&self) -> &[T] {
+        self.data
+    }
+}
+
+impl<'a, T: Element> TensorViewMut<'a, T> {
+    /// A writable view of `data` as a tensor of `shape`; an error when the lengths differ.
+    pub fn new(shape: &'a [usize], data: &'a mut [T]) -> Result<Self, Error> {
+        check_len(shape, data.len())?;
+        Ok(TensorViewMut { shape, data })
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        self.shape
+    }
+
+    pub fn as_slice(&self) -> &[T] {
+        self.data
+    }
+}
+
+impl<'a, T: Element> From<TensorView<'a, T>> for TensorRef<'a> {
+    fn from(v: TensorView<'a, T>) -> Self {
+        TensorRef {
+            shape: v.shape,
+            data: T::data(v.data),
+        }
+    }
+}
+
+impl<'a, T: Element> From<TensorViewMut<'a, T>> for TensorMut<'a> {
+    fn from(v: TensorViewMut<'a, T>) -> Self {
+        TensorMut {
+            shape: v.shape,
+            data: T::data_mut(v.data),
+        }
+    }
+}
+
 /// A dense, row-major tensor in host memory.
 #[derive(Clone, PartialEq)]
 pub struct Tensor<T: Element> {
@@ -440,6 +537,36 @@ impl<T: Element> Tensor<T> {
             });
         }
         Ok(Tensor { shape, data })
+    }
+
+    /// A tensor of the given shape holding a copy of `data` (row-major).
+    pub fn from_slice(shape: &[usize], data: &[T]) -> Result<Self, Error> {
+        Self::from_vec(shape.to_vec(), data.to_vec())
+    }
+
+    /// The same elements under another shape with the same number of elements (no copy).
+    ///
+    /// ```
+    /// use tensor_dsl::Tensor;
+    /// let t = Tensor::from_vec(vec![2, 3], vec![1.0f32; 6])?.reshape(&[3, 2])?;
+    /// assert_eq!(t.shape(), &[3, 2]);
+    /// assert!(t.clone().reshape(&[4]).is_err());
+    /// # Ok::<(), tensor_dsl::Error>(())
+    /// ```
+    pub fn reshape(self, shape: &[usize]) -> Result<Self, Error> {
+        check_len(shape, self.data.len())?;
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            data: self.data,
+        })
+    }
+
+    /// A borrowed view (what `my_kernel::views` takes).
+    pub fn view(&self) -> TensorView<'_, T> {
+        TensorView {
+            shape: &self.shape,
+            data: &self.data,
+        }
     }
 
     /// A tensor of the given shape over `values` rounded to `T` (to nearest, ties to even).

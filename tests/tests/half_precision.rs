@@ -185,3 +185,32 @@ fn element_types_are_part_of_the_ir_and_fingerprint() {
             .fingerprint()
     );
 }
+
+/// `name::views` runs on borrowed data of the declared types (no `Tensor` needed), and a
+/// view whose data does not fit its shape is an error, not a panic.
+#[test]
+fn views_call_on_borrowed_half_data() {
+    use tensor_dsl::{TensorView, TensorViewMut};
+    let a: Vec<f16> = [1.0f32, 2.0, 3.0, 4.0]
+        .iter()
+        .map(|&x| f16::from_f32(x))
+        .collect();
+    let b: Vec<f16> = [1.0f32, 0.0, 0.0, 1.0]
+        .iter()
+        .map(|&x| f16::from_f32(x))
+        .collect();
+    let mut c = vec![f16::ZERO; 4];
+    matmul_f16::views(
+        TensorView::new(&[2, 2], &a).unwrap(),
+        TensorView::new(&[2, 2], &b).unwrap(),
+        TensorViewMut::new(&[2, 2], &mut c).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(c, a);
+    assert!(TensorView::new(&[3, 2], &a).is_err());
+    let t = Tensor::from_slice(&[4], &a)
+        .unwrap()
+        .reshape(&[2, 2])
+        .unwrap();
+    assert_eq!(t.view().as_slice(), &a[..]);
+}
