@@ -227,8 +227,15 @@ pub fn call(
     {
         let bufs: Vec<&crate::runtime::cuda::DeviceBuffer> =
             inputs.iter().map(|t| t.buffer()).collect();
-        crate::dispatch::run_on_gpu(kernel, &extents, &shapes, &bufs, output.buffer_mut())
-            .map(|_| ())
+        crate::dispatch::run_on_gpu(
+            kernel,
+            &extents,
+            &shapes,
+            &bufs,
+            output.buffer_mut(),
+            &crate::Options::default(),
+        )
+        .map(|_| ())
     }
     #[cfg(not(feature = "cuda"))]
     {

@@ -84,12 +84,20 @@ pub fn call(
         data[p] = t.data;
     }
     match opts.resolve_device()? {
-        Device::Cuda => run_cuda(kernel, &extents, &shapes, &data, out),
+        Device::Cuda => run_cuda(kernel, &extents, &shapes, &data, out, opts),
         Device::Reference => {
             let mut buffers = HostBuffers { data: &data, out };
-            backend::run(&ReferenceBackend, kernel, &extents, &shapes, &mut buffers).map(|_| ())
+            backend::run(
+                &ReferenceBackend,
+                kernel,
+                &extents,
+                &shapes,
+                &mut buffers,
+                opts,
+            )
+            .map(|_| ())
         }
-        Device::Cpu => match run_cpu(kernel, &extents, &shapes, &data, out.reborrow()) {
+        Device::Cpu => match run_cpu(kernel, &extents, &shapes, &data, out.reborrow(), opts) {
             Err(cpu::CpuError::NoCompiler(why)) => {
                 if !WARNED_NO_CC.swap(true, Ordering::Relaxed) {
                     eprintln!(
@@ -114,11 +122,12 @@ fn run_cuda(
     shapes: &[&[usize]],
     data: &[Data<'_>],
     out: DataMut<'_>,
+    opts: &Options,
 ) -> Result<(), Error> {
     let gpu = crate::backend::cuda::CudaBackend::new()?;
     crate::runtime::cuda::run_host(kernel, shapes, data, out, |inputs, output| {
         let mut buffers = crate::backend::cuda::GpuBuffers { inputs, output };
-        let decision = backend::run(&gpu, kernel, extents, shapes, &mut buffers)?;
+        let decision = backend::run(&gpu, kernel, extents, shapes, &mut buffers, opts)?;
         Ok(crate::runtime::cuda::compile(kernel, extents, shapes, &decision.schedule)?.describe())
     })
 }
@@ -132,10 +141,11 @@ pub(crate) fn run_on_gpu(
     shapes: &[&[usize]],
     inputs: &[&crate::runtime::cuda::DeviceBuffer],
     output: &mut crate::runtime::cuda::DeviceBuffer,
+    opts: &Options,
 ) -> Result<(), Error> {
     let gpu = crate::backend::cuda::CudaBackend::new()?;
     let mut buffers = crate::backend::cuda::GpuBuffers { inputs, output };
-    backend::run(&gpu, kernel, extents, shapes, &mut buffers).map(|_| ())
+    backend::run(&gpu, kernel, extents, shapes, &mut buffers, opts).map(|_| ())
 }
 
 /// The schedule chosen for a (kernel, shapes) on the GPU, and where it came from.
@@ -155,7 +165,14 @@ pub fn cuda_decision(
 ) -> Result<Arc<CudaDecision>, Error> {
     let gpu = crate::backend::cuda::CudaBackend::new()?;
     let mut buffers = crate::backend::cuda::GpuBuffers { inputs, output };
-    backend::decide(&gpu, kernel, extents, shapes, &mut buffers)
+    backend::decide(
+        &gpu,
+        kernel,
+        extents,
+        shapes,
+        &mut buffers,
+        &Options::default(),
+    )
 }
 
 /// The schedule a GPU record stands for, if it is valid in this template and fits `target`.
@@ -179,6 +196,7 @@ fn run_cuda(
     _shapes: &[&[usize]],
     _data: &[Data<'_>],
     _out: DataMut<'_>,
+    _opts: &Options,
 ) -> Result<(), Error> {
     Err(Error::DeviceUnavailable {
         device: Device::Cuda.name().into(),
@@ -186,51 +204,14 @@ fn run_cuda(
     })
 }
 
-/// When a call may tune: `TENSOR_DSL_TUNE=off` (the default: a first call never pauses for
-/// minutes unless asked to) or `first-call`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TunePolicy {
-    Off,
-    FirstCall,
-}
+pub use crate::options::TunePolicy;
 
-/// `TENSOR_DSL_TUNE`, `TENSOR_DSL_TRIALS` (default 64) and `TENSOR_DSL_TUNE_SECONDS`
-/// (default 120) as a policy and tuning options.
-pub fn tune_settings() -> Result<(TunePolicy, TuneOptions), Error> {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let policy = match var("TENSOR_DSL_TUNE").as_deref().map(str::trim) {
-        None | Some("off") | Some("0") => TunePolicy::Off,
-        Some("first-call") => TunePolicy::FirstCall,
-        Some(other) => {
-            return Err(Error::InvalidSetting {
-                name: "TENSOR_DSL_TUNE".into(),
-                value: other.into(),
-                expected: "off or first-call".into(),
-            })
-        }
-    };
-    let number = |name: &str| -> Result<Option<f64>, Error> {
-        match var(name) {
-            None => Ok(None),
-            Some(v) => v
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|x| *x > 0.0)
-                .map(Some)
-                .ok_or(Error::InvalidSetting {
-                    name: name.into(),
-                    value: v,
-                    expected: "a positive number".into(),
-                }),
-        }
-    };
-    let mut opts = TuneOptions::default();
-    if let Some(t) = number("TENSOR_DSL_TRIALS")? {
-        opts.trials = t as usize;
-    }
-    opts.seconds = Some(number("TENSOR_DSL_TUNE_SECONDS")?.unwrap_or(120.0));
-    Ok((policy, opts))
+/// The tuning policy and options of a call: [`Options`]' settings, each overridden by its
+/// environment variable when set (`TENSOR_DSL_TUNE`, `TENSOR_DSL_TRIALS` (default 64),
+/// `TENSOR_DSL_TUNE_SECONDS` (default 120), `TENSOR_DSL_STRATEGY`). An unknown value is an
+/// [`Error::InvalidSetting`] that says what is accepted.
+pub fn tune_settings(opts: &Options) -> Result<(TunePolicy, TuneOptions), Error> {
+    opts.tune_settings()
 }
 
 /// The schedule chosen for a (kernel, shapes) on the CPU, and where it came from.
@@ -254,6 +235,7 @@ pub fn cpu_decision(
         extents,
         shapes,
         &mut buffers,
+        &Options::default(),
     )?)
 }
 
@@ -264,10 +246,11 @@ fn run_cpu(
     shapes: &[&[usize]],
     data: &[Data<'_>],
     out: DataMut<'_>,
+    opts: &Options,
 ) -> Result<(), cpu::CpuError> {
     cpu::compiler().map_err(cpu::CpuError::NoCompiler)?;
     let mut buffers = HostBuffers { data, out };
-    backend::run(&CpuBackend, kernel, extents, shapes, &mut buffers)?;
+    backend::run(&CpuBackend, kernel, extents, shapes, &mut buffers, opts)?;
     Ok(())
 }
 

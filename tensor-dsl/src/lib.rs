@@ -45,7 +45,7 @@ pub mod tuned;
 pub use device_tensor::DeviceTensor;
 pub use error::Error;
 pub use half::{bf16, f16};
-pub use options::{Device, Options};
+pub use options::{Device, Options, TunePolicy};
 pub use tensor::{
     Buffer, Data, DataMut, Element, Tensor, TensorMut, TensorRef, TensorView, TensorViewMut,
 };

@@ -83,10 +83,59 @@ impl fmt::Display for Device {
     }
 }
 
-/// Options for a call made through `my_kernel::with(&opts)`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// When a call may tune: never (the default: a first call never pauses for minutes unless
+/// asked to), or at the first call of each shape that has no record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TunePolicy {
+    #[default]
+    Off,
+    FirstCall,
+}
+
+impl TunePolicy {
+    /// Parses `off` (or `0`) and `first-call`.
+    pub fn parse(s: &str) -> Result<TunePolicy, Error> {
+        match s.trim() {
+            "off" | "0" => Ok(TunePolicy::Off),
+            "first-call" => Ok(TunePolicy::FirstCall),
+            other => Err(Error::InvalidSetting {
+                name: "TENSOR_DSL_TUNE".into(),
+                value: other.into(),
+                expected: "off or first-call".into(),
+            }),
+        }
+    }
+}
+
+/// Options for a call made through `my_kernel::with(&opts)`: a builder. Every setting has
+/// an environment variable, which overrides it when set (so a deployed program can be
+/// steered without a rebuild):
+///
+/// | builder | variable | values (default) |
+/// |---|---|---|
+/// | [`device`](Options::device) | `TENSOR_DSL_DEVICE` | `cuda` (or `gpu`), `cpu`, `reference` (CUDA if usable, else CPU) |
+/// | [`tune`](Options::tune) | `TENSOR_DSL_TUNE` | `off`, `first-call` (`off`) |
+/// | [`trials`](Options::trials) | `TENSOR_DSL_TRIALS` | a positive number (64) |
+/// | [`tune_seconds`](Options::tune_seconds) | `TENSOR_DSL_TUNE_SECONDS` | a positive number (120) |
+/// | [`strategy`](Options::strategy) | `TENSOR_DSL_STRATEGY` | a `tuner` strategy name (`opevo-droplet`) |
+///
+/// ```
+/// use tensor_dsl::{Device, Options, TunePolicy};
+/// let opts = Options::new()
+///     .device(Device::Cpu)
+///     .tune(TunePolicy::FirstCall)
+///     .trials(32)
+///     .tune_seconds(60.0)
+///     .strategy("droplet");
+/// assert_eq!(opts.device_choice(), Some(Device::Cpu));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Options {
     device: Option<Device>,
+    tune: Option<TunePolicy>,
+    trials: Option<usize>,
+    tune_seconds: Option<f64>,
+    strategy: Option<String>,
 }
 
 impl Options {
@@ -99,6 +148,79 @@ impl Options {
     pub fn device(mut self, device: Device) -> Self {
         self.device = Some(device);
         self
+    }
+
+    /// Whether a call may tune (see [`TunePolicy`]).
+    pub fn tune(mut self, policy: TunePolicy) -> Self {
+        self.tune = Some(policy);
+        self
+    }
+
+    /// The measurement budget of first-call tuning.
+    pub fn trials(mut self, trials: usize) -> Self {
+        self.trials = Some(trials);
+        self
+    }
+
+    /// The wall-clock budget of first-call tuning, in seconds.
+    pub fn tune_seconds(mut self, seconds: f64) -> Self {
+        self.tune_seconds = Some(seconds);
+        self
+    }
+
+    /// The search strategy of first-call tuning (`tuner::strategy::STRATEGY_NAMES`).
+    pub fn strategy(mut self, name: &str) -> Self {
+        self.strategy = Some(name.to_string());
+        self
+    }
+
+    /// The tuning policy and options these options give, each overridden by its variable.
+    pub fn tune_settings(&self) -> Result<(TunePolicy, crate::autotune::TuneOptions), Error> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let policy = match var("TENSOR_DSL_TUNE") {
+            Some(v) => TunePolicy::parse(&v)?,
+            None => self.tune.unwrap_or_default(),
+        };
+        let number = |name: &str| -> Result<Option<f64>, Error> {
+            match var(name) {
+                None => Ok(None),
+                Some(v) => v
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| *x > 0.0 && x.is_finite())
+                    .map(Some)
+                    .ok_or(Error::InvalidSetting {
+                        name: name.into(),
+                        value: v,
+                        expected: "a positive number".into(),
+                    }),
+            }
+        };
+        let mut opts = crate::autotune::TuneOptions::default();
+        if let Some(t) = number("TENSOR_DSL_TRIALS")?
+            .map(|t| t as usize)
+            .or(self.trials)
+        {
+            opts.trials = t.max(1);
+        }
+        opts.seconds = Some(
+            number("TENSOR_DSL_TUNE_SECONDS")?
+                .or(self.tune_seconds)
+                .unwrap_or(120.0),
+        );
+        if let Some(s) = var("TENSOR_DSL_STRATEGY").or_else(|| self.strategy.clone()) {
+            let s = s.trim().to_string();
+            if !tuner::strategy::STRATEGY_NAMES.contains(&s.as_str()) {
+                return Err(Error::InvalidSetting {
+                    name: "TENSOR_DSL_STRATEGY".into(),
+                    value: s,
+                    expected: format!("one of {}", tuner::strategy::STRATEGY_NAMES.join(", ")),
+                });
+            }
+            opts.strategy = s;
+        }
+        Ok((policy, opts))
     }
 
     /// The device set with [`Options::device`], if any.

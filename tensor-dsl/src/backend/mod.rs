@@ -22,8 +22,8 @@ pub mod cuda;
 pub mod reference;
 
 use crate::autotune::{TuneOptions, TuneOutcome};
-use crate::dispatch::{tune_settings, TunePolicy};
 use crate::ir::Kernel;
+use crate::options::{Options, TunePolicy};
 use crate::records::{self, Key, Record, RecordStore};
 use crate::tuned::{self, Memo, Source};
 use crate::Error;
@@ -106,20 +106,21 @@ pub trait Backend: Sync {
 
 /// Decides the schedule of this call on `backend` (once per kernel and shapes), in the
 /// documented order: embedded records, the user cache, tuning now
-/// (`TENSOR_DSL_TUNE=first-call`), the nearest tuned shape (if timed on the call's buffers
-/// to be no slower), the default.
+/// (`TENSOR_DSL_TUNE=first-call` or [`Options::tune`], with the budget of `call_opts`), the
+/// nearest tuned shape (if timed on the call's buffers to be no slower), the default.
 pub fn decide<B: Backend>(
     backend: &B,
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
     buffers: &mut B::Buffers<'_>,
+    call_opts: &Options,
 ) -> Result<Arc<Decision<B::Schedule>>, Error> {
     let fingerprint = kernel.fingerprint();
     backend
         .memo()
         .get_or_try(&fingerprint, shapes, B::NAME, || {
-            let decision = decide_now(backend, kernel, extents, shapes, buffers)?;
+            let decision = decide_now(backend, kernel, extents, shapes, buffers, call_opts)?;
             if tuned::log_dispatch() {
                 eprintln!(
                     "tensor-dsl: {} {} {} schedule from {}",
@@ -139,7 +140,11 @@ fn decide_now<B: Backend>(
     extents: &[usize],
     shapes: &[&[usize]],
     buffers: &mut B::Buffers<'_>,
+    call_opts: &Options,
 ) -> Result<Decision<B::Schedule>, Error> {
+    // Settings are checked at every decision, so a mistyped value is an error, not ignored.
+    tuned::log_setting()?;
+    let (policy, opts) = call_opts.tune_settings()?;
     let default = backend.default_schedule(kernel, extents);
     if !backend.has_space(kernel, extents) {
         return Ok(Decision {
@@ -153,7 +158,6 @@ fn decide_now<B: Backend>(
             return Ok(Decision { schedule, source });
         }
     }
-    let (policy, opts) = tune_settings()?;
     if policy == TunePolicy::FirstCall && backend.can_tune() {
         let owned: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
         let result = with_progress(kernel, &opts, |progress| {
@@ -256,8 +260,9 @@ pub fn run<B: Backend>(
     extents: &[usize],
     shapes: &[&[usize]],
     buffers: &mut B::Buffers<'_>,
+    call_opts: &Options,
 ) -> Result<Arc<Decision<B::Schedule>>, Error> {
-    let decision = decide(backend, kernel, extents, shapes, buffers)?;
+    let decision = decide(backend, kernel, extents, shapes, buffers, call_opts)?;
     backend.run(kernel, extents, shapes, buffers, &decision.schedule)?;
     Ok(decision)
 }
