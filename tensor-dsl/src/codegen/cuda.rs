@@ -81,7 +81,7 @@ impl Dialect for CudaDialect {
     fn loop_pragma(&self, kind: LoopKind, _cx: LoopContext) -> Result<Option<String>, String> {
         match kind {
             LoopKind::Unrolled(_) | LoopKind::Vectorized(_) => Ok(Some("#pragma unroll".into())),
-            LoopKind::Serial | LoopKind::ThreadStrided => Ok(None),
+            LoopKind::Serial | LoopKind::InOrder | LoopKind::ThreadStrided => Ok(None),
             LoopKind::Parallel => Err("CPU-parallel loops cannot be printed as CUDA".into()),
         }
     }

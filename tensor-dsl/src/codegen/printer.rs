@@ -81,6 +81,11 @@ pub trait Dialect {
     /// The pragma before a loop, if any.
     fn loop_pragma(&self, kind: LoopKind, cx: LoopContext) -> Result<Option<String>, String>;
 
+    /// An assumption ([`Stmt::Assume`]) as a statement, or nothing: by default it is dropped.
+    fn assume(&self, _cond: &str) -> Result<Option<String>, String> {
+        Ok(None)
+    }
+
     /// The pragma opening a parallel region.
     fn parallel_region(&self) -> Result<&'static str, String> {
         unsupported("a parallel region")
@@ -324,11 +329,27 @@ impl Printer<'_> {
                     }
                     out.line(d, "}");
                 } else {
-                    out.line(d, &format!("if ({cond})"));
-                    self.stmts(out, d + 1, then, in_region)?;
-                    if let Some(e) = els {
-                        out.line(d, "else");
-                        self.stmts(out, d + 1, e, in_region)?;
+                    // An `else` holding only another unbraced `if` prints as `else if`.
+                    let (mut cond, mut then, mut els, mut head) = (cond, then, els, "if");
+                    loop {
+                        out.line(d, &format!("{head} ({cond})"));
+                        self.stmts(out, d + 1, then, in_region)?;
+                        match els.as_deref() {
+                            Some(
+                                [Stmt::If {
+                                    cond: c,
+                                    then: t,
+                                    els: e,
+                                    braced: false,
+                                }],
+                            ) => (cond, then, els, head) = (c, t, e, "else if"),
+                            Some(e) => {
+                                out.line(d, "else");
+                                self.stmts(out, d + 1, e, in_region)?;
+                                break;
+                            }
+                            None => break,
+                        }
                     }
                 }
             }
@@ -402,6 +423,11 @@ impl Printer<'_> {
             Stmt::Barrier => out.line(d, self.d.barrier()?),
             Stmt::Call { func, args } => out.line(d, &format!("{func}({});", args.join(", "))),
             Stmt::Return => out.line(d, "return;"),
+            Stmt::Assume(cond) => {
+                if let Some(line) = self.d.assume(cond)? {
+                    out.line(d, &line);
+                }
+            }
         }
         Ok(())
     }
