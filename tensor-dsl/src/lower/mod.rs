@@ -54,11 +54,6 @@ use crate::ir::{Access, DType, Expr, Kernel};
 /// The type the compute statement, accumulators and epilogues work in.
 pub const COMPUTE: DType = DType::F32;
 
-/// Bytes of one element of `dtype`.
-pub fn bytes(dtype: DType) -> usize {
-    dtype.size()
-}
-
 /// A buffer of a [`Nest`]: its position in [`Nest::buffers`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BufId(pub usize);
@@ -101,7 +96,7 @@ impl Buffer {
 
     /// Bytes of the buffer.
     pub fn bytes(&self) -> usize {
-        self.elements().saturating_mul(bytes(self.dtype))
+        self.elements().saturating_mul(self.dtype.size())
     }
 }
 
