@@ -11,7 +11,6 @@ mod baseline;
 mod cuda;
 mod landscape;
 mod load;
-mod plot;
 mod report;
 mod run;
 mod timing;
@@ -331,11 +330,11 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         }
     }
     if let Some(path) = &args.plot {
-        let series: Vec<plot::Series> = report
+        let series: Vec<tuner::plot::Series> = report
             .results
             .iter()
             .filter(|r| !r.history.is_empty())
-            .map(|r| plot::Series {
+            .map(|r| tuner::plot::Series {
                 name: r.name.clone(),
                 history: r.history.clone(),
             })
@@ -345,7 +344,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             "{} on {} — {} ({} trials, seed {})",
             args.suite, on, settings.strategy, settings.trials, settings.seed
         );
-        plot::draw(path, &title, &series)?;
+        tuner::plot::draw(path, &title, &series)?;
     }
     print!("{}", report::table(&report.results));
     let failed = report.results.iter().any(|r| r.status == "failed");

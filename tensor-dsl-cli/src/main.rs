@@ -106,6 +106,9 @@ enum Command {
         /// tune_seconds, history) instead of a sentence.
         #[arg(long)]
         json: bool,
+        /// Also draw best-so-far GFLOPS against trials into this SVG file.
+        #[arg(long, value_name = "FILE.svg")]
+        svg: Option<std::path::PathBuf>,
     },
     /// Measure every point of the kernel's CPU space and append them to a records file (for
     /// offline strategy comparisons with `replay`).
@@ -151,14 +154,18 @@ enum Command {
 
 #[derive(Subcommand)]
 enum RecordsAction {
-    /// Print records (default file: the user cache).
+    /// Summarise records, one line per key with its best (default file: the user cache);
+    /// `--all` prints every measurement.
     Show {
         files: Vec<std::path::PathBuf>,
-        /// Only this kernel fingerprint.
+        /// Only this kernel: its name, or its fingerprint (or a prefix of it).
         #[arg(long)]
         kernel: Option<String>,
         #[arg(long)]
         json: bool,
+        /// Every measurement, one per line, instead of one summary line per key.
+        #[arg(long)]
+        all: bool,
     },
     /// The fastest valid record per (kernel, shapes, target, codegen version).
     Best {
@@ -208,15 +215,17 @@ fn main() -> ExitCode {
             seed,
             records,
             json,
+            svg,
         } => tune::run(
-            &kernel, &device, &strategy, trials, seconds, seed, records, json,
+            &kernel, &device, &strategy, trials, seconds, seed, records, json, svg,
         ),
         Command::Records { action } => match action {
             RecordsAction::Show {
                 files,
                 kernel,
                 json,
-            } => records_cmd::show(&files, kernel.as_deref(), json),
+                all,
+            } => records_cmd::show(&files, kernel.as_deref(), json, all),
             RecordsAction::Best { files, json } => records_cmd::best(&files, json),
             RecordsAction::Merge { files, out } => records_cmd::merge(&files, &out),
             RecordsAction::Export { files, target, out } => {

@@ -257,6 +257,7 @@ mod tests {
         Record {
             version: RECORD_VERSION,
             kernel: String::new(),
+            name: String::new(),
             kernel_text: String::new(),
             shapes: Vec::new(),
             dtype: "f32".into(),

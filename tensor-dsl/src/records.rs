@@ -9,6 +9,7 @@
 //! let r = Record {
 //!     version: tensor_dsl::records::RECORD_VERSION,
 //!     kernel: "ff683267e78ef47e".into(),
+//!     name: "matmul".into(),
 //!     kernel_text: "c[[i, j]] += (a[[i, k]] * b[[k, j]]);".into(),
 //!     shapes: vec![vec![64, 32], vec![32, 48], vec![64, 48]],
 //!     dtype: "f32".into(),
@@ -97,6 +98,10 @@ pub struct Record {
     pub version: u32,
     /// Kernel fingerprint.
     pub kernel: String,
+    /// The kernel's name (the Rust function's, or the CLI's `--name`), for people and
+    /// `records show`; not part of the key (kernels with one fingerprint share records).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
     /// The kernel in the language's syntax, for people reading the file.
     pub kernel_text: String,
     /// Shapes of the parameters, in declaration order.

@@ -12,6 +12,7 @@ fn record(kernel: &str, shape: usize, seconds: Option<f64>) -> Record {
     Record {
         version: RECORD_VERSION,
         kernel: kernel.into(),
+        name: String::new(),
         kernel_text: "c[[i]] = a[[i]];".into(),
         shapes: vec![vec![shape], vec![shape]],
         dtype: "f32".into(),

@@ -224,6 +224,8 @@ fn with_progress<T>(
         }
     });
     if let Some(pb) = bar {
+        // A time budget may stop short of the trials: the bar ends at what was done.
+        pb.set_length(pb.position());
         pb.finish_and_clear();
     }
     result
