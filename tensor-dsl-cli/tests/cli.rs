@@ -225,7 +225,10 @@ fn tune_then_records_best_export_merge() {
     // Not a terminal: no progress line, no carriage returns or escape codes.
     assert!(!err.contains('\r') && !err.contains('\u{1b}'), "{err:?}");
     let svg = std::fs::read_to_string(dir.join("tuning.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("best-so-far GFLOPS"), "{svg}");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("best-so-far GFLOPS"),
+        "{svg}"
+    );
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["trials"], 5);
     assert!(v["best_gflops"].as_f64().unwrap() > 0.0);
@@ -237,7 +240,10 @@ fn tune_then_records_best_export_merge() {
     // `records show` summarises: one line per key, naming the kernel; `--all` lists all.
     let (code, out, _) = tensor_dsl(&["records", "show", recs.to_str().unwrap()]);
     assert_eq!((code, out.lines().count()), (0, 1), "{out}");
-    assert!(out.starts_with("kernel [24x16, 16x40, 24x40] f32 cpu"), "{out}");
+    assert!(
+        out.starts_with("kernel [24x16, 16x40, 24x40] f32 cpu"),
+        "{out}"
+    );
     assert!(out.contains("5 measured") && out.contains("best "), "{out}");
     let (code, out, _) = tensor_dsl(&["records", "show", recs.to_str().unwrap(), "--all"]);
     assert_eq!((code, out.lines().count()), (0, 5), "{out}");
@@ -251,7 +257,10 @@ fn tune_then_records_best_export_merge() {
     ]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!((v["name"].as_str(), v["measured"].as_u64()), (Some("kernel"), Some(5)));
+    assert_eq!(
+        (v["name"].as_str(), v["measured"].as_u64()),
+        (Some("kernel"), Some(5))
+    );
     let (_, out, _) = tensor_dsl(&["records", "show", recs.to_str().unwrap(), "--kernel", "x"]);
     assert!(out.is_empty(), "{out}");
     let shipped = dir.join("tuned.jsonl");

@@ -120,6 +120,33 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
             )
         }
     };
+    // `name::device(...)`: the call on tensors that stay in GPU memory.
+    let device_types = v.params.iter().map(|p| {
+        let elem = elem_type(p.dtype);
+        if p.is_output {
+            quote!(&mut ::tensor_dsl::DeviceTensor<#elem>)
+        } else {
+            quote!(&::tensor_dsl::DeviceTensor<#elem>)
+        }
+    });
+    let device_in = in_args.clone();
+    let device_doc = format!(
+        " `{name}` on tensors in GPU memory (`DeviceTensor::from_host(&t)?`, \
+         `DeviceTensor::zeros(&shape)?`), in the declaration's order and types: no copies \
+         between chained calls; `out.to_host()?` copies a result back."
+    );
+    let views = quote! {
+        #views
+        #[doc = #device_doc]
+        #[allow(dead_code, clippy::result_large_err)]
+        pub fn device(#(#args: #device_types),*) -> #ret {
+            ::tensor_dsl::device_tensor::call(
+                self::kernel(),
+                &[#(#device_in as &dyn ::tensor_dsl::device_tensor::DeviceArg),*],
+                #out_arg,
+            )
+        }
+    };
     let companion = companion_mod(
         f,
         &Companion {
