@@ -99,9 +99,9 @@ pub fn call(
         Device::Cpu => match run_cpu(kernel, &extents, &shapes, &data, out.reborrow(), opts) {
             Err(cpu::CpuError::NoCompiler(why)) => {
                 if !WARNED_NO_CC.swap(true, Ordering::Relaxed) {
-                    eprintln!(
-                        "tensor-dsl: warning: no C compiler ({why}); falling back to the reference interpreter (slow). Install a C compiler or set CC."
-                    );
+                    crate::log::warn(format_args!(
+                        "no C compiler ({why}); falling back to the reference interpreter (slow). Install a C compiler or set CC."
+                    ));
                 }
                 reference::run(kernel, &extents, &shapes, &data, out);
                 Ok(())

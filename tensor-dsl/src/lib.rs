@@ -32,6 +32,7 @@ pub mod dispatch;
 mod error;
 pub mod features;
 pub mod files;
+pub mod log;
 pub mod lower;
 pub mod measure;
 mod options;

@@ -293,10 +293,10 @@ pub fn read(path: &Path) -> Result<(Vec<Record>, usize), Error> {
     if skipped > 0 {
         static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            eprintln!(
-                "tensor-dsl: warning: ignoring {skipped} unreadable or foreign-version line(s) in {} (the next write repairs the file)",
+            crate::log::warn(format_args!(
+                "ignoring {skipped} unreadable or foreign-version line(s) in {} (the next write repairs the file)",
                 path.display()
-            );
+            ));
         }
     }
     Ok((out, skipped))

@@ -143,37 +143,6 @@ pub fn nearest(key: &Key) -> Option<Record> {
     cache_index().nearest(key).cloned()
 }
 
-/// What `TENSOR_DSL_LOG` may name (comma-separated).
-pub const LOG_VALUES: [&str; 2] = ["dispatch", "off"];
-
-/// Whether `TENSOR_DSL_LOG` asks for dispatch lines; an [`crate::Error::InvalidSetting`]
-/// naming the accepted values when it holds anything else.
-pub fn log_setting() -> Result<bool, crate::Error> {
-    let Ok(v) = std::env::var("TENSOR_DSL_LOG") else {
-        return Ok(false);
-    };
-    let parts: Vec<&str> = v
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .collect();
-    match parts.iter().find(|p| !LOG_VALUES.contains(p)) {
-        Some(bad) => Err(crate::Error::InvalidSetting {
-            name: "TENSOR_DSL_LOG".into(),
-            value: (*bad).into(),
-            expected: format!("a comma-separated list of {}", LOG_VALUES.join(", ")),
-        }),
-        None => Ok(parts.contains(&"dispatch")),
-    }
-}
-
-/// Whether `TENSOR_DSL_LOG` asks for dispatch lines (read once per process; an invalid
-/// value is reported by the decision that reads [`log_setting`]).
-pub fn log_dispatch() -> bool {
-    static L: OnceLock<bool> = OnceLock::new();
-    *L.get_or_init(|| log_setting().unwrap_or(false))
-}
-
 /// (kernel fingerprint, shapes, device name).
 type MemoKey = (String, Vec<Vec<usize>>, &'static str);
 

@@ -121,15 +121,7 @@ pub fn decide<B: Backend>(
         .memo()
         .get_or_try(&fingerprint, shapes, B::NAME, || {
             let decision = decide_now(backend, kernel, extents, shapes, buffers, call_opts)?;
-            if tuned::log_dispatch() {
-                eprintln!(
-                    "tensor-dsl: {} {} {} schedule from {}",
-                    kernel.name,
-                    shapes_text(shapes),
-                    B::NAME,
-                    decision.source
-                );
-            }
+            crate::log::dispatch(&kernel.name, &shapes_text(shapes), B::NAME, decision.source);
             Ok(decision)
         })
 }
@@ -143,7 +135,7 @@ fn decide_now<B: Backend>(
     call_opts: &Options,
 ) -> Result<Decision<B::Schedule>, Error> {
     // Settings are checked at every decision, so a mistyped value is an error, not ignored.
-    tuned::log_setting()?;
+    crate::log::log_setting()?;
     let (policy, opts) = call_opts.tune_settings()?;
     let default = backend.default_schedule(kernel, extents);
     if !backend.has_space(kernel, extents) {
@@ -164,15 +156,13 @@ fn decide_now<B: Backend>(
             backend.tune(kernel, &owned, &opts, progress)
         })?;
         save_tuned(&result.records);
-        if std::io::stderr().is_terminal() || tuned::log_dispatch() {
-            eprintln!(
-                "tensor-dsl: tuned {} {} on {}: {}",
-                kernel.name,
-                shapes_text(shapes),
-                B::NAME,
-                result.summary()
-            );
-        }
+        crate::log::tuned(
+            &kernel.name,
+            &shapes_text(shapes),
+            B::NAME,
+            &result.summary(),
+            std::io::stderr().is_terminal(),
+        );
         if let Some((schedule, _)) = result.best {
             return Ok(Decision {
                 schedule,
@@ -235,7 +225,7 @@ fn with_progress<T>(
 /// still uses what it found) and makes the next lookup read them.
 fn save_tuned(found: &[Record]) {
     if let Err(e) = records::JsonlFile::user_cache().commit(found) {
-        eprintln!("tensor-dsl: warning: could not save tuning records: {e}");
+        crate::log::warn(format_args!("could not save tuning records: {e}"));
     }
     tuned::forget_cache();
 }

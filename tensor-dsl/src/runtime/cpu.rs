@@ -104,7 +104,13 @@ pub fn compile_shared_object(source: &str, out: &Path) -> Result<(), String> {
     let cc = compiler()?;
     let src = out.with_extension("c");
     std::fs::write(&src, source).map_err(|e| format!("{}: {e}", src.display()))?;
+    let start = std::time::Instant::now();
     let result = try_compile(&cc.program, &cc.flags, &src, out);
+    crate::log::compiled(
+        &out.file_stem().unwrap_or_default().to_string_lossy(),
+        &cc.program,
+        start.elapsed().as_secs_f64(),
+    );
     let _ = std::fs::remove_file(&src);
     result.map_err(|log| format!("{} {}:\n{log}", cc.program, cc.flags.join(" ")))
 }
@@ -144,7 +150,9 @@ pub fn compiler() -> Result<&'static Compiler, String> {
                         let _ = std::fs::remove_file(&src);
                         let _ = std::fs::remove_dir(&dir);
                         if !openmp {
-                            eprintln!("tensor-dsl: warning: `{program}` has no OpenMP; CPU kernels run on one core");
+                            crate::log::warn(format_args!(
+                                "`{program}` has no OpenMP; CPU kernels run on one core"
+                            ));
                         }
                         let version = Command::new(&program)
                             .arg("--version")

@@ -44,7 +44,10 @@ pub fn compile_ptx(name: &str, source: &str, arch: &str) -> Result<String, Error
         name: Some(format!("{name}.cu")),
         ..Default::default()
     };
-    cudarc::nvrtc::compile_ptx_with_opts(source, opts)
+    let start = std::time::Instant::now();
+    let result = cudarc::nvrtc::compile_ptx_with_opts(source, opts);
+    crate::log::compiled(name, "nvrtc", start.elapsed().as_secs_f64());
+    result
         .map(|ptx| ptx.to_src())
         .map_err(|e| Error::Compile {
             kernel: name.into(),
