@@ -47,18 +47,16 @@ pub fn compile_ptx(name: &str, source: &str, arch: &str) -> Result<String, Error
     let start = std::time::Instant::now();
     let result = cudarc::nvrtc::compile_ptx_with_opts(source, opts);
     crate::log::compiled(name, "nvrtc", start.elapsed().as_secs_f64());
-    result
-        .map(|ptx| ptx.to_src())
-        .map_err(|e| Error::Compile {
-            kernel: name.into(),
-            compiler: format!("nvrtc --gpu-architecture={arch}"),
-            log: match e {
-                cudarc::nvrtc::CompileError::CompileError { log, .. } => {
-                    log.to_string_lossy().into_owned()
-                }
-                other => format!("{other:?}"),
-            },
-        })
+    result.map(|ptx| ptx.to_src()).map_err(|e| Error::Compile {
+        kernel: name.into(),
+        compiler: format!("nvrtc --gpu-architecture={arch}"),
+        log: match e {
+            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                log.to_string_lossy().into_owned()
+            }
+            other => format!("{other:?}"),
+        },
+    })
 }
 
 /// [`compile_ptx`] through a per-process memory cache and the disk cache beside the records:
