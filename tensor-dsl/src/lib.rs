@@ -40,6 +40,7 @@ pub mod reference;
 pub mod runtime;
 pub mod template;
 pub mod tensor;
+pub mod tune_once;
 pub mod tuned;
 
 pub use device_tensor::DeviceTensor;
