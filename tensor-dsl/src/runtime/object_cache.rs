@@ -40,7 +40,7 @@ pub fn max_bytes() -> u64 {
 pub fn publish(path: &Path, write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>) {
     if crate::files::replace_with(path, write).is_ok() {
         if let Some(dir) = path.parent() {
-            prune(dir, max_bytes());
+            prune(dir, max_bytes() - crate::records::max_bytes());
         }
     }
 }
