@@ -41,7 +41,7 @@ pub fn compile_ptx(name: &str, source: &str, arch: &str) -> Result<String, Error
     }
     let opts = cudarc::nvrtc::CompileOptions {
         options: vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()],
-        name: Some(format!("{name}.cu")),
+        name: Some(format!("{}.cu", crate::codegen::c_identifier(name))),
         ..Default::default()
     };
     cudarc::nvrtc::compile_ptx_with_opts(source, opts)
