@@ -952,7 +952,7 @@ type Slot = Arc<OnceLock<Result<Arc<CompiledKernel>, BuildError>>>;
 /// Loaded modules, bounded (least recently used evicted): a long tuning session loads a
 /// module per candidate, and each holds GPU memory until its last user drops it.
 static CACHE: OnceLock<Mutex<super::lru::Lru<String, Slot>>> = OnceLock::new();
-/// The most modules [`CACHE`] keeps.
+/// The most loaded modules the per-process memo of [`compile`] keeps.
 pub const MODULE_MEMO_ENTRIES: usize = 256;
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
