@@ -39,6 +39,10 @@ fn child_calls() {
 }
 
 fn run_child(cache: &Path) -> std::process::Output {
+    run_child_tuning(cache, "off")
+}
+
+fn run_child_tuning(cache: &Path, tune: &str) -> std::process::Output {
     std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -51,7 +55,9 @@ fn run_child(cache: &Path) -> std::process::Output {
         .env("TENSOR_DSL_CACHE", cache)
         .env("TENSOR_DSL_DEVICE", "cpu")
         .env_remove("TENSOR_DSL_NO_DISK_CACHE")
-        .env_remove("TENSOR_DSL_TUNE")
+        .env("TENSOR_DSL_TUNE", tune)
+        .env("TENSOR_DSL_TRIALS", "3")
+        .env("TENSOR_DSL_STRATEGY", "random")
         .output()
         .unwrap()
 }
@@ -133,6 +139,60 @@ fn every_kind_of_damage_is_survived_and_repaired() {
                 "{what}: recompiled objects are the same code"
             );
         }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn all_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            all_files(&p, out);
+        } else {
+            out.push(p);
+        }
+    }
+}
+
+/// A cache populated by first-call tuning (records, objects, lock files), then every file
+/// in it damaged in turn by each kind of damage: the next process, tuning again, runs
+/// correctly and exits 0.
+#[test]
+fn a_tuned_cache_damaged_everywhere_is_survived() {
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-damage-all-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = dir.join("cache");
+    let first = run_child_tuning(&cache, "first-call");
+    assert!(first.status.success(), "{first:?}");
+    for round in 0..4 {
+        let mut paths = Vec::new();
+        all_files(&cache, &mut paths);
+        assert!(paths.len() >= 3, "{paths:?}");
+        let objs = objects(&cache);
+        for (n, p) in paths.iter().enumerate() {
+            let bytes = std::fs::read(p).unwrap();
+            let damaged = match (round + n) % 4 {
+                0 => bytes[..bytes.len() / 2].to_vec(),
+                1 => noise(bytes.len().max(16), n as u64),
+                2 => String::from_utf8_lossy(&bytes)
+                    .replace("\"version\":1", "\"version\":77")
+                    .replace("\"codegen\":", "\"codegen\":9")
+                    .into_bytes(),
+                _ => objs
+                    .iter()
+                    .find(|o| *o != p)
+                    .map(|o| std::fs::read(o).unwrap())
+                    .unwrap_or_default(),
+            };
+            std::fs::write(p, damaged).unwrap();
+        }
+        let out = run_child_tuning(&cache, "first-call");
+        assert!(
+            out.status.success(),
+            "round {round}: {:?}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
