@@ -165,16 +165,18 @@ impl Affine {
         }
     }
 
-    /// Smallest and largest value over the box `0 <= index < extents[index]`.
+    /// Smallest and largest value over the box `0 <= index < extents[index]` (saturating at
+    /// the ends of `i64` for absurd extents, so it never overflows).
     pub fn range(&self, extents: &[usize]) -> (i64, i64) {
         let mut lo = self.offset;
         let mut hi = self.offset;
         for &(v, c) in &self.terms {
-            let top = c * (extents[v] as i64 - 1);
+            let last = i64::try_from(extents[v].saturating_sub(1)).unwrap_or(i64::MAX);
+            let top = c.saturating_mul(last);
             if c > 0 {
-                hi += top;
+                hi = hi.saturating_add(top);
             } else {
-                lo += top;
+                lo = lo.saturating_add(top);
             }
         }
         (lo, hi)

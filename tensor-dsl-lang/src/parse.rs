@@ -8,6 +8,10 @@ use proc_macro2::Span;
 use quote::ToTokens;
 use std::collections::HashMap;
 
+/// The largest coefficient or constant (in magnitude) of an index expression: bigger ones are
+/// an error, so folding `2 * (3 * p)` never overflows.
+const INDEX_LIMIT: u64 = 1 << 31;
+
 /// A tensor parameter as declared by the user.
 #[derive(Clone, Debug)]
 pub struct ParamDecl {
@@ -632,6 +636,20 @@ impl<'a> Parser<'a> {
         ok.then_some(Expr::Access(Access { tensor, dims }))
     }
 
+    /// `a` if its coefficients and offset are within [`INDEX_LIMIT`], else an error at `at`.
+    fn in_range(&mut self, at: &dyn ToTokens, a: Affine) -> Option<Affine> {
+        let fits = |v: i64| v.unsigned_abs() <= INDEX_LIMIT;
+        if fits(a.offset) && a.terms.iter().all(|&(_, c)| fits(c)) {
+            Some(a)
+        } else {
+            self.errors.push(
+                at,
+                "index expression out of range: its coefficients and constant must stay within ±2147483648",
+            );
+            None
+        }
+    }
+
     /// Parses an affine index expression.
     fn affine(&mut self, e: &syn::Expr, stage: Stage, seen: &mut Vec<bool>) -> Option<Affine> {
         match e {
@@ -641,7 +659,7 @@ impl<'a> Parser<'a> {
                 lit: syn::Lit::Int(i),
                 ..
             }) => match i.base10_parse::<i64>() {
-                Ok(v) => Some(Affine::constant(v)),
+                Ok(v) => self.in_range(i, Affine::constant(v)),
                 Err(_) => {
                     self.errors.push(i, "integer literal out of range");
                     None
@@ -664,11 +682,12 @@ impl<'a> Parser<'a> {
                 let l = self.affine(&b.left, stage, seen);
                 let r = self.affine(&b.right, stage, seen);
                 let (l, r) = (l?, r?);
+                // Operands are within `INDEX_LIMIT` (2^31), so these cannot overflow i64.
                 match b.op {
-                    syn::BinOp::Add(_) => Some(l.add(&r)),
-                    syn::BinOp::Sub(_) => Some(l.add(&r.scale(-1))),
-                    syn::BinOp::Mul(_) if l.terms.is_empty() => Some(r.scale(l.offset)),
-                    syn::BinOp::Mul(_) if r.terms.is_empty() => Some(l.scale(r.offset)),
+                    syn::BinOp::Add(_) => self.in_range(e, l.add(&r)),
+                    syn::BinOp::Sub(_) => self.in_range(e, l.add(&r.scale(-1))),
+                    syn::BinOp::Mul(_) if l.terms.is_empty() => self.in_range(e, r.scale(l.offset)),
+                    syn::BinOp::Mul(_) if r.terms.is_empty() => self.in_range(e, l.scale(r.offset)),
                     syn::BinOp::Mul(_) => {
                         self.errors.push(
                             e,

@@ -151,6 +151,7 @@ pub mod runtime;
 #[doc(hidden)]
 pub mod template;
 pub mod tensor;
+pub mod tune_once;
 pub mod tuned;
 
 pub use device_tensor::DeviceTensor;

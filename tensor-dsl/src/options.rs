@@ -84,24 +84,31 @@ impl fmt::Display for Device {
 }
 
 /// When a call may tune: never (the default: a first call never pauses for minutes unless
-/// asked to), or at the first call of each shape that has no record.
+/// asked to), at the first call of each shape that has no record (the call waits for the
+/// tuning), or in the background (the call runs the default at once; a background thread
+/// tunes within the budget, saves the records and later calls use the result).
+///
+/// Either way a (kernel, shapes, dtype, target) is tuned once, even when several threads or
+/// processes make its first call together: see [`crate::tune_once`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum TunePolicy {
     #[default]
     Off,
     FirstCall,
+    Background,
 }
 
 impl TunePolicy {
-    /// Parses `off` (or `0`) and `first-call`.
+    /// Parses `off` (or `0`), `first-call` and `background`.
     pub fn parse(s: &str) -> Result<TunePolicy, Error> {
         match s.trim() {
             "off" | "0" => Ok(TunePolicy::Off),
             "first-call" => Ok(TunePolicy::FirstCall),
+            "background" => Ok(TunePolicy::Background),
             other => Err(Error::InvalidSetting {
                 name: "TENSOR_DSL_TUNE".into(),
                 value: other.into(),
-                expected: "off or first-call".into(),
+                expected: "off, first-call or background".into(),
             }),
         }
     }
@@ -114,7 +121,7 @@ impl TunePolicy {
 /// | builder | variable | values (default) |
 /// |---|---|---|
 /// | [`device`](Options::device) | `TENSOR_DSL_DEVICE` | `cuda` (or `gpu`), `cpu`, `reference` (CUDA if usable, else CPU) |
-/// | [`tune`](Options::tune) | `TENSOR_DSL_TUNE` | `off`, `first-call` (`off`) |
+/// | [`tune`](Options::tune) | `TENSOR_DSL_TUNE` | `off`, `first-call`, `background` (`off`) |
 /// | [`trials`](Options::trials) | `TENSOR_DSL_TRIALS` | a positive number (64) |
 /// | [`tune_seconds`](Options::tune_seconds) | `TENSOR_DSL_TUNE_SECONDS` | a positive number (120) |
 /// | [`strategy`](Options::strategy) | `TENSOR_DSL_STRATEGY` | a `tuner` strategy name (`opevo-droplet`) |

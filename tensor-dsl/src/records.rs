@@ -197,30 +197,113 @@ pub fn default_records_file() -> PathBuf {
 }
 
 /// Adds records to a JSON Lines file safely with other processes: under an exclusive lock
-/// on `<file>.lock`, the current file is read (unreadable lines are dropped, with one
-/// warning), the new records appended, and the result written to a temporary file that is
-/// renamed over the old one. Readers never see a partial file, and concurrent writers never
-/// lose each other's records.
+/// on `<file>.lock`, the new lines are appended to the file (it is not read or rewritten, so
+/// a save costs the size of what is saved, not of the file). A file cut short in the middle
+/// of a line first gets the newline it lacks, so the damaged line stays one unreadable line.
+/// When the file then exceeds [`max_bytes`] it is [`compact`]ed.
 ///
 /// The file is written as [`crate::files`] writes every file: a symbolic link is written
 /// through to its target (and stays a link), `/dev/null` saves nothing (and gets no lock
 /// file), and a device, FIFO, socket or directory is refused with [`Error::NotAFile`].
 pub fn append(path: &Path, records: &[Record]) -> Result<(), Error> {
+    append_bounded(path, records, max_bytes())
+}
+
+/// The most best records [`compact`] keeps per key.
+pub const KEEP_PER_KEY: usize = 16;
+
+/// The size above which a records file is compacted: an eighth of `TENSOR_DSL_CACHE_MAX_MB`
+/// (see [`crate::runtime::object_cache::max_bytes`]; compiled objects get the rest).
+pub fn max_bytes() -> u64 {
+    crate::runtime::object_cache::max_bytes() / 8
+}
+
+/// [`append`] with an explicit size bound in bytes.
+pub fn append_bounded(path: &Path, records: &[Record], max_bytes: u64) -> Result<(), Error> {
+    use std::io::{Read, Seek, SeekFrom, Write};
     let files::Destination::File(path) = files::destination(path)? else {
         return Ok(());
     };
     let _lock = files::lock(&path)?;
-    let mut existing = match read(&path) {
-        Ok((records, _)) => records,
-        Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(Error::Io(e)) => {
-            let named = format!("{}: {e}", path.display());
-            return Err(Error::Io(std::io::Error::new(e.kind(), named)));
-        }
-        Err(e) => return Err(e),
+    let named = |e: std::io::Error| {
+        Error::Io(std::io::Error::new(
+            e.kind(),
+            format!("{}: {e}", path.display()),
+        ))
     };
-    existing.extend_from_slice(records);
-    files::replace(&path, jsonl(&existing)?.as_bytes())
+    let mut file = std::fs::File::options()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(&path)
+        .map_err(named)?;
+    let len = file.metadata().map_err(named)?.len();
+    let mut text = String::new();
+    if len > 0 {
+        let mut last = [0u8; 1];
+        file.seek(SeekFrom::Start(len - 1)).map_err(named)?;
+        file.read_exact(&mut last).map_err(named)?;
+        if last[0] != b'\n' {
+            text.push('\n');
+        }
+    }
+    text.push_str(&jsonl(records)?);
+    file.write_all(text.as_bytes()).map_err(named)?;
+    file.sync_data().map_err(named)?;
+    if len + text.len() as u64 > max_bytes {
+        compact_locked(&path, KEEP_PER_KEY, max_bytes)?;
+    }
+    Ok(())
+}
+
+/// Rewrites a records file (under its lock, atomically) keeping, per key, the `keep`
+/// fastest valid records; unreadable, foreign-version and invalid lines go. If that is still
+/// over `max_bytes`, fewer per key are kept (down to the best one), then the keys measured
+/// longest ago are dropped. Returns how many records remain.
+pub fn compact(path: &Path, keep: usize, max_bytes: u64) -> Result<usize, Error> {
+    let files::Destination::File(path) = files::destination(path)? else {
+        return Ok(0);
+    };
+    let _lock = files::lock(&path)?;
+    compact_locked(&path, keep, max_bytes)
+}
+
+fn compact_locked(path: &Path, keep: usize, max_bytes: u64) -> Result<usize, Error> {
+    let (records, _) = read(path)?;
+    let mut by_key: std::collections::HashMap<Key, Vec<Record>> = Default::default();
+    for r in records {
+        if r.error.is_none() && r.seconds.is_some_and(|s| s.is_finite() && s > 0.0) {
+            by_key.entry(r.key()).or_default().push(r);
+        }
+    }
+    let mut groups: Vec<Vec<Record>> = by_key.into_values().collect();
+    for g in &mut groups {
+        g.sort_by(|a, b| {
+            a.seconds
+                .unwrap_or(f64::INFINITY)
+                .total_cmp(&b.seconds.unwrap_or(f64::INFINITY))
+        });
+    }
+    // Newest keys first, so the oldest are the ones dropped last.
+    groups.sort_by_key(|g| std::cmp::Reverse(g.iter().map(|r| r.unix_time).max().unwrap_or(0)));
+    let mut keep = keep.max(1);
+    loop {
+        let mut text = String::new();
+        let mut kept = 0;
+        for g in &groups {
+            let part = jsonl(&g[..g.len().min(keep)])?;
+            if keep == 1 && (text.len() + part.len()) as u64 > max_bytes {
+                break;
+            }
+            text.push_str(&part);
+            kept += g.len().min(keep);
+        }
+        if text.len() as u64 <= max_bytes || keep == 1 {
+            files::replace(path, text.as_bytes())?;
+            return Ok(kept);
+        }
+        keep /= 2;
+    }
 }
 
 /// Writes exactly `records` to a JSON Lines file, replacing what it held (atomically, under

@@ -160,6 +160,21 @@ impl<T> Default for Memo<T> {
 }
 
 impl<T> Memo<T> {
+    /// Replaces the memoized value (background tuning switches later calls to its result).
+    pub fn replace(
+        &self,
+        fingerprint: &str,
+        shapes: &[Vec<usize>],
+        device: &'static str,
+        value: T,
+    ) {
+        let key = (fingerprint.to_string(), shapes.to_vec(), device);
+        self.map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, Arc::new(value));
+    }
+
     /// The memoized value, or `make()`'s (stored when `Ok`). Concurrent first calls may both
     /// run `make`; the first stored wins.
     pub fn get_or_try<E>(

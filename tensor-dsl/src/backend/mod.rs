@@ -19,6 +19,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod first_call;
 pub mod reference;
 
 use crate::autotune::{TuneOptions, TuneOutcome};
@@ -39,7 +40,7 @@ pub struct Decision<S> {
 }
 
 /// A device that runs generated code with schedules of its own template.
-pub trait Backend: Sync {
+pub trait Backend: Sync + Send + Clone + 'static {
     /// A point of the backend's template, decoded.
     type Schedule: Clone + PartialEq + fmt::Debug + Send + Sync + 'static;
     /// A call's buffers as this backend runs on them (host slices, GPU buffers).
@@ -106,7 +107,9 @@ pub trait Backend: Sync {
 
 /// Decides the schedule of this call on `backend` (once per kernel and shapes), in the
 /// documented order: embedded records, the user cache, tuning now
-/// (`TENSOR_DSL_TUNE=first-call` or [`Options::tune`], with the budget of `call_opts`), the
+/// (`TENSOR_DSL_TUNE=first-call` or [`Options::tune`], with the budget of `call_opts`; once
+/// per key across threads and processes; `background` runs the default and tunes on a
+/// thread, see `first_call`), the
 /// nearest tuned shape (if timed on the call's buffers to be no slower), the default.
 pub fn decide<B: Backend>(
     backend: &B,
@@ -150,24 +153,11 @@ fn decide_now<B: Backend>(
             return Ok(Decision { schedule, source });
         }
     }
-    if policy == TunePolicy::FirstCall && backend.can_tune() {
-        let owned: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
-        let result = with_progress(kernel, &opts, |progress| {
-            backend.tune(kernel, &owned, &opts, progress)
-        })?;
-        save_tuned(&result.records);
-        crate::log::tuned(
-            &kernel.name,
-            &shapes_text(shapes),
-            B::NAME,
-            &result.summary(),
-            std::io::stderr().is_terminal(),
-        );
-        if let Some((schedule, _)) = result.best {
-            return Ok(Decision {
-                schedule,
-                source: Source::Tuned,
-            });
+    if policy != TunePolicy::Off && backend.can_tune() {
+        let tuned =
+            first_call::tune_at_call(backend, kernel, extents, shapes, &key, policy, &opts)?;
+        if let Some(decision) = tuned {
+            return Ok(decision);
         }
     }
     // The nearest tuned shape's schedule, only if it is valid here and measured on the

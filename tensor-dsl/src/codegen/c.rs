@@ -182,7 +182,7 @@ fn source(
     let _ = writeln!(
         s,
         " * kernel `{}` fingerprint {}",
-        kernel.name,
+        super::c_identifier(&kernel.name),
         kernel.fingerprint()
     );
     let _ = writeln!(s, " *   {kernel}");

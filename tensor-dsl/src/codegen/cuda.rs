@@ -130,7 +130,12 @@ fn header(nest: &Nest, extents: &[usize], s: &GpuSchedule) -> String {
         h,
         "/* tensor-dsl generated CUDA C (codegen v{CODEGEN_VERSION})"
     );
-    let _ = writeln!(h, " * kernel `{}` fingerprint {}", k.name, k.fingerprint());
+    let _ = writeln!(
+        h,
+        " * kernel `{}` fingerprint {}",
+        super::c_identifier(&k.name),
+        k.fingerprint()
+    );
     let _ = writeln!(h, " *   {k}");
     let _ = writeln!(h, " * extents: {}", super::extents_text(k, extents));
     if k.params.iter().any(|p| p.dtype != crate::lower::COMPUTE) {

@@ -105,6 +105,38 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
+/// `name` as a C identifier: every character other than an ASCII letter, digit or `_`
+/// becomes `_`, a leading digit gets a `_` before it, an empty name is `kernel`, and at most
+/// 64 characters are kept. Every user-given name printed into generated code (a kernel's
+/// name, the CLI's `--name`) goes through this, so no name can close a comment or add code.
+///
+/// ```
+/// use tensor_dsl::codegen::c_identifier;
+/// assert_eq!(c_identifier("matmul"), "matmul");
+/// assert_eq!(c_identifier("x */ int evil; /*"), "x____int_evil____");
+/// assert_eq!(c_identifier("3mm"), "_3mm");
+/// assert_eq!(c_identifier(""), "kernel");
+/// ```
+pub fn c_identifier(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if s.is_empty() {
+        s.push_str("kernel");
+    } else if s.starts_with(|c: char| c.is_ascii_digit()) {
+        s.insert(0, '_');
+    }
+    s
+}
+
 /// The C name of index variable `i`: `i_<name>` for ASCII names, `i_<id>` otherwise.
 pub fn index_name(kernel: &Kernel, i: usize) -> String {
     let n = &kernel.indices[i].name;

@@ -2,6 +2,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod lru;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
 pub mod object_cache;
