@@ -72,6 +72,17 @@ pub fn call(
     output: TensorMut<'_>,
     opts: &Options,
 ) -> Result<(), Error> {
+    crate::records::with_cache_dir(opts.cache_dir_choice(), || {
+        call_in_cache(kernel, inputs, output, opts)
+    })
+}
+
+fn call_in_cache(
+    kernel: &Kernel,
+    inputs: &[TensorRef<'_>],
+    output: TensorMut<'_>,
+    opts: &Options,
+) -> Result<(), Error> {
     let TensorMut {
         shape: out_shape,
         data: mut out,

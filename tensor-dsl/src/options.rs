@@ -125,6 +125,7 @@ impl TunePolicy {
 /// | [`trials`](Options::trials) | `TENSOR_DSL_TRIALS` | a positive number (64) |
 /// | [`tune_seconds`](Options::tune_seconds) | `TENSOR_DSL_TUNE_SECONDS` | a positive number (120) |
 /// | [`strategy`](Options::strategy) | `TENSOR_DSL_STRATEGY` | a `tuner` strategy name (`opevo-droplet`) |
+/// | [`cache_dir`](Options::cache_dir) | `TENSOR_DSL_CACHE` | a folder (`$XDG_CACHE_HOME/tensor-dsl` or `~/.cache/tensor-dsl`) |
 ///
 /// ```
 /// use tensor_dsl::{Device, Options, TunePolicy};
@@ -133,7 +134,8 @@ impl TunePolicy {
 ///     .tune(TunePolicy::FirstCall)
 ///     .trials(32)
 ///     .tune_seconds(60.0)
-///     .strategy("droplet");
+///     .strategy("droplet")
+///     .cache_dir("/tmp/my-app-kernels");
 /// assert_eq!(opts.device_choice(), Some(Device::Cpu));
 /// ```
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -143,6 +145,7 @@ pub struct Options {
     trials: Option<usize>,
     tune_seconds: Option<f64>,
     strategy: Option<String>,
+    cache_dir: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -179,6 +182,19 @@ impl Options {
     pub fn strategy(mut self, name: &str) -> Self {
         self.strategy = Some(name.to_string());
         self
+    }
+
+    /// Where calls with these options find and save tuning records and compiled objects
+    /// (the user cache). A shape's decision is made once per process, with the folder of
+    /// its first call.
+    pub fn cache_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// The folder set with [`Options::cache_dir`], if any (`TENSOR_DSL_CACHE` overrides it).
+    pub fn cache_dir_choice(&self) -> Option<&std::path::Path> {
+        self.cache_dir.as_deref()
     }
 
     /// The tuning policy and options these options give, each overridden by its variable.

@@ -123,11 +123,39 @@ pub struct Record {
     pub unix_time: u64,
 }
 
-/// The user cache directory: `$TENSOR_DSL_CACHE`, else `$XDG_CACHE_HOME/tensor-dsl`, else
+thread_local! {
+    /// The cache directory of the call running on this thread ([`with_cache_dir`]).
+    static CALL_CACHE_DIR: std::cell::RefCell<Option<PathBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with `dir` (when `Some`) as this thread's cache directory: what a call with
+/// [`crate::Options::cache_dir`] does for its lookups, tuning and compiled objects.
+/// `TENSOR_DSL_CACHE` still overrides it.
+pub fn with_cache_dir<T>(dir: Option<&Path>, f: impl FnOnce() -> T) -> T {
+    let Some(dir) = dir else {
+        return f();
+    };
+    let previous = CALL_CACHE_DIR.with(|c| c.replace(Some(dir.to_path_buf())));
+    struct Restore(Option<PathBuf>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            CALL_CACHE_DIR.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let _restore = Restore(previous);
+    f()
+}
+
+/// The user cache directory: `$TENSOR_DSL_CACHE`, else the call's
+/// [`crate::Options::cache_dir`], else `$XDG_CACHE_HOME/tensor-dsl`, else
 /// `$HOME/.cache/tensor-dsl`, else the temp directory.
 pub fn cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("TENSOR_DSL_CACHE").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
+    }
+    if let Some(d) = CALL_CACHE_DIR.with(|c| c.borrow().clone()) {
+        return d;
     }
     if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(d).join("tensor-dsl");

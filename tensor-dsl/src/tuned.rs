@@ -77,26 +77,31 @@ pub fn embedded_index() -> Arc<Index> {
     index
 }
 
-fn cache_slot() -> &'static Mutex<Option<Arc<Index>>> {
-    static C: OnceLock<Mutex<Option<Arc<Index>>>> = OnceLock::new();
+fn cache_slot() -> &'static Mutex<HashMap<std::path::PathBuf, Arc<Index>>> {
+    static C: OnceLock<Mutex<HashMap<std::path::PathBuf, Arc<Index>>>> = OnceLock::new();
     C.get_or_init(Default::default)
 }
 
-/// The index of the user cache (read once per process; [`forget_cache`] re-reads it).
+/// The index of the user cache ([`records::cache_dir`]; each folder read once per process,
+/// [`forget_cache`] re-reads them).
 pub fn cache_index() -> Arc<Index> {
+    let dir = records::cache_dir();
     let mut slot = cache_slot().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(i) = &*slot {
+    if let Some(i) = slot.get(&dir) {
         return i.clone();
     }
     // A missing or unreadable cache is an empty one (the warning for bad lines is `read`'s).
     let index = Arc::new(records::JsonlFile::user_cache().index().unwrap_or_default());
-    *slot = Some(index.clone());
+    slot.insert(dir, index.clone());
     index
 }
 
 /// Makes the next lookup re-read the user cache (after this process wrote to it).
 pub fn forget_cache() {
-    *cache_slot().lock().unwrap_or_else(|p| p.into_inner()) = None;
+    cache_slot()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clear();
 }
 
 /// The key of a call of `kernel` on this machine's CPU.

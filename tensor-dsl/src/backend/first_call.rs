@@ -132,32 +132,37 @@ fn start_background<B: Backend>(
     let shapes: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
     let key = key.clone();
     let opts = opts.clone();
+    // The thread works in the call's cache folder.
+    let dir = records::cache_dir();
     let spawned = std::thread::Builder::new()
         .name("tensor-dsl-tune".into())
         .spawn(move || {
-            let text = tune_once::key_text(&key);
-            let Some(turn) = tune_once::take(&records::cache_dir(), &text, deadline(&opts)) else {
-                return;
-            };
-            let decision = match saved_meanwhile(&backend, &kernel, &extents, &key) {
-                Some(d) => Some(d),
-                None => match tune_and_save(&backend, &kernel, &shapes, &opts, false) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        crate::log::warn(format_args!(
-                            "background tuning of {} failed: {e}",
-                            kernel.name
-                        ));
-                        None
-                    }
-                },
-            };
-            drop(turn);
-            if let Some(d) = decision {
-                backend
-                    .memo()
-                    .replace(&kernel.fingerprint(), &shapes, B::NAME, d);
-            }
+            records::with_cache_dir(Some(&dir), || {
+                let text = tune_once::key_text(&key);
+                let Some(turn) = tune_once::take(&records::cache_dir(), &text, deadline(&opts))
+                else {
+                    return;
+                };
+                let decision = match saved_meanwhile(&backend, &kernel, &extents, &key) {
+                    Some(d) => Some(d),
+                    None => match tune_and_save(&backend, &kernel, &shapes, &opts, false) {
+                        Ok(d) => d,
+                        Err(e) => {
+                            crate::log::warn(format_args!(
+                                "background tuning of {} failed: {e}",
+                                kernel.name
+                            ));
+                            None
+                        }
+                    },
+                };
+                drop(turn);
+                if let Some(d) = decision {
+                    backend
+                        .memo()
+                        .replace(&kernel.fingerprint(), &shapes, B::NAME, d);
+                }
+            })
         });
     if let Err(e) = spawned {
         crate::log::warn(format_args!("cannot start background tuning: {e}"));
