@@ -38,8 +38,13 @@ pub trait Sgemm: Sync {
     /// Every element the GEMM's sizes and non-negative strides reach lies inside the
     /// allocations `a`, `b` and `c` point into, and `c` does not overlap `a` or `b`
     /// ([`Gemm::run_on`] checks this on slices).
-    unsafe fn sgemm(&self, g: &Gemm, a: *const f32, b: *const f32, c: *mut f32)
-        -> Result<(), String>;
+    unsafe fn sgemm(
+        &self,
+        g: &Gemm,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+    ) -> Result<(), String>;
 }
 
 /// The `matrixmultiply` crate.
@@ -156,16 +161,16 @@ pub fn run_on(
         Op::Matmul { m, n, k } => {
             lib.threads_for(false);
             Gemm {
-            m: *m,
-            k: *k,
-            n: *n,
-            rsa: *k as isize,
-            csa: 1,
-            rsb: *n as isize,
-            csb: 1,
-            rsc: *n as isize,
-            csc: 1,
-        }
+                m: *m,
+                k: *k,
+                n: *n,
+                rsa: *k as isize,
+                csa: 1,
+                rsb: *n as isize,
+                csb: 1,
+                rsc: *n as isize,
+                csc: 1,
+            }
             .run_on(lib, a, b, out)
         }
         Op::BatchMatmul {

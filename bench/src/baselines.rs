@@ -18,6 +18,11 @@ pub trait Baseline {
     fn fetch(&mut self, _out: &mut [f32]) -> Result<(), String> {
         Ok(())
     }
+    /// Seconds to wait after a round of its calls before the next contender runs (its idle
+    /// threads' spinning must not be charged to the next one).
+    fn settle(&self) -> f64 {
+        0.0
+    }
 }
 
 /// A baseline column: set up, or why it is skipped.
@@ -39,7 +44,10 @@ fn say_skipped(what: &str, reason: &str) {
     use std::sync::Mutex;
     static SAID: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
-    if said.get_or_insert_with(HashSet::new).insert(what.to_string()) {
+    if said
+        .get_or_insert_with(HashSet::new)
+        .insert(what.to_string())
+    {
         eprintln!("bench: {what} baseline skipped: {reason}");
     }
 }
@@ -59,7 +67,7 @@ fn column(library: &'static str, name: String, made: Result<Box<dyn Baseline>, S
 }
 
 /// Every library baseline for `op`, set up on `inputs` (the kernel's inputs in parameter
-/// order): OpenBLAS, then oneDNN (matmul; or convolution in blocked layouts without and
+/// order): OpenBLAS, then oneDNN (matmul; or convolution in its own layouts without and
 /// with the NCHW reorders).
 pub fn for_op(op: &Op, inputs: &[&[f32]]) -> Vec<Column> {
     let mut columns = vec![column(

@@ -2,11 +2,11 @@
 //! run time:
 //!
 //! - **convolution**: `dnnl_convolution_forward_desc_init` (forward inference, direct) with
-//!   `format_tag any` for source, weights and destination, so oneDNN picks its blocked
-//!   layouts (`nChw16c` and the like). The weights are reordered from FCRS once, outside the
-//!   timed calls. Two columns: the convolution alone on the source reordered once in
+//!   `format_tag any` for source, weights and destination, so oneDNN picks its own
+//!   layouts (blocked `nChw16c`, `nhwc`, ... whatever its implementation prefers). The
+//!   weights are reordered from FCRS once, outside the timed calls. Two columns: the convolution alone on the source reordered once in
 //!   advance (oneDNN's best case: a network that stays in its layouts), and the convolution
-//!   with the NCHW → blocked source reorder and blocked → NCHW destination reorder inside
+//!   with the NCHW → its source layout and its destination layout → NCHW reorders inside
 //!   every call (what a caller holding NCHW tensors pays).
 //! - **matmul** and **batched matmul**: `dnnl_matmul_desc_init` on the tensors as they are
 //!   (plain strided descriptors, transposed operands as strides, no copy).
@@ -15,6 +15,8 @@
 //! opaque fixed-size structs here: this module allocates them larger than oneDNN 2.x's
 //! (`dnnl_memory_desc_t` is under 1 KiB, an op descriptor under 8 KiB) and never reads their
 //! fields; the enum values are those of oneDNN 2.x's `dnnl_types.h`.
+//!
+//! `BENCH_ONEDNN=/path/to/libdnnl.so.2` loads it from there instead of the library path.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
@@ -90,9 +92,13 @@ struct Api {
     ) -> Status,
     matmul_desc:
         unsafe extern "C" fn(*mut OpDesc, *const Md, *const Md, *const Md, *const Md) -> Status,
-    pd_create:
-        unsafe extern "C" fn(*mut Handle, *const OpDesc, *const c_void, Handle, *const c_void)
-            -> Status,
+    pd_create: unsafe extern "C" fn(
+        *mut Handle,
+        *const OpDesc,
+        *const c_void,
+        Handle,
+        *const c_void,
+    ) -> Status,
     reorder_pd_create: unsafe extern "C" fn(
         *mut Handle,
         *const Md,
@@ -146,10 +152,19 @@ pub fn version() -> Result<String, String> {
     get().map(|d| d.version.clone())
 }
 
+/// Set to a path to load oneDNN from there only (a path that does not exist skips the
+/// columns).
+pub const ENV: &str = "BENCH_ONEDNN";
+
 fn load() -> Result<Dnnl, String> {
     let mut last = String::new();
     let mut found = None;
-    for name in ["libdnnl.so.2", "libdnnl.so"] {
+    let chosen = std::env::var(ENV).ok().filter(|s| !s.is_empty());
+    let names: Vec<&str> = match &chosen {
+        Some(path) => vec![path.as_str()],
+        None => vec!["libdnnl.so.2", "libdnnl.so"],
+    };
+    for name in names {
         // SAFETY: loading oneDNN runs its initialisers, sound at any time.
         match unsafe { libloading::Library::new(name) } {
             Ok(lib) => {
@@ -207,12 +222,17 @@ fn load() -> Result<Dnnl, String> {
         }
     };
     if !version.starts_with("oneDNN 2.") {
-        return Err(format!("{version} found; this baseline speaks oneDNN 2.x's C API"));
+        return Err(format!(
+            "{version} found; this baseline speaks oneDNN 2.x's C API"
+        ));
     }
     let (mut engine, mut stream): (Handle, Handle) = (std::ptr::null_mut(), std::ptr::null_mut());
     // SAFETY: out-pointers to locals; the engine outlives the stream (both live forever).
     unsafe {
-        check("engine_create", (api.engine_create)(&mut engine, CPU_ENGINE, 0))?;
+        check(
+            "engine_create",
+            (api.engine_create)(&mut engine, CPU_ENGINE, 0),
+        )?;
         check(
             "stream_create",
             (api.stream_create)(&mut stream, engine, STREAM_DEFAULT_FLAGS),
@@ -231,7 +251,13 @@ fn plain(d: &Dnnl, dims: &[i64], strides: &[i64]) -> Result<Box<Md>, String> {
     let mut md = Md::zeroed();
     // SAFETY: `md` is larger than `dnnl_memory_desc_t`; dims and strides have `ndims` entries.
     check("memory_desc_init_by_strides", unsafe {
-        (d.api.md_by_strides)(&mut *md, dims.len() as c_int, dims.as_ptr(), F32, strides.as_ptr())
+        (d.api.md_by_strides)(
+            &mut *md,
+            dims.len() as c_int,
+            dims.as_ptr(),
+            F32,
+            strides.as_ptr(),
+        )
     })?;
     Ok(md)
 }
@@ -250,7 +276,13 @@ fn any(d: &Dnnl, dims: &[i64]) -> Result<Box<Md>, String> {
     let mut md = Md::zeroed();
     // SAFETY: as in `plain`.
     check("memory_desc_init_by_tag", unsafe {
-        (d.api.md_by_tag)(&mut *md, dims.len() as c_int, dims.as_ptr(), F32, FORMAT_TAG_ANY)
+        (d.api.md_by_tag)(
+            &mut *md,
+            dims.len() as c_int,
+            dims.as_ptr(),
+            F32,
+            FORMAT_TAG_ANY,
+        )
     })?;
     Ok(md)
 }
@@ -309,7 +341,12 @@ impl Primitive {
         let mut s: *const c_char = std::ptr::null();
         // SAFETY: `impl_info_str` writes a `const char *` owned by the descriptor.
         let ok = unsafe {
-            (self.d.api.pd_query)(self.pd, QUERY_IMPL_INFO_STR, 0, (&mut s as *mut *const c_char).cast())
+            (self.d.api.pd_query)(
+                self.pd,
+                QUERY_IMPL_INFO_STR,
+                0,
+                (&mut s as *mut *const c_char).cast(),
+            )
         };
         if ok != 0 || s.is_null() {
             return "?".into();
@@ -409,7 +446,7 @@ pub fn conv_name(with_reorders: bool, implementation: Option<&str>) -> String {
     if with_reorders {
         format!("{version} conv incl. NCHW reorders{imp}")
     } else {
-        format!("{version} conv in blocked layouts, no reorders{imp}")
+        format!("{version} conv in its own layouts, no reorders{imp}")
     }
 }
 
@@ -438,7 +475,11 @@ pub struct Conv {
 impl Conv {
     /// Sets the convolution up on `inputs` (`[x, w]`, NCHW and FCRS): picks the layouts,
     /// reorders the weights, and (for the column without reorders) the source.
-    pub fn new(cv: &workloads::Conv, inputs: &[&[f32]], with_reorders: bool) -> Result<Conv, String> {
+    pub fn new(
+        cv: &workloads::Conv,
+        inputs: &[&[f32]],
+        with_reorders: bool,
+    ) -> Result<Conv, String> {
         let d = get()?;
         let [x, w, ..] = inputs else {
             return Err("the convolution needs two inputs".into());
@@ -453,7 +494,8 @@ impl Conv {
         let user_src_md = plain(d, &src_dims, &dense(&src_dims))?;
         let user_wei_md = plain(d, &wei_dims, &dense(&wei_dims))?;
         let user_dst_md = plain(d, &dst_dims, &dense(&dst_dims))?;
-        let (any_src, any_wei, any_dst) = (any(d, &src_dims)?, any(d, &wei_dims)?, any(d, &dst_dims)?);
+        let (any_src, any_wei, any_dst) =
+            (any(d, &src_dims)?, any(d, &wei_dims)?, any(d, &dst_dims)?);
         let stride = dims(&[cv.stride, cv.stride])?;
         let pad = dims(&[cv.pad, cv.pad])?;
         let mut op = Box::new(OpDesc([0; OP_BYTES]));
@@ -519,7 +561,14 @@ impl Conv {
             src,
             weights,
             dst,
-            _mds: vec![user_src_md, user_wei_md, user_dst_md, any_src, any_wei, any_dst],
+            _mds: vec![
+                user_src_md,
+                user_wei_md,
+                user_dst_md,
+                any_src,
+                any_wei,
+                any_dst,
+            ],
             sizes: [x.len(), cv.n * cv.f * p * q],
             name,
         };
@@ -609,7 +658,8 @@ impl Matmul {
                 let Some([la, lb, lc]) = op.batch_strides() else {
                     return Err("a batched matmul without strides".into());
                 };
-                let st = |l: &workloads::Strides, x: char, y: char| vec![l.of('b'), l.of(x), l.of(y)];
+                let st =
+                    |l: &workloads::Strides, x: char, y: char| vec![l.of('b'), l.of(x), l.of(y)];
                 [
                     (vec![*b, *m, *k], st(&la, 'm', 'k')),
                     (vec![*b, *k, *n], st(&lb, 'k', 'n')),

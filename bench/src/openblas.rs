@@ -6,7 +6,8 @@
 //! single-threaded, which is what a caller with many independent GEMMs does.
 //!
 //! OpenBLAS 0.3.21 (Debian 12) has no `cblas_sgemm_batch`, so batches are always separate
-//! calls.
+//! calls. OpenBLAS runs on as many threads as our kernels (`openblas_set_num_threads`).
+//! `BENCH_OPENBLAS=/path/to/libopenblas.so` loads it from there instead.
 
 use std::ffi::c_int;
 use std::sync::OnceLock;
@@ -59,9 +60,18 @@ pub fn get() -> Result<&'static OpenBlas, String> {
     LIB.get_or_init(load).as_ref().map_err(Clone::clone)
 }
 
+/// Set to a path to load OpenBLAS from there only (a path that does not exist skips the
+/// column).
+pub const ENV: &str = "BENCH_OPENBLAS";
+
 fn load() -> Result<OpenBlas, String> {
     let mut errors = Vec::new();
-    for name in NAMES {
+    let chosen = std::env::var(ENV).ok().filter(|s| !s.is_empty());
+    let names: Vec<&str> = match &chosen {
+        Some(path) => vec![path.as_str()],
+        None => NAMES.to_vec(),
+    };
+    for name in names {
         // SAFETY: loading OpenBLAS runs its initialisers (thread pool set-up), which are
         // sound at any time.
         match unsafe { libloading::Library::new(name) } {
@@ -83,7 +93,12 @@ fn load() -> Result<OpenBlas, String> {
                         .ok()
                         .map(|f| (*f)())
                         .filter(|p| !p.is_null())
-                        .map(|p| std::ffi::CStr::from_ptr(p).to_string_lossy().trim().to_string())
+                        .map(|p| {
+                            std::ffi::CStr::from_ptr(p)
+                                .to_string_lossy()
+                                .trim()
+                                .to_string()
+                        })
                         .unwrap_or_else(|| "OpenBLAS".into());
                     return Ok(OpenBlas {
                         sgemm,
@@ -142,8 +157,16 @@ fn plan(g: &Gemm) -> Option<Call> {
     let (transa, lda) = operand(a.0, a.1, k)?;
     let (transb, ldb) = operand(b.0, b.1, n)?;
     // With a transposed operand the leading dimension is the stored row length.
-    let lda = if transa == TRANS { lda.max(m as isize) } else { lda };
-    let ldb = if transb == TRANS { ldb.max(k as isize) } else { ldb };
+    let lda = if transa == TRANS {
+        lda.max(m as isize)
+    } else {
+        lda
+    };
+    let ldb = if transb == TRANS {
+        ldb.max(k as isize)
+    } else {
+        ldb
+    };
     Some(Call {
         m,
         n,
@@ -241,7 +264,16 @@ impl crate::baselines::Baseline for Baseline {
     fn run(&mut self, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), String> {
         baseline::run_on(self.lib, &self.op, inputs, out, &mut self.scratch)
     }
+
+    fn settle(&self) -> f64 {
+        // OpenBLAS's idle workers spin (yielding) for 2^28 cycles, about 0.1 s, after each
+        // call (THREAD_TIMEOUT); the next contender must not compete with them.
+        SETTLE_SECONDS
+    }
 }
+
+/// How long the bench waits after a round of OpenBLAS calls.
+pub const SETTLE_SECONDS: f64 = 0.25;
 
 #[cfg(test)]
 mod tests {
@@ -264,14 +296,20 @@ mod tests {
     #[test]
     fn plans_row_major_transposed_and_swapped_calls() {
         let p = plan(&g(3, 4, 5, [4, 1, 5, 1, 5, 1])).unwrap();
-        assert_eq!((p.transa, p.lda, p.transb, p.ldb, p.ldc), (NO_TRANS, 4, NO_TRANS, 5, 5));
+        assert_eq!(
+            (p.transa, p.lda, p.transb, p.ldb, p.ldc),
+            (NO_TRANS, 4, NO_TRANS, 5, 5)
+        );
         // A stored k×m (bkm): transposed, leading dimension m.
         let p = plan(&g(3, 4, 5, [1, 3, 5, 1, 5, 1])).unwrap();
         assert_eq!((p.transa, p.lda), (TRANS, 3));
         // C column-major: swapped.
         let p = plan(&g(3, 4, 5, [4, 1, 5, 1, 1, 3])).unwrap();
         assert!(p.swap);
-        assert_eq!((p.m, p.n, p.transa, p.lda, p.transb, p.ldb, p.ldc), (5, 3, TRANS, 5, TRANS, 4, 3));
+        assert_eq!(
+            (p.m, p.n, p.transa, p.lda, p.transb, p.ldb, p.ldc),
+            (5, 3, TRANS, 5, TRANS, 4, 3)
+        );
         assert!(plan(&g(3, 4, 5, [8, 2, 5, 1, 5, 1])).is_none());
     }
 }

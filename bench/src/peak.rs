@@ -71,14 +71,19 @@ pub fn measure(seconds: f64, runs: usize) -> Result<Peak, String> {
     let so = dir.join("peak.so");
     let built = tensor_dsl::runtime::cpu::compile_shared_object(SOURCE, &so);
     // SAFETY: the object we just built; its initialisers are the compiler's defaults.
-    let lib = built.and_then(|()| unsafe { libloading::Library::new(&so) }.map_err(|e| e.to_string()));
+    let lib =
+        built.and_then(|()| unsafe { libloading::Library::new(&so) }.map_err(|e| e.to_string()));
     let _ = std::fs::remove_dir_all(&dir);
     let lib = lib.map_err(|e| format!("building the peak kernel: {e}"))?;
     // Never unloaded: its OpenMP region's threads belong to libgomp, which stays loaded.
     let lib: &'static libloading::Library = Box::leak(Box::new(lib));
     // SAFETY: the signatures of the functions in `SOURCE`.
     let (run, lanes, accs) = unsafe {
-        let sym = |name: &[u8]| lib.get::<CountFn>(name).map(|f| *f).map_err(|e| e.to_string());
+        let sym = |name: &[u8]| {
+            lib.get::<CountFn>(name)
+                .map(|f| *f)
+                .map_err(|e| e.to_string())
+        };
         (
             *lib.get::<PeakFn>(b"td_peak\0").map_err(|e| e.to_string())?,
             sym(b"td_peak_lanes\0")?(),

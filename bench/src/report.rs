@@ -346,7 +346,7 @@ fn num(v: Option<f64>, digits: usize) -> String {
 }
 
 /// A Markdown table of the results: GFLOPS of ours, its share of the measured peak, each
-/// baseline library (oneDNN convolutions: `blocked / with NCHW reorders`), ours over the
+/// baseline library (oneDNN convolutions: `own layouts / with NCHW reorders`), ours over the
 /// best baseline, and the untuned default.
 pub fn table(results: &[KernelResult]) -> String {
     let mut s = String::from(

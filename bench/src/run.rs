@@ -91,7 +91,9 @@ fn check_baseline(
     if err.is_finite() && err <= 1e-3 {
         Ok(err)
     } else {
-        Err(format!("its output differs from ours: max relative error {err:.2e}"))
+        Err(format!(
+            "its output differs from ours: max relative error {err:.2e}"
+        ))
     }
 }
 
@@ -216,11 +218,13 @@ fn run_into(
             Box::new(|| baseline::run(&w.op, &refs, &mut base_out, &mut scratch)),
             Box::new(|| run_ours(&default_cfg, &mut default_out)),
         ];
+        let mut settle = vec![0.0; contenders.len()];
         for ((_, _, _, b), out) in timed.iter_mut().zip(lib_outs.iter_mut()) {
+            settle.push(b.settle());
             let refs = &refs;
             contenders.push(Box::new(move || b.run(refs, out)));
         }
-        timing::side_by_side(&mut contenders, opts.plan)?
+        timing::side_by_side(&mut contenders, opts.plan, &settle)?
     };
     let (main, libs) = timings.split_at(3.min(timings.len()));
     r.timed(main)?;
