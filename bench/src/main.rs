@@ -1,6 +1,8 @@
 //! `bench`: tunes the seed workloads (`bench/workloads.json`) with a chosen strategy and
-//! trial budget, then times our best configuration against a BLAS baseline side by side in
-//! the same process (alternating rounds, medians). See `bench/README.md`.
+//! trial budget, then times our best configuration against the baselines (OpenBLAS, oneDNN
+//! and `matrixmultiply` on the CPU, cuBLAS/cuDNN on the GPU) side by side in the same
+//! process (alternating rounds, medians), with each kernel's share of the machine's
+//! measured peak. See `bench/README.md`.
 //!
 //! ```text
 //! cargo run --release -p bench -- --suite bert_matmul --device cpu --trials 32 \
@@ -32,15 +34,15 @@ use workloads::{Workload, SMOKE_SUITE};
 #[command(
     name = "bench",
     version,
-    about = "Tune the seed workloads and time them against a BLAS baseline, side by side"
+    about = "Tune the seed workloads and time them against BLAS and oneDNN baselines, side by side"
 )]
 struct Args {
     /// Suite(s) to run, comma-separated: bert_matmul, opevo_matmul, opevo_batch_matmul,
     /// opevo_conv2d, resnet50_conv2d, yolo9000_conv2d, or `all`.
     #[arg(long)]
     suite: String,
-    /// `cpu` (baseline: matrixmultiply, im2col + matrixmultiply) or `cuda` (baseline:
-    /// cuBLAS, cuDNN; needs a GPU, NVRTC, and cuBLAS/cuDNN on the library path).
+    /// `cpu` (baselines: matrixmultiply, OpenBLAS and oneDNN where installed) or `cuda`
+    /// (baseline: cuBLAS, cuDNN; needs a GPU, NVRTC, and cuBLAS/cuDNN on the library path).
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
     device: String,
     /// Measured points per kernel.
