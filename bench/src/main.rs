@@ -338,12 +338,14 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         result.summarise(peak_gflops);
         let g = |v: Option<f64>, d: usize| v.map_or("-".into(), |g| format!("{g:.d$}"));
         eprintln!(
-            "bench: {}/{}: {} — ours {} GFLOPS ({}% of peak), baseline {} GFLOPS, ratio {}, best baseline {} GFLOPS ({}), ours/best {}{}",
+            "bench: {}/{}: {} — ours {} GFLOPS{}, baseline {} GFLOPS, ratio {}, best baseline {} GFLOPS ({}), ours/best {}{}",
             result.suite,
             result.name,
             result.status,
             g(result.ours_gflops, 1),
-            g(result.ours_share_of_peak.map(|x| 100.0 * x), 0),
+            result
+                .ours_share_of_peak
+                .map_or(String::new(), |x| format!(" ({:.0}% of peak)", 100.0 * x)),
             g(result.baseline_gflops, 1),
             g(result.ratio, 2),
             g(result.best_baseline_gflops, 1),
