@@ -143,11 +143,9 @@ fn device_function_is_typed_like_the_declaration() {
     fn mixed(a: &Tensor<bf16>, c: &mut Tensor<f32>, b: &Tensor<bf16>) {
         c[[i, j]] += a[[i, k]] * b[[k, j]];
     }
-    let _: fn(
-        &DeviceTensor<bf16>,
-        &mut DeviceTensor<f32>,
-        &DeviceTensor<bf16>,
-    ) -> Result<(), Error> = mixed::device;
+    type Mixed =
+        fn(&DeviceTensor<bf16>, &mut DeviceTensor<f32>, &DeviceTensor<bf16>) -> Result<(), Error>;
+    let _: Mixed = mixed::device;
     let _: fn(&mut DeviceTensor, &DeviceTensor, &DeviceTensor) -> Result<(), Error> =
         matmul_out_first::device;
 }
