@@ -473,10 +473,11 @@ pub fn generate_cuda(
 fn row_reduce(s: &mut String, ind: &str, r: Reducer, t: u32) {
     let mut o = t.min(32) / 2;
     while o > 0 {
+        // The partner's value first: every thread shuffles exactly once per step.
         let _ = writeln!(
             s,
-            "{ind}td_acc = {};",
-            merge(r, "td_acc", &format!("__shfl_xor_sync(0xffffffffu, td_acc, {o})"))
+            "{ind}{{ const float td_o = __shfl_xor_sync(0xffffffffu, td_acc, {o}); td_acc = {}; }}",
+            merge(r, "td_acc", "td_o")
         );
         o /= 2;
     }
@@ -485,12 +486,13 @@ fn row_reduce(s: &mut String, ind: &str, r: Reducer, t: u32) {
         let _ = writeln!(s, "{ind}if (threadIdx.x % 32 == 0) td_red[threadIdx.x / 32] = td_acc;");
         let _ = writeln!(s, "{ind}__syncthreads();");
         let _ = writeln!(s, "{ind}td_acc = td_red[threadIdx.x / {t} * {w}];");
-        let _ = writeln!(s, "{ind}for (int td_w = 1; td_w < {w}; ++td_w)");
+        let _ = writeln!(s, "{ind}for (int td_w = 1; td_w < {w}; ++td_w) {{");
         let _ = writeln!(
             s,
-            "{ind}    td_acc = {};",
-            merge(r, "td_acc", &format!("td_red[threadIdx.x / {t} * {w} + td_w]"))
+            "{ind}    const float td_o = td_red[threadIdx.x / {t} * {w} + td_w];"
         );
+        let _ = writeln!(s, "{ind}    td_acc = {};", merge(r, "td_acc", "td_o"));
+        let _ = writeln!(s, "{ind}}}");
         let _ = writeln!(s, "{ind}__syncthreads();");
     }
 }
