@@ -504,7 +504,9 @@ impl<'a> Parser<'a> {
                 // `max(x[[i, j]])` inside a larger expression: a reduction is a statement of
                 // its own. Said before the arguments are read, whose index errors would
                 // suggest something else.
-                if let Some(n) = name.filter(|n| crate::ir::Reducer::from_name(&n.to_string()).is_some()) {
+                if let Some(n) =
+                    name.filter(|n| crate::ir::Reducer::from_name(&n.to_string()).is_some())
+                {
                     if c.args.len() == 1 {
                         self.errors.push(
                             c,

@@ -152,9 +152,11 @@ fn run_staged(
             }
         }
         #[cfg(feature = "cuda")]
-        Device::Cuda => crate::runtime::cuda::run_host(kernel, shapes, data, out, |inputs, output| {
-            crate::runtime::rows::launch_cuda(kernel, extents, shapes, inputs, output)
-        }),
+        Device::Cuda => {
+            crate::runtime::cuda::run_host(kernel, shapes, data, out, |inputs, output| {
+                crate::runtime::rows::launch_cuda(kernel, extents, shapes, inputs, output)
+            })
+        }
         #[cfg(not(feature = "cuda"))]
         Device::Cuda => run_cuda(kernel, extents, shapes, data, out, opts),
     }

@@ -266,7 +266,14 @@ fn run_staged(
             values[d] = 0;
         }
         for _ in 0..n {
-            let x = statement(&ctx, stage.reducer, &stage.over, &stage.body, &mut values, extents);
+            let x = statement(
+                &ctx,
+                stage.reducer,
+                &stage.over,
+                &stage.body,
+                &mut values,
+                extents,
+            );
             v.push(f64::from(x as f32));
             next(&mut values, &stage.dims, extents);
         }
@@ -277,7 +284,14 @@ fn run_staged(
         values[d] = 0;
     }
     for slot in 0..out.len() {
-        let mut acc = statement(&ctx, staged.reducer, &staged.over, &kernel.body, &mut values, extents);
+        let mut acc = statement(
+            &ctx,
+            staged.reducer,
+            &staged.over,
+            &kernel.body,
+            &mut values,
+            extents,
+        );
         for e in &kernel.epilogue {
             acc = ctx.eval(e, &values, acc);
         }

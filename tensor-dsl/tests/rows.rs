@@ -168,11 +168,22 @@ fn cpu_matches_reference_with_every_config() {
         for config in RowsCpuConfig::all() {
             let refs: Vec<tensor_dsl::Data> = p.data.iter().map(Buffer::view).collect();
             let mut got = Buffer::zeros(out_dtype, p.want.len());
-            run_rows::run_cpu_with(k, &p.extents, &p.case.shape_refs(), &refs, got.view_mut(), &config)
-                .map_err(|e| format!("{e:?}"))
-                .unwrap();
+            run_rows::run_cpu_with(
+                k,
+                &p.extents,
+                &p.case.shape_refs(),
+                &refs,
+                got.view_mut(),
+                &config,
+            )
+            .map_err(|e| format!("{e:?}"))
+            .unwrap();
             for (e, (g, w)) in got.to_f32().into_iter().zip(&p.want).enumerate() {
-                assert!(close(g, *w, out_dtype), "{} {config:?}: element {e}: C {g} vs reference {w}", p.name);
+                assert!(
+                    close(g, *w, out_dtype),
+                    "{} {config:?}: element {e}: C {g} vs reference {w}",
+                    p.name
+                );
             }
         }
     }
@@ -182,7 +193,10 @@ fn cpu_matches_reference_with_every_config() {
 fn gpu_configs(plan: &RowPlan<'_>) -> Vec<RowsGpuConfig> {
     let mut v = vec![RowsGpuConfig::heuristic(plan)];
     for (t, r) in [(1, 32), (4, 8), (32, 1), (64, 2), (256, 1), (1024, 1)] {
-        let c = RowsGpuConfig { threads_per_row: t, rows_per_block: r };
+        let c = RowsGpuConfig {
+            threads_per_row: t,
+            rows_per_block: r,
+        };
         if c.validate().is_ok() && !v.contains(&c) {
             v.push(c);
         }
@@ -212,12 +226,25 @@ fn emulate(cxx: &Path, dir: &Path, n: usize, p: &Prepared) {
     );
     for &q in &k.inputs() {
         let ty = storage_type(k.params[q].dtype);
-        let _ = writeln!(main, "    {ty} *t{q} = ({ty} *)td_read_bytes(f, {});", p.data[q].view().bytes().len());
+        let _ = writeln!(
+            main,
+            "    {ty} *t{q} = ({ty} *)td_read_bytes(f, {});",
+            p.data[q].view().bytes().len()
+        );
     }
     for (id, config) in configs.iter().enumerate() {
         let src = rows::generate_cuda(k, &p.extents, &p.case.shape_refs(), config).unwrap();
-        let _ = writeln!(cpp, "namespace cfg{id} {{\n{}}}\n", src.source.replace("extern \"C\" ", ""));
-        let args: Vec<String> = k.inputs().iter().map(|q| format!("t{q}")).chain(["out".into()]).collect();
+        let _ = writeln!(
+            cpp,
+            "namespace cfg{id} {{\n{}}}\n",
+            src.source.replace("extern \"C\" ", "")
+        );
+        let args: Vec<String> = k
+            .inputs()
+            .iter()
+            .map(|q| format!("t{q}"))
+            .chain(["out".into()])
+            .collect();
         let (ty, bytes) = (storage_type(out_dtype), n_out * out_dtype.size());
         let _ = writeln!(
             main,
@@ -245,12 +272,26 @@ fn emulate(cxx: &Path, dir: &Path, n: usize, p: &Prepared) {
         .arg(&exe)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}: g++ failed on {}:\n{}", p.name, cpp_path.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}: g++ failed on {}:\n{}",
+        p.name,
+        cpp_path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let input = base.with_extension("in");
-    let bytes: Vec<u8> = k.inputs().iter().flat_map(|&q| p.data[q].view().bytes().to_vec()).collect();
+    let bytes: Vec<u8> = k
+        .inputs()
+        .iter()
+        .flat_map(|&q| p.data[q].view().bytes().to_vec())
+        .collect();
     std::fs::write(&input, bytes).unwrap();
     let output = base.with_extension("out");
-    let run = Command::new(&exe).arg(&input).arg(&output).output().unwrap();
+    let run = Command::new(&exe)
+        .arg(&input)
+        .arg(&output)
+        .output()
+        .unwrap();
     assert!(
         run.status.success(),
         "{}: emulated kernel failed ({}) in {}:\n{}",
@@ -284,13 +325,19 @@ fn emulated_cuda_matches_reference() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("cuda_emu.h"), include_str!("cuda_emu.h")).unwrap();
     let prepared = prepare();
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(4);
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(4);
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
                 let (cxx, dir, prepared) = (&cxx, &dir, &prepared);
                 scope.spawn(move || {
-                    for (n, p) in prepared.iter().enumerate().filter(|(n, _)| n % workers == w) {
+                    for (n, p) in prepared
+                        .iter()
+                        .enumerate()
+                        .filter(|(n, _)| n % workers == w)
+                    {
                         emulate(cxx, dir, n, p);
                     }
                 })
@@ -308,12 +355,32 @@ fn emulated_cuda_matches_reference() {
 const NVRTC_CASES: &[(&str, &str, &str, &str)] = &[
     ("softmax_512x1024", SOFTMAX, "x=512x1024 y=512x1024", ""),
     ("softmax_4096x4096", SOFTMAX, "x=4096x4096 y=4096x4096", ""),
-    ("layer_norm_512x768", LAYER_NORM, "x=512x768 g=768 b=768 y=512x768", ""),
-    ("rms_norm_512x768", RMS_NORM, "x=512x768 g=768 y=512x768", ""),
+    (
+        "layer_norm_512x768",
+        LAYER_NORM,
+        "x=512x768 g=768 b=768 y=512x768",
+        "",
+    ),
+    (
+        "rms_norm_512x768",
+        RMS_NORM,
+        "x=512x768 g=768 y=512x768",
+        "",
+    ),
     ("max_pool_112", MAX_POOL, "x=1x64x112x112 y=1x64x56x56", ""),
     ("row_min", ROW_MIN, "x=1000x1001 y=1000", ""),
-    ("softmax_f16", SOFTMAX, "x=512x1024 y=512x1024", "x=f16,y=f16"),
-    ("layer_norm_bf16", LAYER_NORM, "x=512x768 g=768 b=768 y=512x768", "x=bf16,g=bf16,b=bf16,y=bf16"),
+    (
+        "softmax_f16",
+        SOFTMAX,
+        "x=512x1024 y=512x1024",
+        "x=f16,y=f16",
+    ),
+    (
+        "layer_norm_bf16",
+        LAYER_NORM,
+        "x=512x768 g=768 b=768 y=512x768",
+        "x=bf16,g=bf16,b=bf16,y=bf16",
+    ),
 ];
 
 #[test]
@@ -341,7 +408,8 @@ fn cuda_compiles_with_nvrtc_and_ptxas() {
         let extents = case.extents();
         let plan = RowPlan::new(&case.kernel, &extents).unwrap();
         for config in gpu_configs(&plan) {
-            let gen = rows::generate_cuda(&case.kernel, &extents, &case.shape_refs(), &config).unwrap();
+            let gen =
+                rows::generate_cuda(&case.kernel, &extents, &case.shape_refs(), &config).unwrap();
             assert!(!gen.source.contains("#include"), "{name}");
             let ptx = tensor_dsl::runtime::nvrtc::compile_ptx(name, &gen.source, "compute_90")
                 .unwrap_or_else(|e| panic!("{name} {config:?}: NVRTC: {e}\n{}", gen.source));
@@ -349,7 +417,10 @@ fn cuda_compiles_with_nvrtc_and_ptxas() {
                 .unwrap_or_else(|e| panic!("{name} {config:?}: ptxas: {e}"));
             assert_eq!(report.spill_stores, 0, "{name} {config:?}: spills");
             let shared = 4 * (config.threads_per_row / 32) * config.rows_per_block;
-            assert!(report.shared_bytes <= shared.max(0) + 16, "{name} {config:?}: {report:?}");
+            assert!(
+                report.shared_bytes <= shared + 16,
+                "{name} {config:?}: {report:?}"
+            );
             println!("{name} {config:?}: {report:?}");
         }
     }
@@ -366,9 +437,18 @@ fn generated_code_snapshots() {
         let case = Case::new(name, src, shapes, "");
         let extents = case.extents();
         let plan = RowPlan::new(&case.kernel, &extents).unwrap();
-        let c = rows::generate_c(&case.kernel, &extents, &case.shape_refs(), &RowsCpuConfig::heuristic(&plan)).unwrap();
+        let c = rows::generate_c(
+            &case.kernel,
+            &extents,
+            &case.shape_refs(),
+            &RowsCpuConfig::heuristic(&plan),
+        )
+        .unwrap();
         insta::assert_snapshot!(format!("rows_c_{name}"), c);
-        let g = RowsGpuConfig { threads_per_row: 64, rows_per_block: 2 };
+        let g = RowsGpuConfig {
+            threads_per_row: 64,
+            rows_per_block: 2,
+        };
         let cu = rows::generate_cuda(&case.kernel, &extents, &case.shape_refs(), &g).unwrap();
         insta::assert_snapshot!(format!("rows_cuda_{name}"), cu.source);
     }

@@ -104,7 +104,15 @@ fn naive_softmax(x: &[f64], rows: usize, cols: usize) -> Vec<f64> {
     y
 }
 
-const ROWS_COLS: &[(usize, usize)] = &[(1, 1), (3, 1), (1, 7), (5, 33), (7, 1000), (4, 1537), (64, 100)];
+const ROWS_COLS: &[(usize, usize)] = &[
+    (1, 1),
+    (3, 1),
+    (1, 7),
+    (5, 33),
+    (7, 1000),
+    (4, 1537),
+    (64, 100),
+];
 
 #[test]
 fn softmax_matches_naive() {
@@ -172,7 +180,9 @@ fn max_pool_pads_with_minus_infinity() {
     for &(n, c, h, w) in &[(1, 1, 1, 1), (2, 3, 7, 5), (1, 4, 16, 16), (1, 2, 9, 112)] {
         let (p_out, q_out) = ((h - 1) / 2 + 1, (w - 1) / 2 + 1);
         // All-negative inputs: a zero-padded pooling would give 0 at the borders.
-        let values: Vec<f32> = (0..n * c * h * w).map(|_| rng.gen_range(-5.0..-1.0)).collect();
+        let values: Vec<f32> = (0..n * c * h * w)
+            .map(|_| rng.gen_range(-5.0..-1.0))
+            .collect();
         let x = Tensor::from_vec(vec![n, c, h, w], values.clone()).unwrap();
         let mut want = vec![f64::NEG_INFINITY; n * c * p_out * q_out];
         for b in 0..n {
@@ -184,7 +194,8 @@ fn max_pool_pads_with_minus_infinity() {
                             for s in 0..3 {
                                 let (hh, ww) = ((2 * p + r) as i64 - 1, (2 * q + s) as i64 - 1);
                                 if hh >= 0 && ww >= 0 && (hh as usize) < h && (ww as usize) < w {
-                                    let v = values[((b * c + ch) * h + hh as usize) * w + ww as usize];
+                                    let v =
+                                        values[((b * c + ch) * h + hh as usize) * w + ww as usize];
                                     want[o] = want[o].max(f64::from(v));
                                 }
                             }
@@ -208,7 +219,12 @@ fn row_min_matches_naive() {
         let x: Tensor<f32> = random(&[rows, cols], &mut rng);
         let xv = f64s(&x);
         let want: Vec<f64> = (0..rows)
-            .map(|i| xv[i * cols..(i + 1) * cols].iter().copied().fold(f64::INFINITY, f64::min))
+            .map(|i| {
+                xv[i * cols..(i + 1) * cols]
+                    .iter()
+                    .copied()
+                    .fold(f64::INFINITY, f64::min)
+            })
             .collect();
         for (dev, opts) in devices() {
             let mut y = Tensor::<f32>::zeros(&[rows]);

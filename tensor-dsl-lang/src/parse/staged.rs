@@ -14,7 +14,9 @@
 //! read with the indices it was defined with.
 
 use super::{split_access, strip_group, Parser, Stage};
-use crate::ir::{BodyKind, Expr, Index, IndexKind, Kernel, Param, Reducer, Stage as IrStage, Staged};
+use crate::ir::{
+    BodyKind, Expr, Index, IndexKind, Kernel, Param, Reducer, Stage as IrStage, Staged,
+};
 use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
 
@@ -82,7 +84,9 @@ fn range(l: &syn::Local) -> Result<(syn::Ident, usize), syn::Error> {
                size no tensor's shape says); intermediates are assigned without `let`: \
                `m[[i]] = max(x[[i, j]]);`";
     let name = match &l.pat {
-        syn::Pat::Ident(p) if p.by_ref.is_none() && p.mutability.is_none() && p.subpat.is_none() => {
+        syn::Pat::Ident(p)
+            if p.by_ref.is_none() && p.mutability.is_none() && p.subpat.is_none() =>
+        {
             p.ident.clone()
         }
         _ => return Err(syn::Error::new_spanned(l, msg)),
@@ -142,7 +146,12 @@ pub(super) fn parse(
     let (out_lhs, out_rhs, out_op) = match &stmts[out_stmt] {
         syn::Stmt::Expr(syn::Expr::Assign(a), _) => (&*a.left, &*a.right, None),
         syn::Stmt::Expr(syn::Expr::Binary(b), _) => (&*b.left, &*b.right, Some(b.op)),
-        other => return Err(syn::Error::new_spanned(other, "expected the output's statement")),
+        other => {
+            return Err(syn::Error::new_spanned(
+                other,
+                "expected the output's statement",
+            ))
+        }
     };
     let names = p.lhs(out_lhs).unwrap_or_default();
     for (n, tokens) in &names {
@@ -165,7 +174,8 @@ pub(super) fn parse(
                 Ok((id, n)) => {
                     let key = id.to_string();
                     if p.param(&id).is_some() {
-                        p.errors.push(&id, format!("`{key}` is a tensor, not an index variable"));
+                        p.errors
+                            .push(&id, format!("`{key}` is a tensor, not an index variable"));
                     } else if let Some(&v) = p.by_name.get(&key) {
                         let why = if p.indices[v].kind == IndexKind::Spatial {
                             format!("`{key}` is an index of the output `{out_name}`, whose shape gives its extent; a range is for an index that is reduced over")
@@ -263,7 +273,9 @@ pub(super) fn parse(
         if p.temps.list[t].defined {
             p.errors.push(
                 base,
-                format!("intermediate `{base}` is defined twice; give each intermediate its own name"),
+                format!(
+                    "intermediate `{base}` is defined twice; give each intermediate its own name"
+                ),
             );
             continue;
         }
@@ -294,7 +306,10 @@ pub(super) fn parse(
             if !t.used {
                 p.errors.push(
                     &t.tokens,
-                    format!("intermediate `{}` is never used; use it in a later statement or remove it", t.name),
+                    format!(
+                        "intermediate `{}` is never used; use it in a later statement or remove it",
+                        t.name
+                    ),
                 );
             }
         }
@@ -302,7 +317,10 @@ pub(super) fn parse(
             if !p.used_index(*v) {
                 p.errors.push(
                     tokens,
-                    format!("index `{}` has a range but is never used", p.indices[*v].name),
+                    format!(
+                        "index `{}` has a range but is never used",
+                        p.indices[*v].name
+                    ),
                 );
             }
         }
@@ -319,14 +337,20 @@ pub(super) fn parse(
             if !p.used[i] && !a.is_output {
                 p.errors.push(
                     &a.name,
-                    format!("parameter `{}` is never read by the kernel; remove it or use it", a.name),
+                    format!(
+                        "parameter `{}` is never read by the kernel; remove it or use it",
+                        a.name
+                    ),
                 );
             }
         }
     }
     p.errors.finish()?;
     let Some((reducer, over, body)) = out_body else {
-        return Err(syn::Error::new(body_span, "the output's statement is invalid"));
+        return Err(syn::Error::new(
+            body_span,
+            "the output's statement is invalid",
+        ));
     };
     let rank = |i: usize| p.ranks[i].unwrap_or(0);
     Ok(Kernel {
@@ -481,7 +505,9 @@ impl Parser<'_> {
         if !self.temps.list[t].defined {
             self.errors.push(
                 e,
-                format!("intermediate `{base}` is used before it is defined; move its statement up"),
+                format!(
+                    "intermediate `{base}` is used before it is defined; move its statement up"
+                ),
             );
             return None;
         }
@@ -529,7 +555,10 @@ mod tests {
         let st = k.staged.as_deref().unwrap();
         assert_eq!(st.stages.len(), 2);
         assert_eq!(st.stages[0].reducer, Some(Reducer::Max));
-        assert_eq!((st.stages[0].dims.clone(), st.stages[0].over.clone()), (vec![0], vec![1]));
+        assert_eq!(
+            (st.stages[0].dims.clone(), st.stages[0].over.clone()),
+            (vec![0], vec![1])
+        );
         assert_eq!(st.reducer, None);
         assert_eq!(k.kind, BodyKind::Assign);
         let mut temps = 0;
@@ -602,7 +631,9 @@ mod tests {
             ("m[[i]] = max(x[[i, j]]); y[[i]] += x[[i, j]] - m[[i]]", "is an `=`"),
         ];
         for (src, want) in cases {
-            let err = parse_text("k", src, None).map(|k| k.to_string()).unwrap_err();
+            let err = parse_text("k", src, None)
+                .map(|k| k.to_string())
+                .unwrap_err();
             assert!(err.contains(want), "{src}: {err}");
         }
         let params = [("x".to_string(), false), ("y".to_string(), true)];

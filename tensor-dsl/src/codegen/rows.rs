@@ -28,8 +28,8 @@
 
 use super::cuda::CudaSource;
 use super::{
-    bound_checks, builtin_prelude, dtype_prelude, float_lit, index_name, load_as_f32,
-    offset_expr, storage_type, store_from_f32, used_builtins_prelude, Coord, ExprPrinter,
+    bound_checks, builtin_prelude, dtype_prelude, float_lit, index_name, load_as_f32, offset_expr,
+    storage_type, store_from_f32, used_builtins_prelude, Coord, ExprPrinter,
 };
 use crate::ir::{Access, Expr, Kernel, Reducer};
 use crate::template::rows::{RowPlan, RowStmt, RowsCpuConfig, RowsGpuConfig, Target};
@@ -166,8 +166,12 @@ fn combine(r: Reducer, acc: &str, x: &str) -> String {
     match r {
         Reducer::Sum | Reducer::Mean => format!("{acc} += {x};"),
         Reducer::Prod => format!("{acc} *= {x};"),
-        Reducer::Max => format!("{{ const float td_x = {x}; {acc} = td_x > {acc} ? td_x : {acc}; }}"),
-        Reducer::Min => format!("{{ const float td_x = {x}; {acc} = td_x < {acc} ? td_x : {acc}; }}"),
+        Reducer::Max => {
+            format!("{{ const float td_x = {x}; {acc} = td_x > {acc} ? td_x : {acc}; }}")
+        }
+        Reducer::Min => {
+            format!("{{ const float td_x = {x}; {acc} = td_x < {acc} ? td_x : {acc}; }}")
+        }
     }
 }
 
@@ -248,8 +252,16 @@ pub fn generate_c(
         &format!(
             "{} rows {}, {}",
             plan.rows,
-            if config.parallel { "in parallel" } else { "in order" },
-            if config.vector { "vectorized" } else { "scalar" }
+            if config.parallel {
+                "in parallel"
+            } else {
+                "in order"
+            },
+            if config.vector {
+                "vectorized"
+            } else {
+                "scalar"
+            }
         ),
     );
     s.push_str("#include <math.h>\n\n");
@@ -331,11 +343,7 @@ fn c_stmt(s: &mut String, p: &Printer<'_>, st: &RowStmt<'_>, config: &RowsCpuCon
                 r.name(),
                 names(p.kernel, &st.over)
             );
-            let _ = writeln!(
-                s,
-                "{ind}    float td_acc = {};",
-                float_lit(r.identity())
-            );
+            let _ = writeln!(s, "{ind}    float td_acc = {};", float_lit(r.identity()));
             let clause = format!(" reduction({}:td_acc)", omp_op(r));
             let d = open_loops(s, p, &st.over, config.vector, &clause, base + 1);
             let inner = "    ".repeat(d);
@@ -377,7 +385,10 @@ fn c_stmt(s: &mut String, p: &Printer<'_>, st: &RowStmt<'_>, config: &RowsCpuCon
 }
 
 fn names(kernel: &Kernel, ids: &[usize]) -> String {
-    let n: Vec<&str> = ids.iter().map(|&i| kernel.indices[i].name.as_str()).collect();
+    let n: Vec<&str> = ids
+        .iter()
+        .map(|&i| kernel.indices[i].name.as_str())
+        .collect();
     n.join(", ")
 }
 
@@ -436,11 +447,7 @@ pub fn generate_cuda(
     );
     let ind = "    ";
     if warps_per_row > 1 {
-        let _ = writeln!(
-            s,
-            "{ind}__shared__ float td_red[{}];",
-            warps_per_row * rpb
-        );
+        let _ = writeln!(s, "{ind}__shared__ float td_red[{}];", warps_per_row * rpb);
     }
     let _ = writeln!(s, "{ind}const long td_lane = threadIdx.x % {t};");
     let _ = writeln!(
@@ -483,7 +490,10 @@ fn row_reduce(s: &mut String, ind: &str, r: Reducer, t: u32) {
     }
     if t > 32 {
         let w = t / 32;
-        let _ = writeln!(s, "{ind}if (threadIdx.x % 32 == 0) td_red[threadIdx.x / 32] = td_acc;");
+        let _ = writeln!(
+            s,
+            "{ind}if (threadIdx.x % 32 == 0) td_red[threadIdx.x / 32] = td_acc;"
+        );
         let _ = writeln!(s, "{ind}__syncthreads();");
         let _ = writeln!(s, "{ind}td_acc = td_red[threadIdx.x / {t} * {w}];");
         let _ = writeln!(s, "{ind}for (int td_w = 1; td_w < {w}; ++td_w) {{");

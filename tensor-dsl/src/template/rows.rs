@@ -92,7 +92,11 @@ impl<'a> RowPlan<'a> {
                         first.name
                     ));
                 }
-                spatial.iter().copied().filter(|d| set.contains(d)).collect()
+                spatial
+                    .iter()
+                    .copied()
+                    .filter(|d| set.contains(d))
+                    .collect()
             }
             None => spatial.clone(),
         };
@@ -198,7 +202,9 @@ impl RowsGpuConfig {
     pub fn validate(&self) -> Result<(), String> {
         let t = self.threads_per_row;
         if !t.is_power_of_two() || t > 1024 {
-            return Err(format!("threads per row {t} is not a power of two up to 1024"));
+            return Err(format!(
+                "threads per row {t} is not a power of two up to 1024"
+            ));
         }
         let b = u64::from(t) * u64::from(self.rows_per_block);
         if self.rows_per_block == 0 || b % 32 != 0 || b > 1024 {
