@@ -1,8 +1,8 @@
 //! End-to-end: reductions other than sums and kernels of several stages, written in the
 //! documented syntax (softmax, layer norm, RMS norm, 3x3 stride-2 max pooling with padding
-//! 1, a row minimum, a half-precision softmax), run on the CPU backend and the reference
-//! interpreter and compared with naive loops written out here, on awkward shapes (one
-//! column, odd lengths, more than 1000 columns).
+//! 1, a row minimum, a half-precision softmax), run on the CPU backend, the reference
+//! interpreter and (when a GPU is usable) CUDA, and compared with naive loops written out
+//! here, on awkward shapes (one column, odd lengths, more than 1000 columns).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -80,11 +80,18 @@ fn check<T: Element>(got: &Tensor<T>, want: &[f64], what: &str) {
     }
 }
 
-fn devices() -> [(Device, Options); 2] {
-    [
+/// The CPU and the reference interpreter, and the GPU when one is usable (else a line says
+/// why it was left out).
+fn devices() -> Vec<(Device, Options)> {
+    let mut v = vec![
         (Device::Cpu, Options::new().device(Device::Cpu)),
         (Device::Reference, Options::new().device(Device::Reference)),
-    ]
+    ];
+    match Device::Cuda.availability() {
+        Ok(()) => v.push((Device::Cuda, Options::new().device(Device::Cuda))),
+        Err(why) => println!("CUDA not checked here: {why}"),
+    }
+    v
 }
 
 fn f64s<T: Element>(t: &Tensor<T>) -> Vec<f64> {
