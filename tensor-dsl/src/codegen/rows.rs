@@ -31,7 +31,7 @@ use super::{
     bound_checks, builtin_prelude, dtype_prelude, float_lit, index_name, load_as_f32, offset_expr,
     storage_type, store_from_f32, used_builtins_prelude, Coord, ExprPrinter,
 };
-use crate::ir::{Access, Expr, Kernel, Reducer};
+use crate::ir::{Access, Expr, Func, Kernel, Reducer};
 use crate::template::rows::{RowPlan, RowStmt, RowsCpuConfig, RowsGpuConfig, Target};
 use std::fmt::Write as _;
 
@@ -160,6 +160,36 @@ impl<'a> Printer<'a> {
     }
 }
 
+/// `expf` as straight-line code the compiler can vectorize (glibc's vector `expf` is only
+/// declared under `-ffast-math`, so `expf` in a loop is a scalar call per element): Cephes'
+/// range reduction and degree-6 polynomial, within 2 ulp on the normal range. Below −86.5 it
+/// gives 0 (exp(−86.5) < 3e−38), above 88.72 +∞; NaN stays NaN. GCC if-converts its
+/// selects only without trapping math, which the pragma turns off for this file (no
+/// floating-point trap is ever enabled, so results do not change).
+pub const VECTOR_EXP_PRELUDE: &str = "\
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize(\"no-trapping-math\")
+#endif
+static inline float td_vexpf(float x) {
+    float c = x < -86.5f ? -86.5f : (x > 88.72283f ? 88.72283f : x);
+    float n = floorf(c * 1.44269504088896341f + 0.5f);
+    float r = c - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int i; float f; } u;
+    u.i = ((int)n + 126) << 23; /* 2^(n-1): n - 1 + 127 stays in 1..254 */
+    float y = p * u.f * 2.0f;
+    y = x > 88.72283f ? INFINITY : y;
+    y = x < -86.5f ? 0.0f : y;
+    return x != x ? x : y;
+}
+";
+
 /// The accumulator update `acc = combine(acc, x)` (NaN values are skipped by `max`/`min`,
 /// as `fmaxf` does).
 fn combine(r: Reducer, acc: &str, x: &str) -> String {
@@ -268,6 +298,18 @@ pub fn generate_c(
     s.push_str(&builtin_prelude(""));
     s.push_str(&used_builtins_prelude(kernel, ""));
     s.push_str(&dtype_prelude(kernel, ""));
+    let uses_exp = {
+        let mut uses = false;
+        let mut check = |e: &Expr| uses |= calls(e, Func::Exp);
+        kernel.stages().iter().for_each(|st| check(&st.body));
+        check(&kernel.body);
+        kernel.epilogue.iter().for_each(&mut check);
+        uses
+    };
+    if uses_exp && config.vector {
+        s.push_str(VECTOR_EXP_PRELUDE);
+    }
+    let body_start = s.len();
     s.push_str("\nvoid td_kernel(const void *const *args, void *td_out) {\n");
     for p_id in kernel.inputs() {
         let ty = storage_type(kernel.params[p_id].dtype);
@@ -296,7 +338,23 @@ pub fn generate_c(
         c_stmt(&mut s, &p, st, config);
     }
     s.push_str("    }\n}\n");
+    if uses_exp && config.vector {
+        // The shared expression printer spells `exp` as `expf`; in a vectorized row it is
+        // the vectorizable one.
+        let body = s.split_off(body_start).replace("expf(", "td_vexpf(");
+        s.push_str(&body);
+    }
     Ok(s)
+}
+
+/// Whether `e` calls `f`.
+fn calls(e: &Expr, f: Func) -> bool {
+    match e {
+        Expr::Lit(_) | Expr::Access(_) | Expr::Output | Expr::Temp(_) => false,
+        Expr::Neg(a) => calls(a, f),
+        Expr::Bin(_, a, b) => calls(a, f) || calls(b, f),
+        Expr::Call(g, args) => *g == f || args.iter().any(|a| calls(a, f)),
+    }
 }
 
 /// Opens `for` loops over `ids` (the last one `omp simd` with `clause` when `vector`);
