@@ -512,3 +512,60 @@ fn vector_exp_is_accurate() {
         }
     }
 }
+
+/// Tools written against the einsum templates' entry points (`CpuTemplate`,
+/// `runtime::cpu::run_with`, `GpuTemplate`, `codegen::cuda::generate`) get the row
+/// template's code for a kernel of several stages.
+#[test]
+fn einsum_entry_points_give_the_row_template() {
+    use tensor_dsl::template::cpu::{CpuConfig, CpuTemplate};
+    use tensor_dsl::template::gpu::{default_schedule, GpuTarget, GpuTemplate};
+    let have_cc = tensor_dsl::runtime::cpu::compiler().is_ok();
+    let mut rng = StdRng::seed_from_u64(7);
+    for p in prepare().iter().step_by(3) {
+        let k = &p.case.kernel;
+        let shapes = p.case.shape_refs();
+        let t = CpuTemplate::new(k, &p.extents, 8).unwrap();
+        let point = t.space().sample_uniform(&mut rng).unwrap();
+        for config in [
+            CpuConfig::heuristic(k, &p.extents, 8),
+            t.decode(&point).unwrap(),
+        ] {
+            let src = tensor_dsl::codegen::c::generate(k, &p.extents, &shapes, &config);
+            assert!(src.contains("row template"), "{}: {src}", p.name);
+            if have_cc {
+                let out_dtype = k.params[k.output].dtype;
+                let refs: Vec<tensor_dsl::Data> = p.data.iter().map(Buffer::view).collect();
+                let mut got = Buffer::zeros(out_dtype, p.want.len());
+                tensor_dsl::runtime::cpu::run_with(
+                    k,
+                    &p.extents,
+                    &shapes,
+                    &refs,
+                    got.view_mut(),
+                    &config,
+                )
+                .map_err(|e| format!("{e:?}"))
+                .unwrap();
+                for (g, w) in got.to_f32().into_iter().zip(&p.want) {
+                    assert!(close(g, *w, out_dtype), "{}: {g} vs {w}", p.name);
+                }
+            }
+        }
+        let target = GpuTarget::h100();
+        let g = GpuTemplate::new(k, &p.extents, &target).unwrap();
+        let point = g.space().sample_uniform(&mut rng).unwrap();
+        for s in [
+            default_schedule(k, &p.extents, &target),
+            g.decode(&point).unwrap(),
+        ] {
+            let src = tensor_dsl::codegen::cuda::generate(k, &p.extents, &shapes, &s);
+            assert!(
+                src.source.contains("row template"),
+                "{}: {}",
+                p.name,
+                src.source
+            );
+        }
+    }
+}

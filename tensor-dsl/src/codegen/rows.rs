@@ -357,6 +357,33 @@ fn calls(e: &Expr, f: Func) -> bool {
     }
 }
 
+/// The row template's C for a kernel of several stages reached through the einsum CPU
+/// template's entry points ([`super::c::generate`], so tools written against them work):
+/// rows in parallel as `config.parallel` says, vectorized unless `config.vector` is 1.
+pub fn c_for_einsum_config(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    config: &crate::template::cpu::CpuConfig,
+) -> Result<String, String> {
+    let rows = RowsCpuConfig {
+        parallel: config.parallel,
+        vector: config.vector > 1,
+    };
+    generate_c(kernel, extents, shapes, &rows)
+}
+
+/// The row template's CUDA with its heuristic knobs, for a kernel of several stages reached
+/// through [`super::cuda::generate`] (whose GPU schedule does not apply to it).
+pub fn cuda_with_heuristic(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+) -> Result<CudaSource, String> {
+    let plan = RowPlan::new(kernel, extents)?;
+    generate_cuda(kernel, extents, shapes, &RowsGpuConfig::heuristic(&plan))
+}
+
 /// Opens `for` loops over `ids` (the last one `omp simd` with `clause` when `vector`);
 /// returns the indentation inside.
 fn open_loops(

@@ -360,9 +360,6 @@ fn axis_choices(kernel: &Kernel) -> (Vec<String>, Vec<Option<usize>>) {
 impl CpuTemplate {
     /// Builds the space; `lanes` is the SIMD width in f32 (for the default point).
     pub fn new(kernel: &Kernel, extents: &[usize], lanes: usize) -> Result<CpuTemplate, String> {
-        if kernel.is_staged() {
-            return Err(crate::template::rows::NOT_EINSUM.into());
-        }
         let (names, axes) = axis_choices(kernel);
         let choices: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut b = SearchSpace::builder();

@@ -884,9 +884,6 @@ impl GpuTemplate {
         extents: &[usize],
         target: &GpuTarget,
     ) -> Result<GpuTemplate, String> {
-        if kernel.is_staged() {
-            return Err(crate::template::rows::NOT_EINSUM.into());
-        }
         if extents.len() != kernel.indices.len() {
             return Err(format!(
                 "{} extents for the {} indices of `{}`",

@@ -27,10 +27,6 @@
 use crate::ir::{Expr, Kernel, Reducer};
 use serde::{Deserialize, Serialize};
 
-/// Why the einsum templates refuse a kernel of several stages.
-pub const NOT_EINSUM: &str = "a kernel of several stages (intermediates, reductions written as \
-    functions, index ranges) runs on the row template (`template::rows`), not this one";
-
 /// Where a statement's value goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
