@@ -12,6 +12,7 @@ mod emit;
 mod landscape;
 mod output;
 mod records_cmd;
+mod rows;
 mod tune;
 mod verify;
 

@@ -497,3 +497,46 @@ fn commands_exit_quietly_on_a_closed_pipe() {
     assert_eq!(code, Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A kernel of several stages from the command line: the row template's configurations are
+/// verified on the CPU, and its CUDA is emitted.
+#[test]
+fn softmax_from_the_command_line() {
+    let softmax = "m[[i]] = max(x[[i, j]]); s[[i]] = sum(exp(x[[i, j]] - m[[i]])); \
+                   y[[i, j]] = exp(x[[i, j]] - m[[i]]) / s[[i]]";
+    let (code, out, err) = tensor_dsl(&[
+        "verify",
+        "--kernel",
+        softmax,
+        "--shapes",
+        "x=7x1001,y=7x1001",
+        "--device",
+        "cpu",
+        "--configs",
+        "random:4",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (v["configs"].as_u64(), v["passed"].as_u64()),
+        (Some(4), Some(4)),
+        "{v}"
+    );
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-cli-rows-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (code, out, err) = tensor_dsl(&[
+        "emit",
+        "--kernel",
+        softmax,
+        "--shapes",
+        "x=7x1001,y=7x1001",
+        "--target",
+        "cuda",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let src = std::fs::read_to_string(dir.join("config_0000.cu")).unwrap();
+    assert!(src.contains("__shfl_xor_sync"), "{src}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -93,6 +93,9 @@ fn call_in_cache(
     for (&p, t) in kernel.inputs().iter().zip(inputs) {
         data[p] = t.data;
     }
+    if kernel.is_staged() {
+        return run_staged(kernel, &extents, &shapes, &data, out, opts);
+    }
     match opts.resolve_device()? {
         Device::Cuda => run_cuda(kernel, &extents, &shapes, &data, out, opts),
         Device::Reference => {
@@ -120,6 +123,53 @@ fn call_in_cache(
             Err(cpu::CpuError::Other(e)) => Err(e),
             Ok(()) => Ok(()),
         },
+    }
+}
+
+/// A kernel of several stages: the row template ([`crate::runtime::rows`]) on the CPU and
+/// the GPU, with its heuristic knobs.
+fn run_staged(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    data: &[Data<'_>],
+    mut out: DataMut<'_>,
+    opts: &Options,
+) -> Result<(), Error> {
+    match opts.resolve_device()? {
+        Device::Reference => {
+            crate::runtime::check_buffers(kernel, shapes, data, &out).map_err(|message| {
+                Error::Backend {
+                    kernel: kernel.name.clone(),
+                    message,
+                }
+            })?;
+            reference::run(kernel, extents, shapes, data, out);
+            Ok(())
+        }
+        Device::Cpu => {
+            match crate::runtime::rows::run_cpu(kernel, extents, shapes, data, out.reborrow()) {
+                Err(cpu::CpuError::NoCompiler(why)) => {
+                    if !WARNED_NO_CC.swap(true, Ordering::Relaxed) {
+                        eprintln!(
+                            "tensor-dsl: warning: no C compiler ({why}); falling back to the reference interpreter (slow). Install a C compiler or set CC."
+                        );
+                    }
+                    reference::run(kernel, extents, shapes, data, out);
+                    Ok(())
+                }
+                Err(cpu::CpuError::Other(e)) => Err(e),
+                Ok(()) => Ok(()),
+            }
+        }
+        #[cfg(feature = "cuda")]
+        Device::Cuda => {
+            crate::runtime::cuda::run_host(kernel, shapes, data, out, |inputs, output| {
+                crate::runtime::rows::launch_cuda(kernel, extents, shapes, inputs, output)
+            })
+        }
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda => run_cuda(kernel, extents, shapes, data, out, opts),
     }
 }
 
@@ -153,6 +203,10 @@ pub(crate) fn run_on_gpu(
     output: &mut crate::runtime::cuda::DeviceBuffer,
     opts: &Options,
 ) -> Result<(), Error> {
+    if kernel.is_staged() {
+        return crate::runtime::rows::launch_cuda(kernel, extents, shapes, inputs, output)
+            .map(|_| ());
+    }
     let gpu = crate::backend::cuda::CudaBackend::new()?;
     let mut buffers = crate::backend::cuda::GpuBuffers { inputs, output };
     backend::run(&gpu, kernel, extents, shapes, &mut buffers, opts).map(|_| ())

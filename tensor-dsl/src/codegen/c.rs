@@ -162,6 +162,10 @@ pub fn generate(
     shapes: &[&[usize]],
     config: &CpuConfig,
 ) -> String {
+    if kernel.is_staged() {
+        return super::rows::c_for_einsum_config(kernel, extents, shapes, config)
+            .unwrap_or_else(|e| invalid(&e));
+    }
     source(kernel, extents, shapes, config).unwrap_or_else(|e| invalid(&e))
 }
 

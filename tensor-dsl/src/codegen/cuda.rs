@@ -283,6 +283,10 @@ pub fn generate(
     shapes: &[&[usize]],
     schedule: &GpuSchedule,
 ) -> CudaSource {
+    if kernel.is_staged() {
+        return super::rows::cuda_with_heuristic(kernel, extents, shapes)
+            .unwrap_or_else(|e| invalid(&e));
+    }
     source(kernel, extents, shapes, schedule).unwrap_or_else(|e| invalid(&e))
 }
 

@@ -6,6 +6,7 @@
 pub mod c;
 pub mod cuda;
 pub mod printer;
+pub mod rows;
 
 use crate::ir::{Access, Affine, BinOp, DType, Expr, Func, Kernel};
 use std::fmt::Write as _;
@@ -212,13 +213,17 @@ pub fn builtin_prelude(qualifier: &str) -> String {
 pub fn used_builtins_prelude(kernel: &Kernel, qualifier: &str) -> String {
     fn uses(e: &Expr, f: Func) -> bool {
         match e {
-            Expr::Lit(_) | Expr::Access(_) | Expr::Output => false,
+            Expr::Lit(_) | Expr::Access(_) | Expr::Output | Expr::Temp(_) => false,
             Expr::Neg(a) => uses(a, f),
             Expr::Bin(_, a, b) => uses(a, f) || uses(b, f),
             Expr::Call(g, args) => *g == f || args.iter().any(|a| uses(a, f)),
         }
     }
-    let used = |f: Func| uses(&kernel.body, f) || kernel.epilogue.iter().any(|e| uses(e, f));
+    let used = |f: Func| {
+        uses(&kernel.body, f)
+            || kernel.epilogue.iter().any(|e| uses(e, f))
+            || kernel.stages().iter().any(|s| uses(&s.body, f))
+    };
     let mut s = String::new();
     for (f, body) in [
         (Func::Silu, "return x / (1.0f + expf(-x));"),
@@ -356,6 +361,8 @@ impl ExprPrinter<'_> {
             Expr::Lit(v) => float_lit(*v),
             Expr::Access(a) => read(a).unwrap_or_else(|| self.access(a)),
             Expr::Output => self.output.clone(),
+            // Intermediates of a kernel of several stages are scalars `td_t<n>`.
+            Expr::Temp(t) => format!("td_t{t}"),
             Expr::Neg(a) => format!("(-{})", self.expr_with(a, read)),
             Expr::Bin(op, a, b) => {
                 let op = match op {

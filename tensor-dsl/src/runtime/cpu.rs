@@ -378,6 +378,48 @@ pub fn run_with(
     Ok(())
 }
 
+/// Compiles (once per process, and through the disk cache) C `source` that another
+/// generator wrote with the `td_kernel` entry convention (the row template's), and runs it
+/// on the call's buffers. The caller vouches that the source reads parameter `p` only below
+/// the product of `shapes[p]` and writes `out` only below its length.
+pub fn run_source(
+    kernel: &Kernel,
+    shapes: &[&[usize]],
+    data: &[Data<'_>],
+    mut out: DataMut<'_>,
+    source: &str,
+) -> Result<(), CpuError> {
+    type SourceMap = Mutex<HashMap<String, Slot>>;
+    static SOURCES: OnceLock<SourceMap> = OnceLock::new();
+    super::check_buffers(kernel, shapes, data, &out).map_err(|message| {
+        CpuError::Other(Error::Backend {
+            kernel: kernel.name.clone(),
+            message,
+        })
+    })?;
+    compiler().map_err(CpuError::NoCompiler)?;
+    let slot: Slot = {
+        let map = SOURCES.get_or_init(Default::default);
+        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(source.to_string()).or_default().clone()
+    };
+    let loaded = slot
+        .get_or_init(|| build(kernel, source).map(Arc::new))
+        .as_ref()
+        .map_err(|log| {
+            CpuError::Other(Error::Compile {
+                kernel: kernel.name.clone(),
+                compiler: compiler().map(|c| c.program.clone()).unwrap_or_default(),
+                log: log.clone(),
+            })
+        })?;
+    let args: Vec<*const u8> = data.iter().map(Data::as_ptr).collect();
+    // SAFETY: the buffers were checked against `shapes` above; the caller vouches that the
+    // source stays inside them.
+    unsafe { (loaded.entry)(args.as_ptr(), out.as_mut_ptr()) };
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

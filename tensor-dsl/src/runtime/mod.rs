@@ -7,6 +7,7 @@ pub mod lru;
 pub mod nvrtc;
 pub mod object_cache;
 pub mod ptxas;
+pub mod rows;
 
 /// Why CUDA is unavailable in a build without the `cuda` feature.
 pub const NO_CUDA_FEATURE: &str =

@@ -216,7 +216,7 @@ pub fn pads_to_zero(kernel: &Kernel, r: usize) -> bool {
     fn zero(e: &Expr, r: usize) -> bool {
         match e {
             Expr::Lit(v) => *v == 0.0,
-            Expr::Output => false,
+            Expr::Output | Expr::Temp(_) => false,
             Expr::Access(a) => a.dims.iter().any(|d| d.as_var() == Some(r)),
             Expr::Neg(a) => zero(a, r),
             Expr::Bin(BinOp::Mul, a, b) => zero(a, r) || zero(b, r),
