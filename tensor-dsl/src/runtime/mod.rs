@@ -6,6 +6,7 @@ pub mod cuda;
 pub mod nvrtc;
 pub mod object_cache;
 pub mod ptxas;
+pub mod sass;
 
 /// Why CUDA is unavailable in a build without the `cuda` feature.
 pub const NO_CUDA_FEATURE: &str =
