@@ -140,6 +140,30 @@ fn header(nest: &Nest, extents: &[usize], s: &GpuSchedule) -> String {
             k.dtypes_text()
         );
     }
+    if let Some(t) = &s.simt {
+        let launch = nest.launch.unwrap_or(lower::Launch {
+            grid: [0; 3],
+            block: [0; 3],
+        });
+        let _ = writeln!(
+            h,
+            " * schedule (SIMT GEMM): block tile {} x {}, k tile {}, thread tile {} x {}, \
+             warps of {} x {} threads, hot loop unrolled x{}\n *   {} threads, {} blocks, \
+             {} bytes of shared memory (two buffers per operand)\n */",
+            t.bm,
+            t.bn,
+            t.bk,
+            t.tm,
+            t.tn,
+            t.warp_m,
+            32 / t.warp_m,
+            t.unroll,
+            launch.block[0],
+            launch.grid[0],
+            t.shared_bytes()
+        );
+        return h;
+    }
     let _ = writeln!(h, " * schedule (Ansor multi-level tiling):");
     for (i, index) in k.indices.iter().enumerate() {
         let f = &s.axes[i].factors;

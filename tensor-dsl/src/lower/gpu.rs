@@ -210,6 +210,12 @@ pub fn lower<'a>(
     schedule: &GpuSchedule,
 ) -> Result<Nest<'a>, String> {
     check(kernel, extents, shapes, schedule)?;
+    if let Some(t) = &schedule.simt {
+        let g = schedule
+            .gemm(kernel)
+            .ok_or("the kernel has no GEMM form for a SIMT schedule")?;
+        return super::gpu_simt::lower(kernel, extents, shapes, &g, t);
+    }
     let threads = schedule.threads(kernel);
     let mut buffers = super::param_buffers(kernel, shapes);
     let mut tiles: Vec<StagedTile> = Vec::new();

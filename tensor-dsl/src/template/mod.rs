@@ -17,6 +17,7 @@
 //! ```
 pub mod cpu;
 pub mod gpu;
+pub mod gpu_simt;
 
 use crate::ir::Kernel;
 use crate::lower::Nest;
