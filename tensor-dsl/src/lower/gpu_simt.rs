@@ -240,7 +240,10 @@ impl Simt<'_> {
             out.push(let_int(
                 &format!("{p}_r"),
                 IntType::Int,
-                format!("min({corner} + {row}, {})", o.extent - 1),
+                format!(
+                    "{corner} + {row} < {e} ? {corner} + {row} : {e}",
+                    e = o.extent - 1
+                ),
             ));
             out.push(let_int(&format!("{p}_kk"), IntType::Int, kk));
             out.extend(decode(
