@@ -14,7 +14,7 @@
 //! use tensor_dsl::{codegen::cuda, ir::parse_text, template::gpu};
 //! let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
 //! let shapes: [&[usize]; 3] = [&[64, 48], &[48, 40], &[64, 40]];
-//! let s = gpu::default_schedule(&k, &[64, 40, 48], &gpu::GpuTarget::h100());
+//! let s = gpu::ansor_default_schedule(&k, &[64, 40, 48], &gpu::GpuTarget::h100());
 //! let src = cuda::generate(&k, &[64, 40, 48], &shapes, &s);
 //! assert!(src.source.contains("extern \"C\" __global__ void __launch_bounds__(160)"));
 //! assert_eq!(src.block, [160, 1, 1]); // 16 x 10 threads, one output element each

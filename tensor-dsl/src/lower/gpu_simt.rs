@@ -343,7 +343,9 @@ impl Simt<'_> {
     }
 
     /// Loads of the tile at reduction offset `k0` (C text) into the registers.
-    fn load(&self, o: &Operand, k0: &str) -> Vec<Stmt> {
+    /// `partial`: the tile is the last, partial one (reads past the reduction's extent
+    /// are zero); full tiles have no such check.
+    fn load(&self, o: &Operand, k0: &str, partial: bool) -> Vec<Stmt> {
         let shape = self.shapes[o.access.tensor];
         let kx = self.g.k_axis;
         let sk = self.k_stride(o);
@@ -363,7 +365,7 @@ impl Simt<'_> {
                 } else {
                     format!("{p}_kk + {}", i * step)
                 };
-                if self.g.k % self.s.bk != 0 {
+                if partial {
                     guard.push(format!("{k0} + {kk} < {}", self.g.k));
                 }
                 for (d, map) in o.access.dims.iter().enumerate() {
@@ -576,8 +578,9 @@ pub fn lower<'a>(
     body.extend(l.slot_setup(&a));
     body.extend(l.slot_setup(&b));
 
-    // The hot loop: one k-tile per iteration.
-    let tiles_k = g.k.div_ceil(s.bk);
+    // The hot loop: one full k-tile per iteration; a partial last tile after it.
+    let tiles_k = g.k / s.bk;
+    let partial = g.k % s.bk != 0;
     let (rows_a, rows_b) = (s.bm + SHARED_PAD, s.bn + SHARED_PAD);
     let piece_m = s.bm / (s.tm / 4);
     let piece_n = s.bn / (s.tn / 4);
@@ -645,6 +648,7 @@ pub fn lower<'a>(
         Some(g.k_axis),
         frag,
     );
+    let tail_compute = inner.clone();
     let mut step = vec![Stmt::Let {
         ty: Ty::Int(IntType::Int),
         konst: true,
@@ -660,8 +664,8 @@ pub fn lower<'a>(
             ),
         ],
     }];
-    let mut next = l.load(&a, &format!("(td_kt + 1) * {}", s.bk));
-    next.extend(l.load(&b, &format!("(td_kt + 1) * {}", s.bk)));
+    let mut next = l.load(&a, &format!("(td_kt + 1) * {}", s.bk), false);
+    next.extend(l.load(&b, &format!("(td_kt + 1) * {}", s.bk), false));
     step.push(Stmt::Comment(
         "the next tile: global -> registers, in flight while this one is computed".into(),
     ));
@@ -699,13 +703,42 @@ pub fn lower<'a>(
     });
     let mut pass = l.slot_outer(&a);
     pass.extend(l.slot_outer(&b));
-    pass.push(Stmt::Comment("the first tile".into()));
-    pass.extend(l.load(&a, "0"));
-    pass.extend(l.load(&b, "0"));
-    pass.extend(l.stash(&a, "0"));
-    pass.extend(l.stash(&b, "0"));
-    pass.push(Stmt::Barrier);
-    pass.push(hot);
+    if tiles_k > 0 {
+        pass.push(Stmt::Comment("the first tile".into()));
+        pass.extend(l.load(&a, "0", false));
+        pass.extend(l.load(&b, "0", false));
+        pass.extend(l.stash(&a, "0"));
+        pass.extend(l.stash(&b, "0"));
+        pass.push(Stmt::Barrier);
+        pass.push(hot);
+    }
+    if partial {
+        // Every thread is past the last barrier: both buffers are free.
+        let k0 = (tiles_k * s.bk).to_string();
+        pass.push(Stmt::Comment(format!(
+            "the last, partial tile ({} of {})",
+            g.k % s.bk,
+            s.bk
+        )));
+        pass.extend(l.load(&a, &k0, true));
+        pass.extend(l.load(&b, &k0, true));
+        pass.extend(l.stash(&a, "0"));
+        pass.extend(l.stash(&b, "0"));
+        pass.push(Stmt::Barrier);
+        pass.push(Stmt::Let {
+            ty: Ty::Int(IntType::Int),
+            konst: true,
+            defs: vec![
+                ("td_ao".into(), Value::Code("t_m * 4".into())),
+                ("td_bo".into(), Value::Code("t_n * 4".into())),
+            ],
+        });
+        pass.push(tail_compute);
+        if !g.outer_axes.is_empty() {
+            // The next outer iteration overwrites buffer 0.
+            pass.push(Stmt::Barrier);
+        }
+    }
     let mut reduction = pass;
     for &r in g.outer_axes.iter().rev() {
         reduction = vec![loop_(

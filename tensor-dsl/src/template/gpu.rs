@@ -613,12 +613,18 @@ fn prev_pow2(n: usize) -> usize {
 pub fn default_schedule(kernel: &Kernel, extents: &[usize], target: &GpuTarget) -> GpuSchedule {
     match gemm_form(kernel, extents) {
         Some(g) => simt_schedule(kernel, extents, SimtGemm::analytic(&g, target)),
-        None => ansor_default(kernel, extents, target),
+        None => ansor_default_schedule(kernel, extents, target),
     }
 }
 
-/// The Ansor-space default, for kernels without a GEMM form.
-fn ansor_default(kernel: &Kernel, extents: &[usize], target: &GpuTarget) -> GpuSchedule {
+/// The default of the Ansor multi-level tiling space (what [`default_schedule`] returns for
+/// kernels without a GEMM form; for one with, a valid schedule of the Ansor form that the
+/// template's space does not offer).
+pub fn ansor_default_schedule(
+    kernel: &Kernel,
+    extents: &[usize],
+    target: &GpuTarget,
+) -> GpuSchedule {
     let padded = padded_extents(kernel, extents);
     let spatial = kernel.spatial();
     let reducing = kernel.kind == BodyKind::Sum && !kernel.reduction().is_empty();

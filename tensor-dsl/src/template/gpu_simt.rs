@@ -224,43 +224,37 @@ impl SimtGemm {
         Ok(())
     }
 
-    /// The analytic default (Roller / tritonBLAS-style): among the 8 × 8-thread-tile
-    /// schedules (4 × 8 / 8 × 4 only where a block would otherwise be too small), the one
-    /// whose grid best fills the device's SMs in whole waves — with the blocks per SM the
-    /// registers (about 2 per accumulator + 64) and shared memory allow — weighting the
-    /// padding wasted at edge tiles and the block tile's arithmetic intensity
-    /// (`bm·bn / (bm + bn)`, which a too small tile starves of).
+    /// The analytic default (Roller / tritonBLAS-style): 8 × 8 thread tiles (what keeps
+    /// the hot loop at 0.85+ FFMAs: smaller ones spend a third of it on loads), block
+    /// tiles of 64 or 128 along `m` and `n`, a k-tile of 16 (32 for 64 × 64 blocks, to
+    /// amortize the per-tile loads), chosen by [`SimtGemm::score`] from the device's SM
+    /// count, registers and shared memory and the shape.
     pub fn analytic(g: &GemmForm, target: &GpuTarget) -> SimtGemm {
         let mut best: Option<(f64, SimtGemm)> = None;
-        let bk = if g.k >= 64 { 16 } else { 8 };
-        for &bm in &BLOCK_TILES {
-            for &bn in &BLOCK_TILES {
-                for &(tm, tn) in &[(8, 8), (8, 4), (4, 8)] {
-                    for &warp_m in &WARP_M {
-                        let s = SimtGemm {
-                            bm: bm as usize,
-                            bn: bn as usize,
-                            bk,
-                            tm,
-                            tn,
-                            warp_m: warp_m as usize,
-                            unroll: 1,
-                        };
-                        if s.check(g).is_err() || s.threads() > 256 {
-                            continue;
-                        }
-                        let score = s.score(g, target);
-                        if best.as_ref().is_none_or(|(b, _)| score > *b + 1e-12) {
-                            best = Some((score, s));
-                        }
-                    }
+        for bm in [128, 64] {
+            for bn in [128, 64] {
+                let s = SimtGemm {
+                    bm,
+                    bn,
+                    bk: if bm * bn >= 8192 { 16 } else { 32 },
+                    tm: 8,
+                    tn: 8,
+                    warp_m: 4,
+                    unroll: 1,
+                };
+                if s.check(g).is_err() {
+                    continue;
+                }
+                let score = s.score(g, target);
+                if best.as_ref().is_none_or(|(b, _)| score > *b * 1.000_001) {
+                    best = Some((score, s));
                 }
             }
         }
         best.map(|(_, s)| s).unwrap_or(SimtGemm {
             bm: 64,
             bn: 64,
-            bk,
+            bk: 32,
             tm: 8,
             tn: 8,
             warp_m: 4,
@@ -268,28 +262,28 @@ impl SimtGemm {
         })
     }
 
-    /// The analytic model behind [`SimtGemm::analytic`] (higher is better).
+    /// The analytic model behind [`SimtGemm::analytic`]: useful outputs per unit of time,
+    /// where an SM runs `ceil(blocks / SMs)` tiles one after the other, each in time
+    /// proportional to its area over the tile's efficiency (its arithmetic intensity
+    /// `bm·bn / (bm + bn)` against 64) and the latency hiding of the warps resident on the
+    /// SM (the blocks per SM that registers — about 64 + accumulators per thread —, threads
+    /// and shared memory allow, at most as many as it has tiles; 8 warps hide it all).
     pub fn score(&self, g: &GemmForm, target: &GpuTarget) -> f64 {
-        let t = self.threads();
-        let regs = (2 * self.accumulators() + 64).min(255);
+        let t = self.threads().max(1);
+        let regs = (self.accumulators() + 64).min(255);
         let by_regs = target.regs_per_sm as usize / (regs * t).max(1);
-        let by_threads = target.max_threads_per_sm as usize / t.max(1);
+        let by_threads = target.max_threads_per_sm as usize / t;
         let by_shared = target.shared_per_sm as usize / self.shared_bytes().max(1);
         let per_sm = by_regs.min(by_threads).min(by_shared).clamp(1, 32);
-        let slots = (target.sm_count as usize * per_sm) as f64;
-        let blocks = self.blocks(g) as f64;
-        let waves = (blocks / slots).ceil().max(1.0);
-        // Share of the SM slots the last wave leaves busy, over all waves.
-        let fill = blocks / (waves * slots);
-        // Concurrency below one block per SM cannot hide latency at all.
-        let fill = fill.min(1.0);
-        let padded = (blocks_of(g.m, self.bm) * self.bm * blocks_of(g.n, self.bn) * self.bn) as f64;
-        let useful = (g.m * g.n) as f64 / padded;
+        let sms = target.sm_count.max(1) as usize;
+        let blocks = self.blocks(g).max(1);
+        let tiles_per_sm = blocks.div_ceil(sms);
+        let resident = per_sm.min(tiles_per_sm);
+        let warps = (resident * t / 32) as f64;
+        let hide = (warps / 8.0).min(1.0).sqrt();
         let intensity = (self.bm * self.bn) as f64 / (self.bm + self.bn) as f64;
-        // Thread-level FFMA density: an 8 x 8 thread tile does 64 FFMA per 4 shared loads.
-        let density = (self.tm * self.tn) as f64 / (self.tm * self.tn + (self.tm + self.tn) / 2) as f64;
-        let thread_tile = if self.tm * self.tn == 64 { 1.0 } else { 0.8 };
-        // Work per SM slot: more waves amortize the tail, bigger tiles feed it better.
-        fill * useful * (intensity / 64.0).min(1.0).powf(0.5) * density * thread_tile
+        let efficiency = (intensity / 64.0).min(1.0).powf(0.3) * hide;
+        let time = tiles_per_sm as f64 * (self.bm * self.bn) as f64 / efficiency;
+        (g.m * g.n * g.batch) as f64 / time
     }
 }
