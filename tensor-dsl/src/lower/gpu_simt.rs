@@ -648,7 +648,17 @@ pub fn lower<'a>(
         Some(g.k_axis),
         frag,
     );
-    let tail_compute = inner.clone();
+    // The partial tile's loop runs only its k points, and is not unrolled: a second
+    // unrolled copy of the tile would cost registers.
+    let tail_compute = match &inner {
+        Stmt::Loop(l) => Stmt::Loop(Loop {
+            end: (g.k % s.bk).to_string(),
+            trip: g.k % s.bk,
+            kind: LoopKind::Serial,
+            ..l.clone()
+        }),
+        other => other.clone(),
+    };
     let mut step = vec![Stmt::Let {
         ty: Ty::Int(IntType::Int),
         konst: true,

@@ -1,5 +1,11 @@
-//! The GPU (SIMT) schedule template: Ansor's multi-level tiling for any kernel of the
-//! language, as a [`tuner::SearchSpace`].
+//! The GPU (SIMT) schedule template, as a [`tuner::SearchSpace`], in two forms:
+//!
+//! * a kernel in GEMM form (two inputs multiplied and summed: matmuls, batched matmuls,
+//!   convolutions; see [`super::gpu_simt::gemm_form`]) gets the SIMT GEMM space of
+//!   [`super::gpu_simt`] — block, warp and thread tiles, k-tile, hot-loop unroll — and its
+//!   analytic default; the schedule is a [`GpuSchedule`] whose `simt` field holds the tiles
+//!   ([`simt_schedule`]);
+//! * every other kernel of the language gets Ansor's multi-level tiling, below.
 //!
 //! Every spatial index (on the output) is split in five levels and every reduction index in
 //! three; [`crate::codegen::cuda`] turns one point into this loop nest (Ansor's "SSSRRSRS"):
@@ -55,12 +61,17 @@
 //! ```
 //! use tensor_dsl::ir::parse_text;
 //! use tensor_dsl::template::gpu::{default_schedule, GpuTarget, GpuTemplate};
-//! let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
 //! let target = GpuTarget::h100();
-//! let t = GpuTemplate::new(&k, &[1000, 1000, 1000], &target).unwrap();
-//! assert_eq!(t.padded(), &[1024, 1024, 1024]);
-//! let s = default_schedule(&k, &[1000, 1000, 1000], &target);
-//! assert_eq!(s.threads(&k), 256);
+//! // A matmul is in GEMM form: the SIMT GEMM space.
+//! let mm = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+//! let s = default_schedule(&mm, &[4096, 4096, 4096], &target);
+//! assert_eq!((s.threads(&mm), s.simt.as_ref().unwrap().tm), (256, 8));
+//! // A matrix-vector product is not: Ansor's space.
+//! let k = parse_text("mv", "o[[i]] += a[[i,k]] * b[[k]]", None).unwrap();
+//! let t = GpuTemplate::new(&k, &[1000, 1000], &target).unwrap();
+//! assert_eq!(t.padded(), &[1024, 1024]);
+//! let s = default_schedule(&k, &[1000, 1000], &target);
+//! assert!(s.simt.is_none());
 //! assert_eq!(t.decode(&t.default_config().unwrap()).unwrap(), s);
 //! let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(1);
 //! let point = t.space().sample_uniform(&mut rng).unwrap();
