@@ -194,7 +194,12 @@ fn check_kernel(
             break;
         }
         let case = match fixed {
-            Some(extents) if kernel.accesses().iter().any(|a| a.dims.iter().any(|d| d.as_var().is_none())) => {
+            Some(extents)
+                if kernel
+                    .accesses()
+                    .iter()
+                    .any(|a| a.dims.iter().any(|d| d.as_var().is_none())) =>
+            {
                 common::shapes_for(&kernel, extents, |hi| hi.max(1) as usize)
             }
             Some(extents) => {

@@ -17,8 +17,8 @@
 //! ```
 
 use super::{
-    Binding, BufId, Buffer, Func, IntType, Launch, Layout, Loop, LoopKind, Nest, Scope, Step,
-    Stmt, Target, Ty, Value, COMPUTE,
+    Binding, BufId, Buffer, Func, IntType, Launch, Layout, Loop, LoopKind, Nest, Scope, Step, Stmt,
+    Target, Ty, Value, COMPUTE,
 };
 use crate::codegen::{index_name, offset_expr, Coord};
 use crate::ir::{Access, Kernel};
@@ -77,8 +77,15 @@ fn decode(k: &Kernel, extents: &[usize], axes: &[usize], x: &str, prefix: &str) 
         } else {
             format!("({x}) / {stride}")
         };
-        let v = if n == 0 { div } else { format!("({div}) % {e}") };
-        defs.push((format!("{prefix}{}", &index_name(k, ax)[1..]), Value::Code(v)));
+        let v = if n == 0 {
+            div
+        } else {
+            format!("({div}) % {e}")
+        };
+        defs.push((
+            format!("{prefix}{}", &index_name(k, ax)[1..]),
+            Value::Code(v),
+        ));
         stride = stride.saturating_mul(e);
     }
     defs.reverse();
@@ -150,9 +157,15 @@ impl Simt<'_> {
     /// Slot 0's tile row and `k` offset, as C expressions of `td_tid`.
     fn slot0(&self, o: &Operand) -> (String, String) {
         if o.k_fast {
-            (format!("td_tid / {}", self.s.bk), format!("td_tid % {}", self.s.bk))
+            (
+                format!("td_tid / {}", self.s.bk),
+                format!("td_tid % {}", self.s.bk),
+            )
         } else {
-            (format!("td_tid % {}", o.tile), format!("td_tid / {}", o.tile))
+            (
+                format!("td_tid % {}", o.tile),
+                format!("td_tid / {}", o.tile),
+            )
         }
     }
 
@@ -183,7 +196,7 @@ impl Simt<'_> {
             return Some(step * self.k_stride(o));
         }
         let [ax] = o.axes else { return None };
-        if o.extent % o.tile != 0 {
+        if !o.extent.is_multiple_of(o.tile) {
             return None;
         }
         let st = strides(self.shapes[o.access.tensor]);
@@ -456,8 +469,18 @@ pub fn lower<'a>(
         BufId(buffers.len() - 1)
     };
     let (la, lb) = s.loads();
-    let sa = add("s_a", Scope::Shared, vec![2 * s.bk * (s.bm + SHARED_PAD)], Some(16));
-    let sb = add("s_b", Scope::Shared, vec![2 * s.bk * (s.bn + SHARED_PAD)], Some(16));
+    let sa = add(
+        "s_a",
+        Scope::Shared,
+        vec![2 * s.bk * (s.bm + SHARED_PAD)],
+        Some(16),
+    );
+    let sb = add(
+        "s_b",
+        Scope::Shared,
+        vec![2 * s.bk * (s.bn + SHARED_PAD)],
+        Some(16),
+    );
     let acc = add("acc", Scope::Register, vec![s.tm * s.tn], None);
     let ra = add("r_a", Scope::Register, vec![la], None);
     let rb = add("r_b", Scope::Register, vec![lb], None);
@@ -502,10 +525,9 @@ pub fn lower<'a>(
         ity,
     };
     let (tiles_m, tiles_n) = (g.m.div_ceil(s.bm), g.n.div_ceil(s.bn));
-    let (gm, gn) = s.thread_grid();
+    let (_, gn) = s.thread_grid();
     let warp_n = 32 / s.warp_m;
     let warps_n = gn / warp_n;
-    let _ = gm;
     let mut body = vec![
         let_int("td_tid", IntType::Int, "threadIdx.x".into()),
         Stmt::Comment("this block's tile of the fused output and its batch element".into()),
@@ -519,7 +541,10 @@ pub fn lower<'a>(
                 ),
                 (
                     "b_m".into(),
-                    Value::Code(format!("(int)(blockIdx.x / {tiles_n} % {tiles_m}) * {}", s.bm)),
+                    Value::Code(format!(
+                        "(int)(blockIdx.x / {tiles_n} % {tiles_m}) * {}",
+                        s.bm
+                    )),
                 ),
                 (
                     "td_batch".into(),
@@ -553,10 +578,7 @@ pub fn lower<'a>(
         ],
     });
     for buf in [sa, sb, acc, ra, rb, fa, fb] {
-        body.push(Stmt::Alloc {
-            buf,
-            init: None,
-        });
+        body.push(Stmt::Alloc { buf, init: None });
     }
     body.push(loop_(
         "n",
@@ -580,7 +602,7 @@ pub fn lower<'a>(
 
     // The hot loop: one full k-tile per iteration; a partial last tile after it.
     let tiles_k = g.k / s.bk;
-    let partial = g.k % s.bk != 0;
+    let partial = !g.k.is_multiple_of(s.bk);
     let (rows_a, rows_b) = (s.bm + SHARED_PAD, s.bn + SHARED_PAD);
     let piece_m = s.bm / (s.tm / 4);
     let piece_n = s.bn / (s.tn / 4);
@@ -773,17 +795,13 @@ pub fn lower<'a>(
     let mut row = vec![let_int(
         "td_m",
         IntType::Int,
-        format!(
-            "b_m + td_x / 4 * {piece_m} + t_m * 4 + td_x % 4"
-        ),
+        format!("b_m + td_x / 4 * {piece_m} + t_m * 4 + td_x % 4"),
     )];
     row.extend(decode(kernel, extents, &g.m_axes, "td_m", "i"));
     let mut col = vec![let_int(
         "td_n",
         IntType::Int,
-        format!(
-            "b_n + td_y / 4 * {piece_n} + t_n * 4 + td_y % 4"
-        ),
+        format!("b_n + td_y / 4 * {piece_n} + t_n * 4 + td_y % 4"),
     )];
     col.extend(decode(kernel, extents, &g.n_axes, "td_n", "i"));
     let out_shape = shapes[kernel.output];

@@ -172,8 +172,9 @@ pub fn assemble_cubin(ptx: &str, arch: &str) -> Result<(Vec<u8>, PtxasReport), S
 
 /// The SASS text of a cubin (`nvdisasm -c`).
 pub fn disassemble(cubin: &[u8]) -> Result<String, String> {
-    let nvdisasm = find_nvdisasm()
-        .ok_or("nvdisasm not found: set TENSOR_DSL_NVDISASM or put it on PATH (PyPI nvidia-cuda-nvdisasm)")?;
+    let nvdisasm = find_nvdisasm().ok_or(
+        "nvdisasm not found: set TENSOR_DSL_NVDISASM or put it on PATH (PyPI nvidia-cuda-nvdisasm)",
+    )?;
     let input = scratch("cubin")?;
     std::fs::write(&input, cubin).map_err(|e| e.to_string())?;
     let result = Command::new(&nvdisasm).arg("-c").arg(&input).output();
@@ -216,10 +217,9 @@ pub fn parse(sass: &str) -> (Vec<Instruction>, Vec<(String, usize)>) {
             if opcode.starts_with('@') {
                 opcode = words.next().unwrap_or("");
             }
-            let target = text.split_once("`(").and_then(|(_, r)| {
-                r.split_once(')')
-                    .map(|(l, _)| l.trim().to_string())
-            });
+            let target = text
+                .split_once("`(")
+                .and_then(|(_, r)| r.split_once(')').map(|(l, _)| l.trim().to_string()));
             instructions.push(Instruction {
                 offset,
                 opcode: opcode.to_string(),
@@ -271,8 +271,7 @@ pub fn hot_loop(sass: &str) -> Option<HotLoop> {
     let (ins, labels) = parse(sass);
     let all = loops(&ins, &labels);
     let innermost = all.iter().filter(|&&(s, e)| {
-        !all
-            .iter()
+        !all.iter()
             .any(|&(s2, e2)| (s2, e2) != (s, e) && s <= s2 && e2 <= e)
     });
     innermost

@@ -530,7 +530,12 @@ impl GpuSchedule {
             ));
         }
         if let Some(t) = &self.simt {
-            if self.axes.iter().zip(extents).any(|(a, &e)| a.padded != e.max(1)) {
+            if self
+                .axes
+                .iter()
+                .zip(extents)
+                .any(|(a, &e)| a.padded != e.max(1))
+            {
                 return Err("a SIMT GEMM schedule does not pad its indices".into());
             }
             let g = self

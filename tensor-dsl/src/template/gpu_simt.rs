@@ -197,22 +197,24 @@ impl SimtGemm {
             return Err(format!("{self:?} has a value outside its knob"));
         }
         let t = self.threads();
-        if !(MIN_THREADS..=1024).contains(&t) || t % 32 != 0 {
-            return Err(format!("{t} threads per block (a multiple of 32, 64 to 1024)"));
+        if !(MIN_THREADS..=1024).contains(&t) || !t.is_multiple_of(32) {
+            return Err(format!(
+                "{t} threads per block (a multiple of 32, 64 to 1024)"
+            ));
         }
         let (gm, gn) = self.thread_grid();
-        if gm % self.warp_m != 0 || gn % (32 / self.warp_m) != 0 {
+        if !gm.is_multiple_of(self.warp_m) || !gn.is_multiple_of(32 / self.warp_m) {
             return Err(format!(
                 "a warp of {} x {} threads does not tile {gm} x {gn} threads",
                 self.warp_m,
                 32 / self.warp_m
             ));
         }
-        if (self.bm * self.bk) % t != 0 || (self.bn * self.bk) % t != 0 {
+        if !(self.bm * self.bk).is_multiple_of(t) || !(self.bn * self.bk).is_multiple_of(t) {
             return Err("the tiles are not loaded in whole rounds of the block".into());
         }
         // Then every thread loads one row (or one k) of a tile in every round.
-        if t < self.bm.max(self.bn) || t % self.bk != 0 {
+        if t < self.bm.max(self.bn) || !t.is_multiple_of(self.bk) {
             return Err(format!(
                 "{t} threads cannot give each a fixed row of a {} x {} x {} tile",
                 self.bm, self.bn, self.bk
