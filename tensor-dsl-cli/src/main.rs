@@ -4,11 +4,13 @@
 //! ```text
 //! tensor-dsl emit   --kernel 'c[[i,j]] += a[[i,k]] * b[[k,j]]' --shapes a=512x1024,b=1024x64,c=512x64 \
 //!                   --target cuda:sm_90 --configs random:50 --seed 1 --out gen/
+//! tensor-dsl inspect --kernel '...' --shapes ... --target cuda:sm_90 --config default
 //! tensor-dsl verify --kernel '...' --shapes ... --device cpu --configs random:30 --seed 1
 //! ```
 
 mod args;
 mod emit;
+mod inspect;
 mod landscape;
 mod output;
 mod records_cmd;
@@ -80,6 +82,22 @@ enum Command {
         configs: String,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+    },
+    /// Print a static profile of one GPU configuration's machine code (NVRTC, ptxas,
+    /// nvdisasm; no GPU needed): registers, spills, shared memory, occupancy and the hot
+    /// loop's instruction mix.
+    Inspect {
+        #[command(flatten)]
+        kernel: KernelArgs,
+        /// `cuda:sm_XY`.
+        #[arg(long, default_value = "cuda:sm_90")]
+        target: String,
+        /// `default`, or a config's text (as `emit` and records write it).
+        #[arg(long, default_value = "default")]
+        config: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
     },
     /// Tune one kernel at one shape; every measurement is appended to the records file.
     Tune {
@@ -207,6 +225,12 @@ fn main() -> ExitCode {
             configs,
             seed,
         } => verify::run(&kernel, &device, &configs, seed),
+        Command::Inspect {
+            kernel,
+            target,
+            config,
+            json,
+        } => inspect::run(&kernel, &target, &config, json),
         Command::Tune {
             kernel,
             device,

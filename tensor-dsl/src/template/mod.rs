@@ -17,6 +17,7 @@
 //! ```
 pub mod cpu;
 pub mod gpu;
+pub mod gpu_simt;
 pub mod rows;
 
 use crate::ir::Kernel;
