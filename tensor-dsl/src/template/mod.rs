@@ -17,6 +17,7 @@
 //! ```
 pub mod cpu;
 pub mod gpu;
+pub mod tensorcore;
 
 use crate::ir::Kernel;
 use crate::lower::Nest;

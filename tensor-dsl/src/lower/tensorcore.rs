@@ -1,0 +1,322 @@
+//! The tensor-core view of a kernel: which contractions map onto `mma.sync.m16n8k16`, and
+//! the geometry a [`TcSchedule`] gives them (tiles, shared-memory layouts, load widths,
+//! launch).
+//!
+//! A kernel qualifies ([`Gemm::analyze`]) when its main statement is `out[...] += x[...] *
+//! y[...]` with `x` and `y` both `f16` or both `bf16`, every dimension a plain index (no
+//! repeats inside one access), exactly one reduction index `k` in both, exactly one output
+//! index only in `x` (`m`), one only in `y` (`n`), and every other output index in both
+//! (batch). Matmuls with any operand layout (`a[[k, i]]`, `b[[j, k]]`) and batched matmuls
+//! qualify; convolutions, products of three tensors and broadcasts do not (they stay on the
+//! SIMT template).
+//!
+//! The code itself is printed straight from this plan by [`crate::codegen::tensorcore`], not
+//! through [`crate::lower::Nest`]: the nest's statements are per-thread scalar operations,
+//! and the warp-level fragments (which lane holds which element of an MMA operand,
+//! `ldmatrix` row addresses, `cp.async` groups) would each need new node kinds in the shared
+//! printer and in every pass that walks the nest. The plan below is the data those passes
+//! would read.
+//!
+//! ```
+//! use tensor_dsl::ir::parse_text;
+//! use tensor_dsl::lower::tensorcore::Gemm;
+//! let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap()
+//!     .with_dtypes("a=bf16,b=bf16").unwrap();
+//! let shapes: [&[usize]; 3] = [&[67, 93], &[93, 45], &[67, 45]];
+//! let g = Gemm::analyze(&k, &[67, 45, 93], &shapes).unwrap();
+//! assert_eq!((g.m_extent, g.n_extent, g.k_extent), (67, 45, 93));
+//! assert!(g.a.k_major && !g.b.k_major);
+//! assert_eq!((g.a.width, g.b.width), (1, 1)); // rows of 93 and 45 halves: no aligned chunks
+//! ```
+
+use crate::codegen::strides;
+use crate::ir::{Access, BinOp, BodyKind, DType, Expr, Kernel};
+use serde::{Deserialize, Serialize};
+
+/// One point of the tensor-core template, decoded.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TcSchedule {
+    /// Rows (`m`) of one warp's tile: a multiple of 16.
+    pub warp_m: usize,
+    /// Columns (`n`) of one warp's tile: a multiple of 16.
+    pub warp_n: usize,
+    /// Warps along `m` in a block.
+    pub warps_m: usize,
+    /// Warps along `n` in a block.
+    pub warps_n: usize,
+    /// Depth (`k`) of one pipeline stage: a multiple of 16.
+    pub block_k: usize,
+    /// Shared-memory stages of the `cp.async` pipeline (2: double buffering).
+    pub stages: usize,
+    /// XOR-swizzled shared memory (16-byte chunks); otherwise rows padded by 16 bytes.
+    pub swizzle: bool,
+}
+
+impl TcSchedule {
+    /// Threads per block.
+    pub fn threads(&self) -> usize {
+        32 * self.warps_m * self.warps_n
+    }
+
+    /// The block tile's rows.
+    pub fn block_m(&self) -> usize {
+        self.warp_m * self.warps_m
+    }
+
+    /// The block tile's columns.
+    pub fn block_n(&self) -> usize {
+        self.warp_n * self.warps_n
+    }
+
+    /// `f32` accumulators per thread.
+    pub fn accumulators(&self) -> usize {
+        self.warp_m / 16 * (self.warp_n / 8) * 4
+    }
+
+    /// Static shared memory per block, bytes.
+    pub fn shared_bytes(&self) -> usize {
+        2 * self.stages * (Tile::new(self, true).elements() + Tile::new(self, false).elements())
+    }
+
+    /// Checks the shape rules the code relies on (tile multiples, at least two stages).
+    pub fn validate(&self) -> Result<(), String> {
+        let ok = self.warp_m >= 16
+            && self.warp_m % 16 == 0
+            && self.warp_n >= 16
+            && self.warp_n % 16 == 0
+            && self.block_k >= 16
+            && self.block_k % 16 == 0
+            && self.warps_m >= 1
+            && self.warps_n >= 1
+            && self.stages >= 2
+            && self.threads() <= 1024
+            && (!self.swizzle
+                || [self.block_m(), self.block_n(), self.block_k]
+                    .iter()
+                    .all(|d| d.is_power_of_two()));
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("not a valid tensor-core schedule: {self:?}"))
+        }
+    }
+}
+
+/// One input operand of the MMA.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operand {
+    /// Its access in the main statement.
+    pub access: Access,
+    /// Kernel parameter id.
+    pub param: usize,
+    /// Element stride of the row index (`m` for A, `n` for B) and of `k`.
+    pub row_stride: usize,
+    pub k_stride: usize,
+    /// The shared tile holds rows of `k` (`[rows][k]`, `k` contiguous); else `[k][rows]`.
+    pub k_major: bool,
+    /// Elements per global load (8, 4 or 2: a `cp.async` of 16, 8 or 4 bytes; 1: a plain
+    /// load), the widest that every chunk's address is aligned to and that never straddles
+    /// the tensor's edge.
+    pub width: usize,
+}
+
+/// A kernel seen as a (batched) GEMM `C[m, n] = sum_k A[m, k] B[k, n]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gemm {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    /// The batch indices (output indices in both operands), outermost first.
+    pub batch: Vec<usize>,
+    pub m_extent: usize,
+    pub n_extent: usize,
+    pub k_extent: usize,
+    /// The input element type (`f16` or `bf16`).
+    pub dtype: DType,
+    pub a: Operand,
+    pub b: Operand,
+    /// Per batch index: the element stride in A, B and the output.
+    pub batch_strides: Vec<[usize; 3]>,
+    /// Element strides of `m` and `n` in the output.
+    pub out_m_stride: usize,
+    pub out_n_stride: usize,
+}
+
+impl Gemm {
+    /// The GEMM view of `kernel` at `extents` with these shapes, or why it has none.
+    pub fn analyze(kernel: &Kernel, extents: &[usize], shapes: &[&[usize]]) -> Result<Gemm, String> {
+        crate::lower::check_shapes(kernel, shapes)?;
+        if kernel.kind != BodyKind::Sum {
+            return Err("not a contraction (`+=`)".into());
+        }
+        let (x, y) = match &kernel.body {
+            Expr::Bin(BinOp::Mul, x, y) => match (&**x, &**y) {
+                (Expr::Access(x), Expr::Access(y)) => (x, y),
+                _ => return Err("the body is not a product of two tensors".into()),
+            },
+            _ => return Err("the body is not a product of two tensors".into()),
+        };
+        let dtype = kernel.params[x.tensor].dtype;
+        if !matches!(dtype, DType::F16 | DType::BF16) || kernel.params[y.tensor].dtype != dtype {
+            return Err("the operands are not both f16 or both bf16".into());
+        }
+        let vars = |a: &Access| -> Result<Vec<usize>, String> {
+            let v: Vec<usize> = a.dims.iter().filter_map(|d| d.as_var()).collect();
+            let distinct = (1..v.len()).all(|i| !v[..i].contains(&v[i]));
+            if v.len() != a.dims.len() || !distinct {
+                return Err("an operand has an affine or repeated index".into());
+            }
+            Ok(v)
+        };
+        let (xv, yv) = (vars(x)?, vars(y)?);
+        let reduction = kernel.reduction();
+        let [k] = reduction[..] else {
+            return Err("not exactly one reduction index".into());
+        };
+        if !xv.contains(&k) || !yv.contains(&k) {
+            return Err("the reduction index is not in both operands".into());
+        }
+        let (mut ms, mut ns, mut batch) = (Vec::new(), Vec::new(), Vec::new());
+        for s in kernel.spatial() {
+            match (xv.contains(&s), yv.contains(&s)) {
+                (true, true) => batch.push(s),
+                (true, false) => ms.push(s),
+                (false, true) => ns.push(s),
+                (false, false) => return Err("an output index is in neither operand".into()),
+            }
+        }
+        let ([m], [n]) = (&ms[..], &ns[..]) else {
+            return Err("not exactly one row and one column index".into());
+        };
+        let (m, n) = (*m, *n);
+        let too_big = shapes
+            .iter()
+            .any(|s| s.iter().fold(1usize, |a, &d| a.saturating_mul(d)) >= 1 << 31);
+        if too_big {
+            return Err("a tensor has 2^31 elements or more".into());
+        }
+        let stride_of = |a: &Access, v: usize| -> usize {
+            let st = strides(shapes[a.tensor]);
+            a.dims
+                .iter()
+                .position(|d| d.as_var() == Some(v))
+                .map_or(0, |d| st[d])
+        };
+        let operand = |a: &Access, row: usize| -> Operand {
+            let shape = shapes[a.tensor];
+            let last = a.dims.last().and_then(|d| d.as_var());
+            let k_major = last != Some(row);
+            let width = match last {
+                Some(v) if v == row || v == k => [8usize, 4, 2]
+                    .into_iter()
+                    .find(|&w| {
+                        shape.last().is_some_and(|&e| e % w == 0)
+                            && strides(shape).iter().all(|&s| s == 1 || s % w == 0)
+                    })
+                    .unwrap_or(1),
+                _ => 1,
+            };
+            Operand {
+                access: a.clone(),
+                param: a.tensor,
+                row_stride: stride_of(a, row),
+                k_stride: stride_of(a, k),
+                k_major,
+                width,
+            }
+        };
+        let out_strides = strides(shapes[kernel.output]);
+        let out_stride = |v: usize| out_strides.get(v).copied().unwrap_or(0);
+        Ok(Gemm {
+            m,
+            n,
+            k,
+            batch_strides: batch
+                .iter()
+                .map(|&b| [stride_of(x, b), stride_of(y, b), out_stride(b)])
+                .collect(),
+            batch,
+            m_extent: extents[m],
+            n_extent: extents[n],
+            k_extent: extents[k],
+            dtype,
+            a: operand(x, m),
+            b: operand(y, n),
+            out_m_stride: out_stride(m),
+            out_n_stride: out_stride(n),
+        })
+    }
+
+    /// Whether `kernel` has a tensor-core form at these extents and shapes.
+    pub fn fits(kernel: &Kernel, extents: &[usize], shapes: &[&[usize]]) -> bool {
+        Gemm::analyze(kernel, extents, shapes).is_ok()
+    }
+
+    /// The number of batch instances (product of the batch extents).
+    pub fn batch_count(&self, extents: &[usize]) -> usize {
+        self.batch.iter().map(|&b| extents[b]).product()
+    }
+
+    /// The launch geometry of `s`: `(blocks, threads)`.
+    pub fn launch(&self, extents: &[usize], s: &TcSchedule) -> (usize, usize) {
+        let blocks = self.batch_count(extents)
+            * self.m_extent.div_ceil(s.block_m())
+            * self.n_extent.div_ceil(s.block_n());
+        (blocks, s.threads())
+    }
+}
+
+/// The shared-memory tile of one operand in one stage: `rows × cols` elements, each row
+/// padded by 8 elements (16 bytes) unless swizzled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tile {
+    pub rows: usize,
+    pub cols: usize,
+    pub swizzle: bool,
+}
+
+impl Tile {
+    /// The tile of A (`a`) or B, laid out `[m or n][k]`; [`Tile::for_operand`] transposes it
+    /// for an operand that is not k-major.
+    pub fn new(s: &TcSchedule, a: bool) -> Tile {
+        let rows = if a { s.block_m() } else { s.block_n() };
+        Tile {
+            rows,
+            cols: s.block_k,
+            swizzle: s.swizzle,
+        }
+    }
+
+    /// The tile of an operand as it is stored: `[rows][k]` or `[k][rows]`.
+    pub fn for_operand(s: &TcSchedule, a: bool, op: &Operand) -> Tile {
+        let t = Tile::new(s, a);
+        if op.k_major {
+            t
+        } else {
+            Tile {
+                rows: t.cols,
+                cols: t.rows,
+                swizzle: t.swizzle,
+            }
+        }
+    }
+
+    /// Elements per row as laid out.
+    pub fn pitch(&self) -> usize {
+        if self.swizzle {
+            self.cols
+        } else {
+            self.cols + 8
+        }
+    }
+
+    /// Elements of one stage.
+    pub fn elements(&self) -> usize {
+        self.rows * self.pitch()
+    }
+
+    /// The 16-byte chunks whose index is XORed with the row (a power of two, at most 8).
+    pub fn swizzle_span(&self) -> usize {
+        (self.cols / 8).clamp(1, 8)
+    }
+}

@@ -1,0 +1,214 @@
+//! Tensor-core kernels run on the CPU: the default and random points of the tensor-core
+//! template, compiled as C++ with `tests/cuda_emu.h` (warp collectives for `mma.sync
+//! m16n8k16`, `ldmatrix` and `cp.async` with the PTX ISA's fragment layouts) and compared
+//! with the reference interpreter, on unaligned shapes (odd, prime extents: zero-filled
+//! loads, predicated stores, 2-byte loads where rows are unaligned), aligned ones (every
+//! `cp.async` width), transposed operands (`ldmatrix.trans`), a batched matmul and a fused
+//! bias + ReLU epilogue. Needs `g++`; without it the test prints why and passes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+use tensor_dsl::codegen::{storage_type, tensorcore};
+use tensor_dsl::ir::{parse_text, DType};
+use tensor_dsl::lower::tensorcore::TcSchedule;
+use tensor_dsl::template::{gpu::GpuTarget, tensorcore::TcTemplate};
+use tensor_dsl::Buffer;
+
+/// (kernel, element types, extents in index order: spatial then reduction).
+const CASES: &[(&str, &str, &[usize])] = &[
+    // 1000x1000x1000-class, scaled down: nothing divides.
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=bf16,b=bf16", &[67, 45, 93]),
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=f16,b=f16", &[67, 45, 93]),
+    // Rows of 40/48 halves: 16-byte cp.async; 44/36: 8 bytes; 46/30: 4 bytes.
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=bf16,b=bf16,c=bf16", &[64, 48, 40]),
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=f16,b=f16", &[70, 36, 44]),
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=bf16,b=bf16", &[21, 30, 46]),
+    // Transposed operands: A m-major (ldmatrix.trans), B k-major.
+    ("c[[i, j]] += a[[k, i]] * b[[j, k]]", "a=f16,b=f16,c=f16", &[37, 40, 56]),
+    // Batched.
+    ("c[[b, i, j]] += x[[b, i, k]] * y[[b, k, j]]", "x=bf16,y=bf16", &[3, 33, 24, 40]),
+    // Fused bias + ReLU on the accumulators, one rounding to bf16.
+    (
+        "o[[i, j]] += a[[i, k]] * b[[k, j]]; o[[i, j]] = relu(o[[i, j]] + bias[[j]])",
+        "a=bf16,b=bf16,o=bf16",
+        &[50, 72, 64],
+    ),
+];
+
+const RANDOM_POINTS: usize = 4;
+
+fn gxx() -> Option<PathBuf> {
+    let cxx = std::env::var_os("CXX").map_or_else(|| PathBuf::from("g++"), PathBuf::from);
+    Command::new(&cxx)
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|_| cxx)
+}
+
+fn close(got: f32, want: f32, dtype: DType) -> bool {
+    let tol = match dtype {
+        DType::F32 => 1e-4,
+        other => tensor_dsl::measure::tolerance(other),
+    };
+    (got - want).abs() <= tol * (1.0 + want.abs())
+}
+
+#[test]
+fn tensor_core_points_match_the_reference_on_the_emulator() {
+    let Some(cxx) = gxx() else {
+        eprintln!("skipping: no g++ to compile the emulated CUDA (install g++)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("td-tc-emu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cuda_emu.h"),
+        dir.join("cuda_emu.h"),
+    )
+    .unwrap();
+    let target = GpuTarget::h100();
+    let mut rng = StdRng::seed_from_u64(13);
+    let mut seen = (false, false, false); // swizzled, padded, 4-stage
+    for (n, &(src, dtypes, extents)) in CASES.iter().enumerate() {
+        let kernel = parse_text(&format!("k{n}"), src, None)
+            .unwrap()
+            .with_dtypes(dtypes)
+            .unwrap();
+        let out_dtype = kernel.params[kernel.output].dtype;
+        // Every access is plain: each dimension's extent is its index's.
+        let shapes: Vec<Vec<usize>> = (0..kernel.params.len())
+            .map(|p| match kernel.accesses().into_iter().find(|a| a.tensor == p) {
+                Some(a) => a.dims.iter().map(|d| extents[d.as_var().unwrap()]).collect(),
+                None => kernel.spatial().iter().map(|&s| extents[s]).collect(),
+            })
+            .collect();
+        let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+        let data: Vec<Buffer> = shapes
+            .iter()
+            .enumerate()
+            .map(|(p, s)| {
+                let count = if p == kernel.output {
+                    0
+                } else {
+                    s.iter().product()
+                };
+                let values: Vec<f32> = (0..count).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                Buffer::from_f32(kernel.params[p].dtype, &values)
+            })
+            .collect();
+        let views: Vec<tensor_dsl::Data> = data.iter().map(Buffer::view).collect();
+        let n_out: usize = shapes[kernel.output].iter().product();
+        let mut want = Buffer::zeros(out_dtype, n_out);
+        tensor_dsl::reference::run(&kernel, extents, &refs, &views, want.view_mut());
+        let want = want.to_f32();
+
+        let t = TcTemplate::new(&kernel, extents, &refs, &target)
+            .unwrap_or_else(|e| panic!("{src}: no tensor-core form: {e}"));
+        let mut points: Vec<(String, TcSchedule)> = vec![(
+            "default".into(),
+            t.default_schedule(),
+        )];
+        for _ in 0..RANDOM_POINTS {
+            let c = t.space().sample_uniform(&mut rng).unwrap();
+            points.push((t.space().format(&c).unwrap(), t.decode(&c).unwrap()));
+        }
+
+        let mut cpp = String::from("#include \"cuda_emu.h\"\n");
+        let mut main = String::from("int main(int argc, char **argv) {\n    (void)argc;\n");
+        main.push_str("    FILE *f = fopen(argv[1], \"rb\"), *o = fopen(argv[2], \"wb\");\n");
+        let inputs = kernel.inputs();
+        for &p in &inputs {
+            let ty = storage_type(kernel.params[p].dtype);
+            let _ = writeln!(
+                main,
+                "    {ty} *t{p} = ({ty} *)td_read_bytes(f, {});",
+                data[p].view().bytes().len()
+            );
+        }
+        let out_bytes = n_out * out_dtype.size();
+        let ty = storage_type(out_dtype);
+        for (id, (_, s)) in points.iter().enumerate() {
+            seen.0 |= s.swizzle;
+            seen.1 |= !s.swizzle;
+            seen.2 |= s.stages == 4;
+            let gen = tensorcore::generate(&kernel, extents, &refs, s);
+            assert!(!gen.source.contains("#error"), "{}", gen.source);
+            assert!(!gen.source.contains("#include"));
+            let _ = writeln!(
+                cpp,
+                "namespace cfg{id} {{\n{}}}\n",
+                gen.source.replace("extern \"C\" ", "")
+            );
+            let args: Vec<String> = inputs
+                .iter()
+                .map(|p| format!("t{p}"))
+                .chain(["out".to_string()])
+                .collect();
+            let _ = writeln!(
+                main,
+                "    {{\n        {ty} *out = ({ty} *)td_alloc_nan_bytes({out_bytes});\n        \
+                 fprintf(stderr, \"config {id}\\n\");\n        \
+                 td_launch({}, {}, [&] {{ cfg{id}::{}({}); }});\n        \
+                 fwrite(out, 1, {out_bytes}, o);\n        free(out);\n    }}",
+                gen.grid[0],
+                gen.block[0],
+                gen.entry,
+                args.join(", ")
+            );
+        }
+        main.push_str("    fclose(o);\n    return 0;\n}\n");
+        cpp.push_str(&main);
+        let base = dir.join(format!("tc{n}"));
+        let cpp_path = base.with_extension("cpp");
+        let exe = base.with_extension("exe");
+        std::fs::write(&cpp_path, &cpp).unwrap();
+        let out = Command::new(&cxx)
+            .args(["-std=c++17", "-O1", "-w", "-I"])
+            .arg(&dir)
+            .arg(&cpp_path)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{src}: g++ failed on {}:\n{}",
+            cpp_path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let in_path = base.with_extension("in");
+        let bytes: Vec<u8> = inputs
+            .iter()
+            .flat_map(|&p| data[p].view().bytes().to_vec())
+            .collect();
+        std::fs::write(&in_path, bytes).unwrap();
+        let out_path = base.with_extension("out");
+        let run = Command::new(&exe).arg(&in_path).arg(&out_path).output().unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(
+            run.status.success(),
+            "{src} {extents:?}: the emulated kernel failed ({}):\n{stderr}\npoints: {points:?}",
+            run.status
+        );
+        let got_all = std::fs::read(&out_path).unwrap();
+        for (id, (text, s)) in points.iter().enumerate() {
+            let got = Buffer::from_bytes(out_dtype, &got_all[id * out_bytes..(id + 1) * out_bytes]);
+            for (e, (g, w)) in got.to_f32().into_iter().zip(&want).enumerate() {
+                assert!(
+                    close(g, *w, out_dtype),
+                    "{src} {dtypes} extents {extents:?} config {text} {s:?} (cfg{id} in {}): \
+                     element {e}: emulated {g} vs reference {w}",
+                    cpp_path.display()
+                );
+            }
+        }
+        eprintln!("{src} {dtypes} {extents:?}: {} points match", points.len());
+    }
+    assert!(seen.0 && seen.1, "both shared-memory layouts were tested");
+    let _ = std::fs::remove_dir_all(&dir);
+}
