@@ -157,6 +157,18 @@ fn offset(t: &Tile, row: &str, col: &str) -> String {
     }
 }
 
+/// Opens a fully unrolled loop of `var` over `0..trip` (closed by `}`); a single iteration
+/// is a plain block. NVVM moves the unroll request of a one-iteration loop it deletes onto
+/// the loop around it: the rolled main loop then gets unrolled over every k tile.
+fn open_unrolled(out: &mut String, ind: &str, var: &str, trip: usize) {
+    if trip == 1 {
+        let _ = writeln!(out, "{ind}{{ const int {var} = 0;");
+    } else {
+        let _ = writeln!(out, "{ind}#pragma unroll");
+        let _ = writeln!(out, "{ind}for (int {var} = 0; {var} < {trip}; ++{var}) {{");
+    }
+}
+
 /// The cooperative copy of k-tile `kt` of one operand into shared stage `stage`.
 #[allow(clippy::too_many_arguments)]
 fn load_tile(
@@ -181,15 +193,25 @@ fn load_tile(
     let threads = s.threads();
     // Tile coordinates (r, c) to the operand's (row index, k).
     let (ri, ki) = if op.k_major { ("r", "c") } else { ("c", "r") };
-    let _ = writeln!(out, "{ind}#pragma unroll");
+    let iterations = chunks.div_ceil(threads);
+    if w == 1 && iterations > 1 {
+        // 2-byte loads: a rolled loop (unrolled, their address arithmetic spills).
+        let _ = writeln!(out, "{ind}#pragma unroll 1");
+        let _ = writeln!(out, "{ind}for (int it = 0; it < {iterations}; ++it) {{");
+    } else {
+        open_unrolled(out, ind, "it", iterations);
+    }
     let _ = writeln!(
         out,
-        "{ind}for (int q = threadIdx.x; q < {chunks}; q += {threads}) {{"
+        "{ind}    const int q = threadIdx.x + it * {threads}, r = q / {per_row}, c = q % {per_row} * {w};"
     );
-    let _ = writeln!(
-        out,
-        "{ind}    const int r = q / {per_row}, c = q % {per_row} * {w};"
-    );
+    let guard = chunks % threads != 0;
+    let ind = &if guard {
+        let _ = writeln!(out, "{ind}    if (q < {chunks}) {{");
+        format!("{ind}    ")
+    } else {
+        ind.to_string()
+    };
     let _ = writeln!(
         out,
         "{ind}    const int g{name} = {row0} + {ri}, gk = ({kt}) * {} + {ki};",
@@ -214,7 +236,12 @@ fn load_tile(
     } else {
         let _ = writeln!(out, "{ind}    *({dst}) = ok ? *({src}) : (unsigned short)0;");
     }
-    let _ = writeln!(out, "{ind}}}");
+    if guard {
+        let _ = writeln!(out, "{ind}}}");
+        let _ = writeln!(out, "{}}}", &ind[4..]);
+    } else {
+        let _ = writeln!(out, "{ind}}}");
+    }
 }
 
 fn source(
@@ -266,7 +293,7 @@ fn source(
         src,
         " *   {threads} threads, {blocks} blocks, {} accumulators per thread, {} bytes shared; A {} {}, B {} {}",
         s.accumulators(),
-        s.shared_bytes(),
+        g.shared_bytes(s),
         if g.a.k_major { "k-major" } else { "m-major" },
         if g.a.width > 1 { format!("cp.async {} B", 2 * g.a.width) } else { "2-byte loads".into() },
         if g.b.k_major { "k-major" } else { "n-major" },
@@ -375,6 +402,8 @@ fn source(
     let _ = writeln!(src, "{i}}}");
 
     // Main loop.
+    // Rolled: unrolling it multiplies the code by the k tiles for nothing.
+    let _ = writeln!(src, "{i}#pragma unroll 1");
     let _ = writeln!(src, "{i}for (int kt = 0; kt < {k_tiles}; ++kt) {{");
     let _ = writeln!(src, "{i}    td_cp_async_wait{}();", s.stages - 2);
     let _ = writeln!(src, "{i}    __syncthreads();");
@@ -405,11 +434,10 @@ fn source(
         tb.elements()
     );
     let _ = writeln!(src, "{i}    const int mat = lane >> 3, lr = lane & 7;");
-    let _ = writeln!(src, "{i}    #pragma unroll");
-    let _ = writeln!(src, "{i}    for (int kk = 0; kk < {}; kk += 16) {{", s.block_k);
+    open_unrolled(&mut src, "        ", "kq", s.block_k / 16);
+    let _ = writeln!(src, "{i}        const int kk = kq * 16;");
     let _ = writeln!(src, "{i}        unsigned af[{mi_n}][4], bf[{ni_n}][2];");
-    let _ = writeln!(src, "{i}        #pragma unroll");
-    let _ = writeln!(src, "{i}        for (int mi = 0; mi < {mi_n}; ++mi) {{");
+    open_unrolled(&mut src, "            ", "mi", mi_n);
     if g.a.k_major {
         let _ = writeln!(
             src,
@@ -424,8 +452,7 @@ fn source(
         );
     }
     let _ = writeln!(src, "{i}        }}");
-    let _ = writeln!(src, "{i}        #pragma unroll");
-    let _ = writeln!(src, "{i}        for (int nj = 0; nj < {}; ++nj) {{", ni_n / 2);
+    open_unrolled(&mut src, "            ", "nj", ni_n / 2);
     let _ = writeln!(src, "{i}            unsigned t[4];");
     if g.b.k_major {
         let _ = writeln!(
@@ -445,11 +472,11 @@ fn source(
         "{i}            bf[2 * nj][0] = t[0]; bf[2 * nj][1] = t[1]; bf[2 * nj + 1][0] = t[2]; bf[2 * nj + 1][1] = t[3];"
     );
     let _ = writeln!(src, "{i}        }}");
-    let _ = writeln!(src, "{i}        #pragma unroll");
-    let _ = writeln!(src, "{i}        for (int mi = 0; mi < {mi_n}; ++mi)");
-    let _ = writeln!(src, "{i}            #pragma unroll");
-    let _ = writeln!(src, "{i}            for (int ni = 0; ni < {ni_n}; ++ni)");
-    let _ = writeln!(src, "{i}                td_mma(acc[mi][ni], af[mi], bf[ni]);");
+    open_unrolled(&mut src, "            ", "mi", mi_n);
+    open_unrolled(&mut src, "                ", "ni", ni_n);
+    let _ = writeln!(src, "{i}                    td_mma(acc[mi][ni], af[mi], bf[ni]);");
+    let _ = writeln!(src, "{i}            }}");
+    let _ = writeln!(src, "{i}        }}");
     let _ = writeln!(src, "{i}    }}");
     let _ = writeln!(src, "{i}}}");
     let _ = writeln!(src, "{i}td_cp_async_wait0();");

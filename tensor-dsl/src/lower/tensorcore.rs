@@ -73,11 +73,6 @@ impl TcSchedule {
         self.warp_m / 16 * (self.warp_n / 8) * 4
     }
 
-    /// Static shared memory per block, bytes.
-    pub fn shared_bytes(&self) -> usize {
-        2 * self.stages * (Tile::new(self, true).elements() + Tile::new(self, false).elements())
-    }
-
     /// Checks the shape rules the code relies on (tile multiples, at least two stages).
     pub fn validate(&self) -> Result<(), String> {
         let ok = self.warp_m >= 16
@@ -255,6 +250,13 @@ impl Gemm {
     /// The number of batch instances (product of the batch extents).
     pub fn batch_count(&self, extents: &[usize]) -> usize {
         self.batch.iter().map(|&b| extents[b]).product()
+    }
+
+    /// Static shared memory per block of `s`, bytes: every stage of both operands' tiles.
+    pub fn shared_bytes(&self, s: &TcSchedule) -> usize {
+        2 * s.stages
+            * (Tile::for_operand(s, true, &self.a).elements()
+                + Tile::for_operand(s, false, &self.b).elements())
     }
 
     /// The launch geometry of `s`: `(blocks, threads)`.

@@ -11,7 +11,8 @@
 //! * `stages` ∈ {2, 3, 4}: shared-memory stages in flight;
 //! * `swizzle` ∈ {0, 1}: shared rows padded by 16 bytes, or 16-byte chunks XOR-swizzled.
 //!
-//! Constraints: at most 8 warps, at most 128 accumulators per thread, static shared memory
+//! Constraints: at most 8 warps, at most 128 accumulators per thread (64 with a 64-deep
+//! stage), static shared memory
 //! within the target's limit. Extents that no tile divides are zero-filled on load and
 //! predicated on store, so every point runs every shape.
 //!
@@ -107,10 +108,17 @@ impl TcTemplate {
             &format!("accumulators per thread <= {MAX_ACCUMULATORS}"),
             |c| decode_values(c).is_ok_and(|s| s.accumulators() <= MAX_ACCUMULATORS),
         );
+        // With 128 accumulators and a 64-deep stage, the fragments of the unrolled stage
+        // no longer fit the 255 registers (ptxas spills).
+        b.constraint(
+            &format!("accumulators x block_k <= {}", MAX_ACCUMULATORS * 32),
+            |c| decode_values(c).is_ok_and(|s| s.accumulators() * s.block_k <= MAX_ACCUMULATORS * 32),
+        );
         let max_shared = target.max_shared_per_block as usize;
+        let g = gemm.clone();
         b.constraint(
             &format!("shared memory per block <= {max_shared} bytes"),
-            move |c| decode_values(c).is_ok_and(|s| s.shared_bytes() <= max_shared),
+            move |c| decode_values(c).is_ok_and(|s| g.shared_bytes(&s) <= max_shared),
         );
         let space = b.build().map_err(|e| e.to_string())?;
         Ok(TcTemplate {
@@ -189,7 +197,7 @@ impl TcTemplate {
             stages: 3,
             swizzle: true,
         };
-        while s.stages > 2 && s.shared_bytes() > self.max_shared {
+        while s.stages > 2 && self.gemm.shared_bytes(&s) > self.max_shared {
             s.stages -= 1;
         }
         s
@@ -260,7 +268,7 @@ mod tests {
                 let c = t.space().sample_uniform(&mut rng).unwrap();
                 let s = t.decode(&c).unwrap();
                 assert!(s.validate().is_ok());
-                assert!(s.shared_bytes() <= 48 * 1024);
+                assert!(t.gemm().shared_bytes(&s) <= 48 * 1024);
                 assert_eq!(t.encode(&s).unwrap(), c);
             }
         }
