@@ -96,7 +96,12 @@ fn ptx_of(_: &str, _: &str, _: &str) -> Result<String, String> {
 }
 
 /// ptxas with the cubin kept: (report, SASS text).
-fn assemble(ptx: &str, arch: &str, dir: &std::path::Path, n: usize) -> Result<(String, String), String> {
+fn assemble(
+    ptx: &str,
+    arch: &str,
+    dir: &std::path::Path,
+    n: usize,
+) -> Result<(String, String), String> {
     let ptxas = tensor_dsl::runtime::ptxas::find().unwrap();
     let input = dir.join(format!("k{n}.ptx"));
     let cubin = dir.join(format!("k{n}.cubin"));
@@ -133,13 +138,20 @@ fn hot_loop(sass: &str) -> Vec<&str> {
     let lines: Vec<&str> = sass.lines().collect();
     let mut best: Vec<&str> = Vec::new();
     for (n, line) in lines.iter().enumerate() {
-        let Some(pos) = line.find("BRA") else { continue };
-        let Some(label) = line[pos..].split_whitespace().nth(1) else { continue };
-        let label = label.trim_end_matches(';').trim_start_matches('`').trim_start_matches('(');
+        let Some(pos) = line.find("BRA") else {
+            continue;
+        };
+        let Some(label) = line[pos..].split_whitespace().nth(1) else {
+            continue;
+        };
+        let label = label
+            .trim_end_matches(';')
+            .trim_start_matches('`')
+            .trim_start_matches('(');
         let label = label.trim_end_matches(')');
-        let target = lines[..n]
-            .iter()
-            .position(|l| l.trim_start().starts_with(&format!("{label}:")) || l.contains(&format!("{label}:")));
+        let target = lines[..n].iter().position(|l| {
+            l.trim_start().starts_with(&format!("{label}:")) || l.contains(&format!("{label}:"))
+        });
         if let Some(t) = target {
             let body: Vec<&str> = lines[t..=n].to_vec();
             if body.len() > best.len() {

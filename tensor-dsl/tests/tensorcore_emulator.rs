@@ -20,16 +20,44 @@ use tensor_dsl::Buffer;
 /// (kernel, element types, extents in index order: spatial then reduction).
 const CASES: &[(&str, &str, &[usize])] = &[
     // 1000x1000x1000-class, scaled down: nothing divides.
-    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=bf16,b=bf16", &[67, 45, 93]),
-    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=f16,b=f16", &[67, 45, 93]),
+    (
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=bf16,b=bf16",
+        &[67, 45, 93],
+    ),
+    (
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=f16,b=f16",
+        &[67, 45, 93],
+    ),
     // Rows of 40/48 halves: 16-byte cp.async; 44/36: 8 bytes; 46/30: 4 bytes.
-    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=bf16,b=bf16,c=bf16", &[64, 48, 40]),
-    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=f16,b=f16", &[70, 36, 44]),
-    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=bf16,b=bf16", &[21, 30, 46]),
+    (
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=bf16,b=bf16,c=bf16",
+        &[64, 48, 40],
+    ),
+    (
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=f16,b=f16",
+        &[70, 36, 44],
+    ),
+    (
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=bf16,b=bf16",
+        &[21, 30, 46],
+    ),
     // Transposed operands: A m-major (ldmatrix.trans), B k-major.
-    ("c[[i, j]] += a[[k, i]] * b[[j, k]]", "a=f16,b=f16,c=f16", &[37, 40, 56]),
+    (
+        "c[[i, j]] += a[[k, i]] * b[[j, k]]",
+        "a=f16,b=f16,c=f16",
+        &[37, 40, 56],
+    ),
     // Batched.
-    ("c[[b, i, j]] += x[[b, i, k]] * y[[b, k, j]]", "x=bf16,y=bf16", &[3, 33, 24, 40]),
+    (
+        "c[[b, i, j]] += x[[b, i, k]] * y[[b, k, j]]",
+        "x=bf16,y=bf16",
+        &[3, 33, 24, 40],
+    ),
     // Fused bias + ReLU on the accumulators, one rounding to bf16.
     (
         "o[[i, j]] += a[[i, k]] * b[[k, j]]; o[[i, j]] = relu(o[[i, j]] + bias[[j]])",
@@ -82,10 +110,16 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
         let out_dtype = kernel.params[kernel.output].dtype;
         // Every access is plain: each dimension's extent is its index's.
         let shapes: Vec<Vec<usize>> = (0..kernel.params.len())
-            .map(|p| match kernel.accesses().into_iter().find(|a| a.tensor == p) {
-                Some(a) => a.dims.iter().map(|d| extents[d.as_var().unwrap()]).collect(),
-                None => kernel.spatial().iter().map(|&s| extents[s]).collect(),
-            })
+            .map(
+                |p| match kernel.accesses().into_iter().find(|a| a.tensor == p) {
+                    Some(a) => a
+                        .dims
+                        .iter()
+                        .map(|d| extents[d.as_var().unwrap()])
+                        .collect(),
+                    None => kernel.spatial().iter().map(|&s| extents[s]).collect(),
+                },
+            )
             .collect();
         let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
         let data: Vec<Buffer> = shapes
@@ -109,10 +143,7 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
 
         let t = TcTemplate::new(&kernel, extents, &refs, &target)
             .unwrap_or_else(|e| panic!("{src}: no tensor-core form: {e}"));
-        let mut points: Vec<(String, TcSchedule)> = vec![(
-            "default".into(),
-            t.default_schedule(),
-        )];
+        let mut points: Vec<(String, TcSchedule)> = vec![("default".into(), t.default_schedule())];
         for _ in 0..RANDOM_POINTS {
             let c = t.space().sample_uniform(&mut rng).unwrap();
             points.push((t.space().format(&c).unwrap(), t.decode(&c).unwrap()));
@@ -188,7 +219,11 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
             .collect();
         std::fs::write(&in_path, bytes).unwrap();
         let out_path = base.with_extension("out");
-        let run = Command::new(&exe).arg(&in_path).arg(&out_path).output().unwrap();
+        let run = Command::new(&exe)
+            .arg(&in_path)
+            .arg(&out_path)
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&run.stderr);
         assert!(
             run.status.success(),

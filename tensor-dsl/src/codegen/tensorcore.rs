@@ -34,8 +34,8 @@
 //! ```
 
 use super::cuda::CudaSource;
-use super::{builtin_prelude, dtype_prelude, storage_type, store_from_f32, used_builtins_prelude};
 use super::ExprPrinter;
+use super::{builtin_prelude, dtype_prelude, storage_type, store_from_f32, used_builtins_prelude};
 use crate::ir::{DType, Kernel};
 use crate::lower::tensorcore::{Gemm, Operand, TcSchedule, Tile};
 use std::fmt::Write as _;
@@ -63,7 +63,11 @@ pub fn generate(
 /// The PTX wrappers: `mma.sync`, `ldmatrix` (x4, plain and transposed), `cp.async` of each
 /// width with zero fill, commit and wait.
 fn ptx_helpers(g: &Gemm, s: &TcSchedule) -> String {
-    let ty = if g.dtype == DType::BF16 { "bf16" } else { "f16" };
+    let ty = if g.dtype == DType::BF16 {
+        "bf16"
+    } else {
+        "f16"
+    };
     let q = "static __device__ __forceinline__";
     let mut h = String::new();
     let _ = write!(
@@ -234,7 +238,10 @@ fn load_tile(
     if w > 1 {
         let _ = writeln!(out, "{ind}    td_cp_async{}({dst}, {src}, ok);", 2 * w);
     } else {
-        let _ = writeln!(out, "{ind}    *({dst}) = ok ? *({src}) : (unsigned short)0;");
+        let _ = writeln!(
+            out,
+            "{ind}    *({dst}) = ok ? *({src}) : (unsigned short)0;"
+        );
     }
     if guard {
         let _ = writeln!(out, "{ind}}}");
@@ -272,7 +279,12 @@ fn source(
         "/* tensor-dsl generated CUDA C (codegen v{}, tensor cores)",
         super::cuda::CODEGEN_VERSION
     );
-    let _ = writeln!(src, " * kernel `{}` fingerprint {}", kernel.name, kernel.fingerprint());
+    let _ = writeln!(
+        src,
+        " * kernel `{}` fingerprint {}",
+        kernel.name,
+        kernel.fingerprint()
+    );
     let _ = writeln!(src, " *   {kernel}");
     let _ = writeln!(src, " * extents: {}", super::extents_text(kernel, extents));
     let _ = writeln!(src, " * element types: {}", kernel.dtypes_text());
@@ -442,13 +454,21 @@ fn source(
         let _ = writeln!(
             src,
             "{i}            td_ldmatrix_x4(af[mi], As + {});",
-            offset(&ta, "wm + mi * 16 + lr + (mat & 1) * 8", "kk + (mat >> 1) * 8")
+            offset(
+                &ta,
+                "wm + mi * 16 + lr + (mat & 1) * 8",
+                "kk + (mat >> 1) * 8"
+            )
         );
     } else {
         let _ = writeln!(
             src,
             "{i}            td_ldmatrix_x4_trans(af[mi], As + {});",
-            offset(&ta, "kk + lr + (mat >> 1) * 8", "wm + mi * 16 + (mat & 1) * 8")
+            offset(
+                &ta,
+                "kk + lr + (mat >> 1) * 8",
+                "wm + mi * 16 + (mat & 1) * 8"
+            )
         );
     }
     let _ = writeln!(src, "{i}        }}");
@@ -458,13 +478,21 @@ fn source(
         let _ = writeln!(
             src,
             "{i}            td_ldmatrix_x4(t, Bs + {});",
-            offset(&tb, "wn + nj * 16 + lr + (mat >> 1) * 8", "kk + (mat & 1) * 8")
+            offset(
+                &tb,
+                "wn + nj * 16 + lr + (mat >> 1) * 8",
+                "kk + (mat & 1) * 8"
+            )
         );
     } else {
         let _ = writeln!(
             src,
             "{i}            td_ldmatrix_x4_trans(t, Bs + {});",
-            offset(&tb, "kk + lr + (mat & 1) * 8", "wn + nj * 16 + (mat >> 1) * 8")
+            offset(
+                &tb,
+                "kk + lr + (mat & 1) * 8",
+                "wn + nj * 16 + (mat >> 1) * 8"
+            )
         );
     }
     let _ = writeln!(
@@ -474,7 +502,10 @@ fn source(
     let _ = writeln!(src, "{i}        }}");
     open_unrolled(&mut src, "            ", "mi", mi_n);
     open_unrolled(&mut src, "                ", "ni", ni_n);
-    let _ = writeln!(src, "{i}                    td_mma(acc[mi][ni], af[mi], bf[ni]);");
+    let _ = writeln!(
+        src,
+        "{i}                    td_mma(acc[mi][ni], af[mi], bf[ni]);"
+    );
     let _ = writeln!(src, "{i}            }}");
     let _ = writeln!(src, "{i}        }}");
     let _ = writeln!(src, "{i}    }}");

@@ -139,7 +139,11 @@ pub struct Gemm {
 
 impl Gemm {
     /// The GEMM view of `kernel` at `extents` with these shapes, or why it has none.
-    pub fn analyze(kernel: &Kernel, extents: &[usize], shapes: &[&[usize]]) -> Result<Gemm, String> {
+    pub fn analyze(
+        kernel: &Kernel,
+        extents: &[usize],
+        shapes: &[&[usize]],
+    ) -> Result<Gemm, String> {
         crate::lower::check_shapes(kernel, shapes)?;
         if kernel.kind != BodyKind::Sum {
             return Err("not a contraction (`+=`)".into());

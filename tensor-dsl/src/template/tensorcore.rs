@@ -94,7 +94,10 @@ impl TcTemplate {
         target: &GpuTarget,
     ) -> Result<TcTemplate, String> {
         if target.sm < 80 {
-            return Err(format!("sm_{} has no bf16/f16 mma.sync m16n8k16", target.sm));
+            return Err(format!(
+                "sm_{} has no bf16/f16 mma.sync m16n8k16",
+                target.sm
+            ));
         }
         let gemm = Gemm::analyze(kernel, extents, shapes)?;
         let mut b = SearchSpace::builder();
@@ -112,7 +115,10 @@ impl TcTemplate {
         // no longer fit the 255 registers (ptxas spills).
         b.constraint(
             &format!("accumulators x block_k <= {}", MAX_ACCUMULATORS * 32),
-            |c| decode_values(c).is_ok_and(|s| s.accumulators() * s.block_k <= MAX_ACCUMULATORS * 32),
+            |c| {
+                decode_values(c)
+                    .is_ok_and(|s| s.accumulators() * s.block_k <= MAX_ACCUMULATORS * 32)
+            },
         );
         let max_shared = target.max_shared_per_block as usize;
         let g = gemm.clone();
@@ -302,7 +308,10 @@ mod tests {
                 .with_dtypes(dtypes)
                 .unwrap();
             let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-            assert!(TcTemplate::new(&k, &extents, &refs, &target).is_err(), "{src}");
+            assert!(
+                TcTemplate::new(&k, &extents, &refs, &target).is_err(),
+                "{src}"
+            );
         }
     }
 }
