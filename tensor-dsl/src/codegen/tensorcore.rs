@@ -432,8 +432,8 @@ fn source(
         s.stages
     );
     let _ = writeln!(src, "{i}        if (nt < {k_tiles}) {{");
-    load_tile(&mut src, "            ", &g, s, &g.a, true, "ns", "nt");
-    load_tile(&mut src, "            ", &g, s, &g.b, false, "ns", "nt");
+    load_tile(&mut src, "                ", &g, s, &g.a, true, "ns", "nt");
+    load_tile(&mut src, "                ", &g, s, &g.b, false, "ns", "nt");
     let _ = writeln!(src, "{i}        }}");
     let _ = writeln!(src, "{i}        td_cp_async_commit();");
     let _ = writeln!(src, "{i}    }}");
@@ -504,7 +504,7 @@ fn source(
     open_unrolled(&mut src, "                ", "ni", ni_n);
     let _ = writeln!(
         src,
-        "{i}                    td_mma(acc[mi][ni], af[mi], bf[ni]);"
+        "{i}                td_mma(acc[mi][ni], af[mi], bf[ni]);"
     );
     let _ = writeln!(src, "{i}            }}");
     let _ = writeln!(src, "{i}        }}");

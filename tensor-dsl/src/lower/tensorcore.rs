@@ -145,6 +145,9 @@ impl Gemm {
         shapes: &[&[usize]],
     ) -> Result<Gemm, String> {
         crate::lower::check_shapes(kernel, shapes)?;
+        if extents.len() != kernel.indices.len() {
+            return Err("one extent per index is needed".into());
+        }
         if kernel.kind != BodyKind::Sum {
             return Err("not a contraction (`+=`)".into());
         }

@@ -182,3 +182,59 @@ pub fn generate(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::parse_text;
+    use rand::{rngs::StdRng, SeedableRng};
+
+    /// Tensor-core records round-trip; SIMT text (or garbage) is not a point of the
+    /// tensor-core space and the other way round, so a foreign record is ignored.
+    #[test]
+    fn records_round_trip_and_templates_do_not_mix() {
+        let target = GpuTarget::h100();
+        let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+        let half = k.with_dtypes("a=f16,b=f16").unwrap();
+        let extents = [1000, 1000, 1000];
+        let tc = CudaSpace::from_extents(&half, &extents, &target).unwrap();
+        let simt = CudaSpace::from_extents(&k, &extents, &target).unwrap();
+        assert_eq!((tc.name(), simt.name()), ("tensor_core", "simt"));
+        assert!(matches!(
+            default_schedule(&half, &extents, &target),
+            CudaSchedule::TensorCore(_)
+        ));
+        let old = GpuTarget {
+            sm: 75,
+            ..GpuTarget::h100()
+        };
+        assert!(matches!(
+            default_schedule(&half, &extents, &old),
+            CudaSchedule::Simt(_)
+        ));
+        let mut rng = StdRng::seed_from_u64(7);
+        for _ in 0..10 {
+            let c = tc.space().sample_uniform(&mut rng).unwrap();
+            let text = tc.space().format(&c).unwrap();
+            let s = tc.schedule_from_text(&half, &extents, &target, &text);
+            assert_eq!(s, Some(tc.decode(&c).unwrap()));
+            assert_eq!(simt.schedule_from_text(&k, &extents, &target, &text), None);
+            let json = serde_json::to_string(&s).unwrap();
+            assert_eq!(serde_json::from_str::<Option<CudaSchedule>>(&json).unwrap(), s);
+        }
+        let simt_text = simt.space().format(&simt.default_point().unwrap()).unwrap();
+        assert_eq!(tc.schedule_from_text(&half, &extents, &target, &simt_text), None);
+        assert_eq!(tc.schedule_from_text(&half, &extents, &target, "warp_m=7"), None);
+    }
+
+    #[test]
+    fn shapes_follow_from_plain_accesses_only() {
+        let k = parse_text("mm", "c[[b,i,j]] += a[[b,i,k]] * w[[k,j]]", None).unwrap();
+        assert_eq!(
+            plain_shapes(&k, &[2, 3, 4, 5]),
+            Some(vec![vec![2, 3, 5], vec![5, 4], vec![2, 3, 4]])
+        );
+        let conv = parse_text("c", "o[[i]] += a[[i + k]] * w[[k]]", None).unwrap();
+        assert_eq!(plain_shapes(&conv, &[8, 3]), None);
+    }
+}
