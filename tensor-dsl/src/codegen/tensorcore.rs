@@ -209,7 +209,7 @@ fn load_tile(
         out,
         "{ind}    const int q = threadIdx.x + it * {threads}, r = q / {per_row}, c = q % {per_row} * {w};"
     );
-    let guard = chunks % threads != 0;
+    let guard = !chunks.is_multiple_of(threads);
     let ind = &if guard {
         let _ = writeln!(out, "{ind}    if (q < {chunks}) {{");
         format!("{ind}    ")

@@ -76,11 +76,11 @@ impl TcSchedule {
     /// Checks the shape rules the code relies on (tile multiples, at least two stages).
     pub fn validate(&self) -> Result<(), String> {
         let ok = self.warp_m >= 16
-            && self.warp_m % 16 == 0
+            && self.warp_m.is_multiple_of(16)
             && self.warp_n >= 16
-            && self.warp_n % 16 == 0
+            && self.warp_n.is_multiple_of(16)
             && self.block_k >= 16
-            && self.block_k % 16 == 0
+            && self.block_k.is_multiple_of(16)
             && self.warps_m >= 1
             && self.warps_n >= 1
             && self.stages >= 2

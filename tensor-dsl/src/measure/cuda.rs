@@ -128,12 +128,15 @@ pub fn compile_batch_space(
     }
 }
 
+/// What a point becomes before it is compiled: its schedule and source, or why not.
+type Prepare<'a, S> = dyn Fn(&Config) -> Result<(S, String), String> + Sync + 'a;
+
 /// Compiles the source `prepare` makes of each point on all cores.
 fn compile_points<S: Clone + Send>(
     kernel: &Kernel,
     target: &GpuTarget,
     batch: &[Config],
-    prepare: &(dyn Fn(&Config) -> Result<(S, String), String> + Sync),
+    prepare: &Prepare<'_, S>,
 ) -> Vec<Result<S, String>> {
     let arch = target.virtual_arch();
     let workers = std::thread::available_parallelism()

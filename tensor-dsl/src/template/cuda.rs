@@ -47,7 +47,7 @@ impl From<GpuSchedule> for CudaSchedule {
 #[derive(Debug, Clone)]
 pub enum CudaSpace {
     Simt(GpuTemplate),
-    TensorCore(TcTemplate),
+    TensorCore(Box<TcTemplate>),
 }
 
 impl CudaSpace {
@@ -60,7 +60,7 @@ impl CudaSpace {
         target: &GpuTarget,
     ) -> Result<CudaSpace, String> {
         match TcTemplate::new(kernel, extents, shapes, target) {
-            Ok(t) => Ok(CudaSpace::TensorCore(t)),
+            Ok(t) => Ok(CudaSpace::TensorCore(Box::new(t))),
             Err(_) => GpuTemplate::new(kernel, extents, target).map(CudaSpace::Simt),
         }
     }
@@ -220,11 +220,20 @@ mod tests {
             assert_eq!(s, Some(tc.decode(&c).unwrap()));
             assert_eq!(simt.schedule_from_text(&k, &extents, &target, &text), None);
             let json = serde_json::to_string(&s).unwrap();
-            assert_eq!(serde_json::from_str::<Option<CudaSchedule>>(&json).unwrap(), s);
+            assert_eq!(
+                serde_json::from_str::<Option<CudaSchedule>>(&json).unwrap(),
+                s
+            );
         }
         let simt_text = simt.space().format(&simt.default_point().unwrap()).unwrap();
-        assert_eq!(tc.schedule_from_text(&half, &extents, &target, &simt_text), None);
-        assert_eq!(tc.schedule_from_text(&half, &extents, &target, "warp_m=7"), None);
+        assert_eq!(
+            tc.schedule_from_text(&half, &extents, &target, &simt_text),
+            None
+        );
+        assert_eq!(
+            tc.schedule_from_text(&half, &extents, &target, "warp_m=7"),
+            None
+        );
     }
 
     #[test]
