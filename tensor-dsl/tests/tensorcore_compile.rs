@@ -188,6 +188,15 @@ fn tensor_core_kernels_compile_assemble_and_issue_hmma() {
             let c = t.space().sample_uniform(&mut rng).unwrap();
             points.push((t.space().format(&c).unwrap(), t.decode(&c).unwrap()));
         }
+        // Sliced K over two warp groups.
+        let d = t.default_schedule();
+        let split = TcSchedule {
+            split_k: 2,
+            warps_n: 1,
+            ..d
+        };
+        let c = t.encode(&split).unwrap();
+        points.push((t.space().format(&c).unwrap(), split));
         for (config, s) in points {
             n += 1;
             let gen = tensorcore::generate(&case.kernel, &extents, &refs, &s);
@@ -214,7 +223,7 @@ fn tensor_core_kernels_compile_assemble_and_issue_hmma() {
                 hot_loop(&sass)
             };
             let count = |lines: &[&str], op: &str| lines.iter().filter(|l| l.contains(op)).count();
-            let mmas = s.warp_m / 16 * (s.warp_n / 8) * (s.block_k / 16);
+            let mmas = s.warp_m / 16 * (s.warp_n / 8) * (s.block_k / 16 / s.split_k);
             let g = t.gemm();
             let mut problems = Vec::new();
             if r.spill_stores > 0 || r.spill_loads > 0 {

@@ -148,6 +148,20 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
             let c = t.space().sample_uniform(&mut rng).unwrap();
             points.push((t.space().format(&c).unwrap(), t.decode(&c).unwrap()));
         }
+        // Sliced K: two and four warp groups sharing each stage's steps.
+        for (split_k, block_k, stages) in [(2, 32, 3), (4, 64, 2)] {
+            let d = t.default_schedule();
+            let s = TcSchedule {
+                split_k,
+                block_k,
+                stages,
+                warps_m: d.warps_m.min(2),
+                warps_n: 1,
+                ..d
+            };
+            let c = t.encode(&s).unwrap_or_else(|e| panic!("{src}: {s:?}: {e}"));
+            points.push((t.space().format(&c).unwrap(), s));
+        }
 
         let mut cpp = String::from("#include \"cuda_emu.h\"\n");
         let mut main = String::from("int main(int argc, char **argv) {\n    (void)argc;\n");

@@ -7,8 +7,9 @@
 //! for each k tile kt:
 //!     cp.async.wait_group stages-2; __syncthreads     (tile kt has landed, stage kt-1 is free)
 //!     cp.async tile kt+stages-1 into stage (kt-1) % stages; commit
-//!     for each 16-deep step: ldmatrix A and B fragments (.trans where the operand is not
-//!         k-major in memory), mma.sync into the f32 accumulators
+//!     for each 16-deep step (of this warp's k group): ldmatrix A and B fragments (.trans
+//!         where the operand is not k-major in memory), mma.sync into the f32 accumulators
+//! sliced K: groups 1.. leave their sums in shared memory, group 0 adds them
 //! epilogue on each accumulator (the kernel's later statements), rounded once, predicated store
 //! ```
 //!
@@ -290,7 +291,7 @@ fn source(
     let _ = writeln!(src, " * element types: {}", kernel.dtypes_text());
     let _ = writeln!(
         src,
-        " * schedule (tensor cores, mma.sync m16n8k16, f32 accumulators): block {}x{}x{} = {}x{} warps of {}x{}, {} stages, {}",
+        " * schedule (tensor cores, mma.sync m16n8k16, f32 accumulators): block {}x{}x{} = {}x{} warps of {}x{}{}, {} stages, {}",
         s.block_m(),
         s.block_n(),
         s.block_k,
@@ -298,6 +299,11 @@ fn source(
         s.warps_n,
         s.warp_m,
         s.warp_n,
+        if s.split_k > 1 {
+            format!(" x {} k groups (sliced K)", s.split_k)
+        } else {
+            String::new()
+        },
         s.stages,
         if s.swizzle { "swizzled shared memory" } else { "padded shared memory" }
     );
@@ -338,23 +344,39 @@ fn source(
         params.join(", ")
     );
     let i = "    ";
+    // One array: the pipeline's stages of A then B, and (after the main loop) the partial
+    // sums of a split K.
     let _ = writeln!(
         src,
-        "{i}__shared__ __align__(128) unsigned short sA[{}];",
-        s.stages * ta.elements()
+        "{i}__shared__ __align__(128) unsigned short smem[{}];",
+        g.shared_bytes(s) / 2
     );
     let _ = writeln!(
         src,
-        "{i}__shared__ __align__(128) unsigned short sB[{}];",
-        s.stages * tb.elements()
+        "{i}unsigned short *sA = smem, *sB = smem + {};",
+        s.stages * ta.elements()
     );
     let _ = writeln!(
         src,
         "{i}const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;"
     );
+    let warps_mn = s.warps_m * s.warps_n;
+    if s.split_k > 1 {
+        let _ = writeln!(
+            src,
+            "{i}/* warp group kw of {} takes the 16-deep steps kw, kw + {}, ... of each stage */",
+            s.split_k, s.split_k
+        );
+        let _ = writeln!(
+            src,
+            "{i}const int kw = warp / {warps_mn}, wmn = warp % {warps_mn};"
+        );
+    } else {
+        let _ = writeln!(src, "{i}const int wmn = warp;");
+    }
     let _ = writeln!(
         src,
-        "{i}const int wm = warp / {} * {}, wn = warp % {} * {};",
+        "{i}const int wm = wmn / {} * {}, wn = wmn % {} * {};",
         s.warps_n, s.warp_m, s.warps_n, s.warp_n
     );
     let _ = writeln!(
@@ -446,8 +468,16 @@ fn source(
         tb.elements()
     );
     let _ = writeln!(src, "{i}    const int mat = lane >> 3, lr = lane & 7;");
-    open_unrolled(&mut src, "        ", "kq", s.block_k / 16);
-    let _ = writeln!(src, "{i}        const int kk = kq * 16;");
+    open_unrolled(&mut src, "        ", "kq", s.block_k / 16 / s.split_k);
+    if s.split_k > 1 {
+        let _ = writeln!(
+            src,
+            "{i}        const int kk = (kq * {} + kw) * 16;",
+            s.split_k
+        );
+    } else {
+        let _ = writeln!(src, "{i}        const int kk = kq * 16;");
+    }
     let _ = writeln!(src, "{i}        unsigned af[{mi_n}][4], bf[{ni_n}][2];");
     open_unrolled(&mut src, "            ", "mi", mi_n);
     if g.a.k_major {
@@ -511,6 +541,38 @@ fn source(
     let _ = writeln!(src, "{i}    }}");
     let _ = writeln!(src, "{i}}}");
     let _ = writeln!(src, "{i}td_cp_async_wait0();");
+    let accs = s.accumulators();
+    if s.split_k > 1 {
+        // Groups 1.. park their sums in the pipeline's memory (once every warp is done
+        // reading it), group 0 adds them; lane-fastest, so a warp's stores hit 32 banks.
+        let lanes_all = warps_mn * 32;
+        let stride = (s.split_k - 1) * lanes_all;
+        let _ = writeln!(
+            src,
+            "{i}/* sliced K: add the partial sums of warp groups 1..{} to group 0's */",
+            s.split_k - 1
+        );
+        let _ = writeln!(src, "{i}__syncthreads();");
+        let _ = writeln!(src, "{i}float *red = reinterpret_cast<float *>(smem);");
+        let _ = writeln!(src, "{i}if (kw > 0) {{");
+        let _ = writeln!(src, "{i}    #pragma unroll");
+        let _ = writeln!(src, "{i}    for (int x = 0; x < {accs}; ++x)");
+        let _ = writeln!(
+            src,
+            "{i}        red[x * {stride} + (kw - 1) * {lanes_all} + wmn * 32 + lane] = (&acc[0][0][0])[x];"
+        );
+        let _ = writeln!(src, "{i}}}");
+        let _ = writeln!(src, "{i}__syncthreads();");
+        let _ = writeln!(src, "{i}if (kw > 0) return;");
+        let _ = writeln!(src, "{i}#pragma unroll");
+        let _ = writeln!(src, "{i}for (int x = 0; x < {accs}; ++x)");
+        let _ = writeln!(src, "{i}    #pragma unroll");
+        let _ = writeln!(src, "{i}    for (int g = 0; g < {}; ++g)", s.split_k - 1);
+        let _ = writeln!(
+            src,
+            "{i}        (&acc[0][0][0])[x] += red[x * {stride} + g * {lanes_all} + wmn * 32 + lane];"
+        );
+    }
 
     // Epilogue.
     let (gm, gn) = ("gm", "gn");

@@ -44,6 +44,10 @@ pub struct TcSchedule {
     pub warps_m: usize,
     /// Warps along `n` in a block.
     pub warps_n: usize,
+    /// Warp groups splitting each stage's 16-deep steps (sliced K); their partial sums are
+    /// added through shared memory before the epilogue. 1: no split.
+    #[serde(default = "one")]
+    pub split_k: usize,
     /// Depth (`k`) of one pipeline stage: a multiple of 16.
     pub block_k: usize,
     /// Shared-memory stages of the `cp.async` pipeline (2: double buffering).
@@ -55,7 +59,7 @@ pub struct TcSchedule {
 impl TcSchedule {
     /// Threads per block.
     pub fn threads(&self) -> usize {
-        32 * self.warps_m * self.warps_n
+        32 * self.warps_m * self.warps_n * self.split_k
     }
 
     /// The block tile's rows.
@@ -73,6 +77,11 @@ impl TcSchedule {
         self.warp_m / 16 * (self.warp_n / 8) * 4
     }
 
+    /// Shared memory for the partial sums of the warp groups after the first, bytes.
+    pub fn partial_sum_bytes(&self) -> usize {
+        4 * (self.split_k - 1) * self.warps_m * self.warps_n * 32 * self.accumulators()
+    }
+
     /// Checks the shape rules the code relies on (tile multiples, at least two stages).
     pub fn validate(&self) -> Result<(), String> {
         let ok = self.warp_m >= 16
@@ -83,6 +92,8 @@ impl TcSchedule {
             && self.block_k.is_multiple_of(16)
             && self.warps_m >= 1
             && self.warps_n >= 1
+            && self.split_k >= 1
+            && (self.block_k / 16).is_multiple_of(self.split_k)
             && self.stages >= 2
             && self.threads() <= 1024
             && (!self.swizzle
@@ -95,6 +106,10 @@ impl TcSchedule {
             Err(format!("not a valid tensor-core schedule: {self:?}"))
         }
     }
+}
+
+fn one() -> usize {
+    1
 }
 
 /// One input operand of the MMA.
@@ -259,11 +274,14 @@ impl Gemm {
         self.batch.iter().map(|&b| extents[b]).product()
     }
 
-    /// Static shared memory per block of `s`, bytes: every stage of both operands' tiles.
+    /// Static shared memory per block of `s`, bytes: every stage of both operands' tiles,
+    /// or the partial sums of a split K if they need more (they reuse the same memory).
     pub fn shared_bytes(&self, s: &TcSchedule) -> usize {
-        2 * s.stages
+        let pipeline = 2
+            * s.stages
             * (Tile::for_operand(s, true, &self.a).elements()
-                + Tile::for_operand(s, false, &self.b).elements())
+                + Tile::for_operand(s, false, &self.b).elements());
+        pipeline.max(s.partial_sum_bytes())
     }
 
     /// The launch geometry of `s`: `(blocks, threads)`.

@@ -8,10 +8,13 @@
 //! * `warps_m`, `warps_n` ∈ {1, 2, 4}: warps per block along `m` and `n` (the block tile is
 //!   their product with the warp tile);
 //! * `block_k` ∈ {16, 32, 64}: depth of one pipeline stage;
+//! * `split_k` ∈ {1, 2, 4}: warp groups that share each stage's 16-deep steps (sliced K,
+//!   for problems with few output tiles and a long reduction); their partial sums are added
+//!   through shared memory (reusing the pipeline's) before the epilogue;
 //! * `stages` ∈ {2, 3, 4}: shared-memory stages in flight;
 //! * `swizzle` ∈ {0, 1}: shared rows padded by 16 bytes, or 16-byte chunks XOR-swizzled.
 //!
-//! Constraints: at most 8 warps, at most 128 accumulators per thread (64 with a 64-deep
+//! Constraints: at most 8 warps (all groups), `split_k` divides the 16-deep steps of a stage, at most 128 accumulators per thread (64 with a 64-deep
 //! stage), static shared memory
 //! within the target's limit. Extents that no tile divides are zero-filled on load and
 //! predicated on store, so every point runs every shape.
@@ -40,6 +43,8 @@ pub const WARP_TILES: [i64; 3] = [16, 32, 64];
 pub const WARPS: [i64; 3] = [1, 2, 4];
 /// Values of the `block_k` knob.
 pub const BLOCK_K: [i64; 3] = [16, 32, 64];
+/// Values of the `split_k` knob.
+pub const SPLIT_K: [i64; 3] = [1, 2, 4];
 /// Values of the `stages` knob.
 pub const STAGES: [i64; 3] = [2, 3, 4];
 /// Most `f32` accumulators per thread (a 64×64 warp tile).
@@ -47,7 +52,7 @@ pub const MAX_ACCUMULATORS: usize = 128;
 /// Most warps per block.
 pub const MAX_WARPS: usize = 8;
 
-const KNOBS: [(&str, &[i64]); 7] = [
+const KNOBS: [(&str, &[i64]); 8] = [
     ("warp_m", &WARP_TILES),
     ("warp_n", &WARP_TILES),
     ("warps_m", &WARPS),
@@ -55,6 +60,7 @@ const KNOBS: [(&str, &[i64]); 7] = [
     ("block_k", &BLOCK_K),
     ("stages", &STAGES),
     ("swizzle", &[0, 1]),
+    ("split_k", &SPLIT_K),
 ];
 
 /// The tensor-core schedule space of one half-precision GEMM-like kernel at one shape.
@@ -81,6 +87,7 @@ fn decode_values(c: &Config) -> Result<TcSchedule, String> {
         block_k: v(4)?,
         stages: v(5)?,
         swizzle: v(6)? == 1,
+        split_k: v(7)?,
     })
 }
 
@@ -105,7 +112,10 @@ impl TcTemplate {
             b.add(name, Discrete::new(list.to_vec()));
         }
         b.constraint(&format!("warps per block <= {MAX_WARPS}"), |c| {
-            decode_values(c).is_ok_and(|s| s.warps_m * s.warps_n <= MAX_WARPS)
+            decode_values(c).is_ok_and(|s| s.warps_m * s.warps_n * s.split_k <= MAX_WARPS)
+        });
+        b.constraint("split_k divides the 16-deep steps of a stage", |c| {
+            decode_values(c).is_ok_and(|s| (s.block_k / 16).is_multiple_of(s.split_k))
         });
         b.constraint(
             &format!("accumulators per thread <= {MAX_ACCUMULATORS}"),
@@ -160,6 +170,7 @@ impl TcTemplate {
             s.block_k,
             s.stages,
             usize::from(s.swizzle),
+            s.split_k,
         ];
         let values = KNOBS
             .iter()
@@ -202,6 +213,7 @@ impl TcTemplate {
             block_k,
             stages: 3,
             swizzle: true,
+            split_k: 1,
         };
         while s.stages > 2 && self.gemm.shared_bytes(&s) > self.max_shared {
             s.stages -= 1;
