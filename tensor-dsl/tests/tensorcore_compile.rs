@@ -188,6 +188,19 @@ fn tensor_core_kernels_compile_assemble_and_issue_hmma() {
             let c = t.space().sample_uniform(&mut rng).unwrap();
             points.push((t.space().format(&c).unwrap(), t.decode(&c).unwrap()));
         }
+        // CUTLASS's 128x128x32 block of four 64x64 warps: the most accumulators.
+        let big = TcSchedule {
+            warp_m: 64,
+            warp_n: 64,
+            warps_m: 2,
+            warps_n: 2,
+            block_k: 32,
+            stages: 3,
+            swizzle: true,
+            split_k: 1,
+        };
+        let c = t.encode(&big).unwrap();
+        points.push((t.space().format(&c).unwrap(), big));
         // Sliced K over two warp groups.
         let d = t.default_schedule();
         let split = TcSchedule {

@@ -138,6 +138,8 @@ pub struct Gemm {
     pub k: usize,
     /// The batch indices (output indices in both operands), outermost first.
     pub batch: Vec<usize>,
+    /// Their extents.
+    pub batch_extents: Vec<usize>,
     pub m_extent: usize,
     pub n_extent: usize,
     pub k_extent: usize,
@@ -252,6 +254,7 @@ impl Gemm {
                 .iter()
                 .map(|&b| [stride_of(x, b), stride_of(y, b), out_stride(b)])
                 .collect(),
+            batch_extents: batch.iter().map(|&b| extents[b]).collect(),
             batch,
             m_extent: extents[m],
             n_extent: extents[n],
@@ -272,6 +275,11 @@ impl Gemm {
     /// The number of batch instances (product of the batch extents).
     pub fn batch_count(&self, extents: &[usize]) -> usize {
         self.batch.iter().map(|&b| extents[b]).product()
+    }
+
+    /// [`Gemm::batch_count`] at the extents it was analyzed at.
+    pub fn batch_count_of(&self) -> usize {
+        self.batch_extents.iter().product()
     }
 
     /// Static shared memory per block of `s`, bytes: every stage of both operands' tiles,

@@ -27,7 +27,7 @@
 //! let shapes: [&[usize]; 3] = [&[1000, 1000], &[1000, 1000], &[1000, 1000]];
 //! let t = TcTemplate::new(&k, &[1000; 3], &shapes, &GpuTarget::h100()).unwrap();
 //! let s = Template::decode(&t, &Template::default_point(&t).unwrap()).unwrap();
-//! assert_eq!((s.block_m(), s.block_n(), s.stages), (128, 128, 3));
+//! assert_eq!((s.block_m(), s.block_n(), s.stages), (64, 64, 3));
 //! let text = t.space().format(&t.encode(&s).unwrap()).unwrap();
 //! assert_eq!(tensor_dsl::template::schedule_from_text(&t, &text), Some(s));
 //! ```
@@ -69,6 +69,7 @@ pub struct TcTemplate {
     gemm: Gemm,
     space: SearchSpace,
     max_shared: usize,
+    sm_count: usize,
 }
 
 fn decode_values(c: &Config) -> Result<TcSchedule, String> {
@@ -141,6 +142,7 @@ impl TcTemplate {
             gemm,
             space,
             max_shared,
+            sm_count: target.sm_count as usize,
         })
     }
 
@@ -189,7 +191,12 @@ impl TcTemplate {
 
     /// The default: CUTLASS's 128×128×32 block of 2×2 warps (64×64 each), 3 stages,
     /// swizzled, shrunk to 64 or 32 along an axis that is that small, and to fewer stages
-    /// if the target's shared memory asks for it.
+    /// if the target's shared memory asks for it. While that leaves SMs idle (fewer blocks
+    /// than SMs), the warp tile is halved along the longer block side, down to 32×32
+    /// (1000×1000 on an H100's 132 SMs: 256 blocks of 64×64 rather than 64 of 128×128, which
+    /// several blocks per SM can run at once); if half the
+    /// SMs are still idle and the reduction has at least 8 stages, two warp groups split
+    /// each stage (sliced K). A heuristic from occupancy, not from measurements.
     pub fn default_schedule(&self) -> TcSchedule {
         let shrink = |e: usize| -> (usize, usize) {
             if e <= 16 {
@@ -215,6 +222,26 @@ impl TcTemplate {
             swizzle: true,
             split_k: 1,
         };
+        let blocks = |s: &TcSchedule| {
+            self.gemm.batch_count_of()
+                * self.gemm.m_extent.div_ceil(s.block_m())
+                * self.gemm.n_extent.div_ceil(s.block_n())
+        };
+        while blocks(&s) < self.sm_count && s.warp_m.max(s.warp_n) > 32 {
+            if s.block_m() >= s.block_n() && s.warp_m > 32 {
+                s.warp_m /= 2;
+            } else if s.warp_n > 32 {
+                s.warp_n /= 2;
+            } else {
+                s.warp_m /= 2;
+            }
+        }
+        if blocks(&s) * 2 <= self.sm_count
+            && self.gemm.k_extent >= 8 * s.block_k
+            && s.warps_m * s.warps_n * 2 <= MAX_WARPS
+        {
+            s.split_k = 2;
+        }
         while s.stages > 2 && self.gemm.shared_bytes(&s) > self.max_shared {
             s.stages -= 1;
         }
@@ -289,6 +316,31 @@ mod tests {
                 assert!(t.gemm().shared_bytes(&s) <= 48 * 1024);
                 assert_eq!(t.encode(&s).unwrap(), c);
             }
+        }
+    }
+
+    #[test]
+    fn the_default_fills_the_gpu() {
+        let target = GpuTarget::h100();
+        let k = parse_text("k", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None)
+            .unwrap()
+            .with_dtypes("a=bf16,b=bf16")
+            .unwrap();
+        for (m, n, kk, block, split_k) in [
+            (4096, 4096, 4096, (128, 128), 1),
+            (1000, 1000, 1000, (64, 64), 1),
+            (128, 128, 8192, (64, 64), 2),
+            (20, 24, 40, (32, 32), 1),
+        ] {
+            let shapes = [vec![m, kk], vec![kk, n], vec![m, n]];
+            let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+            let t = TcTemplate::new(&k, &[m, n, kk], &refs, &target).unwrap();
+            let s = t.default_schedule();
+            assert_eq!(
+                (s.block_m(), s.block_n(), s.split_k),
+                (block.0, block.1, split_k)
+            );
+            assert!(t.encode(&s).is_ok(), "{s:?}");
         }
     }
 
