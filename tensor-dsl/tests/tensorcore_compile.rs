@@ -52,6 +52,18 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "x=bf16,y=bf16",
     ),
     (
+        "conv_bias_relu_bf16",
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 1, 2 * q + s - 1]] * w[[f, c, r, s]]; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        "x=8x64x56x56 w=128x64x3x3 bias=128 y=8x128x28x28",
+        "x=bf16,w=bf16,y=bf16",
+    ),
+    (
+        "conv_nhwc_f16",
+        "y[[n, p, q, f]] += x[[n, p + r - 1, q + s - 1, c]] * w[[f, r, s, c]]",
+        "x=4x56x56x64 w=64x3x3x64 y=4x56x56x64",
+        "x=f16,w=f16",
+    ),
+    (
         "gemm_bias_relu_bf16",
         "o[[i, j]] += a[[i, k]] * b[[k, j]]; o[[i, j]] = relu(o[[i, j]] + bias[[j]])",
         "a=512x768 b=768x3072 bias=3072 o=512x3072",

@@ -7,62 +7,52 @@
 //! bias + ReLU epilogue. Needs `g++`; without it the test prints why and passes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
 use tensor_dsl::codegen::{storage_type, tensorcore};
-use tensor_dsl::ir::{parse_text, DType};
+use tensor_dsl::ir::DType;
 use tensor_dsl::lower::tensorcore::TcSchedule;
 use tensor_dsl::template::{gpu::GpuTarget, tensorcore::TcTemplate};
 use tensor_dsl::Buffer;
 
-/// (kernel, element types, extents in index order: spatial then reduction).
-const CASES: &[(&str, &str, &[usize])] = &[
+/// (kernel, shapes as in a case file, element types).
+const CASES: &[(&str, &str, &str)] = &[
     // 1000x1000x1000-class, scaled down: nothing divides.
-    (
-        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
-        "a=bf16,b=bf16",
-        &[67, 45, 93],
-    ),
-    (
-        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
-        "a=f16,b=f16",
-        &[67, 45, 93],
-    ),
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=67x93 b=93x45 c=67x45", "a=bf16,b=bf16"),
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=67x93 b=93x45 c=67x45", "a=f16,b=f16"),
     // Rows of 40/48 halves: 16-byte cp.async; 44/36: 8 bytes; 46/30: 4 bytes.
-    (
-        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
-        "a=bf16,b=bf16,c=bf16",
-        &[64, 48, 40],
-    ),
-    (
-        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
-        "a=f16,b=f16",
-        &[70, 36, 44],
-    ),
-    (
-        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
-        "a=bf16,b=bf16",
-        &[21, 30, 46],
-    ),
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=64x40 b=40x48 c=64x48", "a=bf16,b=bf16,c=bf16"),
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=70x44 b=44x36 c=70x36", "a=f16,b=f16"),
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=21x46 b=46x30 c=21x30", "a=bf16,b=bf16"),
     // Transposed operands: A m-major (ldmatrix.trans), B k-major.
-    (
-        "c[[i, j]] += a[[k, i]] * b[[j, k]]",
-        "a=f16,b=f16,c=f16",
-        &[37, 40, 56],
-    ),
+    ("c[[i, j]] += a[[k, i]] * b[[j, k]]", "a=56x37 b=40x56 c=37x40", "a=f16,b=f16,c=f16"),
     // Batched.
     (
         "c[[b, i, j]] += x[[b, i, k]] * y[[b, k, j]]",
+        "x=3x33x40 y=3x40x24 c=3x33x24",
         "x=bf16,y=bf16",
-        &[3, 33, 24, 40],
     ),
     // Fused bias + ReLU on the accumulators, one rounding to bf16.
     (
         "o[[i, j]] += a[[i, k]] * b[[k, j]]; o[[i, j]] = relu(o[[i, j]] + bias[[j]])",
+        "a=50x64 b=64x72 bias=72 o=50x72",
         "a=bf16,b=bf16,o=bf16",
-        &[50, 72, 64],
+    ),
+    // Implicit-GEMM convolutions: m = (n, p, q), k = (c, r, s), zero padding, stride 2, a
+    // fused bias + ReLU; and an NHWC one whose filter rows are 16-byte aligned.
+    (
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 1, 2 * q + s - 1]] * w[[f, c, r, s]]; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        "x=2x5x9x9 w=12x5x3x3 bias=12 y=2x12x5x5",
+        "x=bf16,w=bf16,y=bf16",
+    ),
+    (
+        "y[[n, p, q, f]] += x[[n, p + r, q + s, c]] * w[[f, r, s, c]]",
+        "x=2x7x6x8 w=20x3x3x8 y=2x5x4x20",
+        "x=f16,w=f16",
     ),
 ];
 
@@ -102,25 +92,11 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
     let target = GpuTarget::h100();
     let mut rng = StdRng::seed_from_u64(13);
     let mut seen = (false, false, false); // swizzled, padded, 4-stage
-    for (n, &(src, dtypes, extents)) in CASES.iter().enumerate() {
-        let kernel = parse_text(&format!("k{n}"), src, None)
-            .unwrap()
-            .with_dtypes(dtypes)
-            .unwrap();
+    for (n, &(src, shapes, dtypes)) in CASES.iter().enumerate() {
+        let case = common::Case::new(&format!("k{n}"), src, shapes, dtypes);
+        let (kernel, shapes) = (case.kernel.clone(), case.shapes.clone());
+        let extents = &case.extents()[..];
         let out_dtype = kernel.params[kernel.output].dtype;
-        // Every access is plain: each dimension's extent is its index's.
-        let shapes: Vec<Vec<usize>> = (0..kernel.params.len())
-            .map(
-                |p| match kernel.accesses().into_iter().find(|a| a.tensor == p) {
-                    Some(a) => a
-                        .dims
-                        .iter()
-                        .map(|d| extents[d.as_var().unwrap()])
-                        .collect(),
-                    None => kernel.spatial().iter().map(|&s| extents[s]).collect(),
-                },
-            )
-            .collect();
         let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
         let data: Vec<Buffer> = shapes
             .iter()

@@ -1,6 +1,6 @@
 //! Snapshots of the tensor-core CUDA C (default schedule, H100): a bf16 GEMM with unaligned
 //! extents (2-byte loads), an aligned f16 one with transposed operands (`cp.async`,
-//! `ldmatrix.trans`) and a fused bias + ReLU epilogue. Review a diff like any other
+//! `ldmatrix.trans`), a fused bias + ReLU epilogue and an implicit-GEMM convolution. Review a diff like any other
 //! (`INSTA_UPDATE=always`, then `git diff`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -27,6 +27,12 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "o[[i, j]] += a[[i, k]] * b[[k, j]]; o[[i, j]] = relu(o[[i, j]] + bias[[j]])",
         "a=512x768 b=768x3072 bias=3072 o=512x3072",
         "a=bf16,b=bf16,o=bf16",
+    ),
+    (
+        "conv_bias_relu_bf16",
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 1, 2 * q + s - 1]] * w[[f, c, r, s]]; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        "x=8x64x56x56 w=128x64x3x3 bias=128 y=8x128x28x28",
+        "x=bf16,w=bf16,y=bf16",
     ),
 ];
 

@@ -162,6 +162,79 @@ fn offset(t: &Tile, row: &str, col: &str) -> String {
     }
 }
 
+/// What the printers of a kernel's pieces need.
+struct Context<'a> {
+    kernel: &'a Kernel,
+    extents: &'a [usize],
+    shapes: &'a [&'a [usize]],
+}
+
+/// `const int` definitions of the indices of `group` from their fused value `fused`
+/// (row-major, the first outermost): `(name, expression)`.
+fn decompose(extents: &[usize], group: &[usize], fused: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut inner = 1usize;
+    for (j, &i) in group.iter().enumerate().rev() {
+        let e = extents[i];
+        let mut x = if inner == 1 {
+            fused.to_string()
+        } else {
+            format!("{fused} / {inner}")
+        };
+        if j > 0 {
+            x = format!("{x} % {e}");
+        }
+        out.push((i, x));
+        inner *= e;
+    }
+    out.reverse();
+    out
+}
+
+/// For an input access with the indices defined by `defs`: the `const int` lines of the
+/// indices and coordinates, the bounds checks its coordinates need, and its element offset.
+fn access_parts(
+    cx: &Context,
+    access: &crate::ir::Access,
+    defs: &[(usize, String)],
+) -> (Vec<String>, Vec<String>, String) {
+    let name = |i: usize| super::index_name(cx.kernel, i);
+    let mut lets: Vec<String> = defs
+        .iter()
+        .map(|(i, x)| format!("const int {} = {x};", name(*i)))
+        .collect();
+    let shape = cx.shapes[access.tensor];
+    let coords: Vec<super::Coord> = access
+        .dims
+        .iter()
+        .enumerate()
+        .map(|(d, map)| {
+            let (lo, hi) = map.range(cx.extents);
+            let mut text = String::new();
+            map.write(&mut text, &name);
+            if map.as_var().is_some() || map.terms.is_empty() {
+                super::Coord {
+                    expr: text,
+                    simple: true,
+                    lo,
+                    hi,
+                }
+            } else {
+                let c = format!("c{}_{d}", access.tensor);
+                lets.push(format!("const int {c} = {text};"));
+                super::Coord {
+                    expr: c,
+                    simple: true,
+                    lo,
+                    hi,
+                }
+            }
+        })
+        .collect();
+    let conds = super::bound_checks(shape, &coords);
+    (lets, conds, super::offset_expr(shape, &coords))
+}
+
 /// Opens a fully unrolled loop of `var` over `0..trip` (closed by `}`); a single iteration
 /// is a plain block. NVVM moves the unroll request of a one-iteration loop it deletes onto
 /// the loop around it: the rolled main loop then gets unrolled over every k tile.
@@ -179,6 +252,7 @@ fn open_unrolled(out: &mut String, ind: &str, var: &str, trip: usize) {
 fn load_tile(
     out: &mut String,
     ind: &str,
+    cx: &Context,
     g: &Gemm,
     s: &TcSchedule,
     op: &Operand,
@@ -227,10 +301,29 @@ fn load_tile(
         "{ind}    const bool ok = g{name} < {rows_extent} && gk < {};",
         g.k_extent
     );
-    let src = format!(
-        "t{} + (ok ? {base} + g{name} * {} + gk * {} : 0)",
-        op.param, op.row_stride, op.k_stride
-    );
+    let mut ok = "ok";
+    let src = if op.linear {
+        format!(
+            "t{} + (ok ? {base} + g{name} * {} + gk * {} : 0)",
+            op.param, op.row_stride, op.k_stride
+        )
+    } else {
+        // Implicit GEMM: the fused indices' parts, the access's coordinates, zero outside.
+        let rows = if a { &g.m } else { &g.n };
+        let mut defs = decompose(cx.extents, rows, &format!("g{name}"));
+        defs.extend(decompose(cx.extents, &g.k, "gk"));
+        let (lets, conds, offset) = access_parts(cx, &op.access, &defs);
+        for l in lets {
+            let _ = writeln!(out, "{ind}    {l}");
+        }
+        if !conds.is_empty() {
+            let _ = writeln!(out, "{ind}    const bool in = {};", conds.join(" && "));
+        }
+        if !conds.is_empty() {
+            ok = "ok && in";
+        }
+        format!("t{} + ({ok} ? {offset} : 0)", op.param)
+    };
     let dst = format!(
         "{buf} + ({stage}) * {} + {}",
         t.elements(),
@@ -241,7 +334,7 @@ fn load_tile(
     } else {
         let _ = writeln!(
             out,
-            "{ind}    *({dst}) = ok ? *({src}) : (unsigned short)0;"
+            "{ind}    *({dst}) = {ok} ? *({src}) : (unsigned short)0;"
         );
     }
     if guard {
@@ -260,6 +353,11 @@ fn source(
 ) -> Result<CudaSource, String> {
     s.validate()?;
     let g = Gemm::analyze(kernel, extents, shapes)?;
+    let cx = Context {
+        kernel,
+        extents,
+        shapes,
+    };
     let (blocks, threads) = g.launch(extents, s);
     if blocks >= 1 << 31 {
         return Err("too many blocks".into());
@@ -388,7 +486,7 @@ fn source(
     // Batch coordinates, innermost batch index fastest.
     let mut index_c: Vec<String> = (0..kernel.indices.len()).map(|_| "0".to_string()).collect();
     let mut div = grid_m * grid_n;
-    let (mut a_base, mut b_base, mut o_base) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut a_base, mut b_base) = (Vec::new(), Vec::new());
     for (bi, &bx) in g.batch.iter().enumerate().rev() {
         let name = super::index_name(kernel, bx);
         let _ = writeln!(
@@ -397,10 +495,9 @@ fn source(
             extents[bx]
         );
         div *= extents[bx];
-        let [sa, sb, so] = g.batch_strides[bi];
+        let [sa, sb] = g.batch_strides[bi];
         a_base.push(format!("{name} * {sa}"));
         b_base.push(format!("{name} * {sb}"));
-        o_base.push(format!("{name} * {so}"));
         index_c[bx] = name;
     }
     let sum = |v: &[String]| {
@@ -412,10 +509,9 @@ fn source(
     };
     let _ = writeln!(
         src,
-        "{i}const int a_base = {}, b_base = {}, o_base = {};",
+        "{i}const int a_base = {}, b_base = {};",
         sum(&a_base),
-        sum(&b_base),
-        sum(&o_base)
+        sum(&b_base)
     );
     let _ = writeln!(src, "{i}float acc[{mi_n}][{ni_n}][4];");
     let _ = writeln!(
@@ -429,8 +525,18 @@ fn source(
     let _ = writeln!(src, "{i}#pragma unroll");
     let _ = writeln!(src, "{i}for (int st = 0; st < {}; ++st) {{", s.stages - 1);
     let _ = writeln!(src, "{i}    if (st < {k_tiles}) {{");
-    load_tile(&mut src, "            ", &g, s, &g.a, true, "st", "st");
-    load_tile(&mut src, "            ", &g, s, &g.b, false, "st", "st");
+    load_tile(&mut src, "            ", &cx, &g, s, &g.a, true, "st", "st");
+    load_tile(
+        &mut src,
+        "            ",
+        &cx,
+        &g,
+        s,
+        &g.b,
+        false,
+        "st",
+        "st",
+    );
     let _ = writeln!(src, "{i}    }}");
     let _ = writeln!(src, "{i}    td_cp_async_commit();");
     let _ = writeln!(src, "{i}}}");
@@ -454,8 +560,28 @@ fn source(
         s.stages
     );
     let _ = writeln!(src, "{i}        if (nt < {k_tiles}) {{");
-    load_tile(&mut src, "                ", &g, s, &g.a, true, "ns", "nt");
-    load_tile(&mut src, "                ", &g, s, &g.b, false, "ns", "nt");
+    load_tile(
+        &mut src,
+        "                ",
+        &cx,
+        &g,
+        s,
+        &g.a,
+        true,
+        "ns",
+        "nt",
+    );
+    load_tile(
+        &mut src,
+        "                ",
+        &cx,
+        &g,
+        s,
+        &g.b,
+        false,
+        "ns",
+        "nt",
+    );
     let _ = writeln!(src, "{i}        }}");
     let _ = writeln!(src, "{i}        td_cp_async_commit();");
     let _ = writeln!(src, "{i}    }}");
@@ -576,8 +702,25 @@ fn source(
 
     // Epilogue.
     let (gm, gn) = ("gm", "gn");
-    index_c[g.m] = gm.into();
-    index_c[g.n] = gn.into();
+    // A fused group's indices are split out of it; a single index is the fused one.
+    let mut parts = Vec::new();
+    for (group, fused) in [(&g.m, gm), (&g.n, gn)] {
+        if let [one] = group[..] {
+            index_c[one] = fused.into();
+        } else {
+            for (ix, expr) in decompose(extents, group, fused) {
+                let name = super::index_name(kernel, ix);
+                parts.push(format!("const int {name} = {expr};"));
+                index_c[ix] = name;
+            }
+        }
+    }
+    let store_offset = kernel
+        .spatial()
+        .iter()
+        .map(|&sp| format!("{} * {}", index_c[sp], g.out_strides[sp]))
+        .collect::<Vec<_>>()
+        .join(" + ");
     let printer = ExprPrinter {
         kernel,
         shapes,
@@ -606,15 +749,16 @@ fn source(
         "{i}            if ({gm} < {} && {gn} < {}) {{",
         g.m_extent, g.n_extent
     );
+    for p in &parts {
+        let _ = writeln!(src, "{i}                {p}");
+    }
     let _ = writeln!(src, "{i}                float x = acc[mi][ni][e];");
     for e in &kernel.epilogue {
         let _ = writeln!(src, "{i}                x = {};", printer.expr(e));
     }
     let _ = writeln!(
         src,
-        "{i}                out[o_base + {gm} * {} + {gn} * {}] = {};",
-        g.out_m_stride,
-        g.out_n_stride,
+        "{i}                out[{store_offset}] = {};",
         store_from_f32(out_dtype, "x")
     );
     let _ = writeln!(src, "{i}            }}");

@@ -3,12 +3,16 @@
 //! launch).
 //!
 //! A kernel qualifies ([`Gemm::analyze`]) when its main statement is `out[...] += x[...] *
-//! y[...]` with `x` and `y` both `f16` or both `bf16`, every dimension a plain index (no
-//! repeats inside one access), exactly one reduction index `k` in both, exactly one output
-//! index only in `x` (`m`), one only in `y` (`n`), and every other output index in both
-//! (batch). Matmuls with any operand layout (`a[[k, i]]`, `b[[j, k]]`) and batched matmuls
-//! qualify; convolutions, products of three tensors and broadcasts do not (they stay on the
-//! SIMT template).
+//! y[...]` with `x` and `y` both `f16` or both `bf16`, every reduction index used by both,
+//! every output index used by at least one, and at least one output index used by each alone.
+//! The output indices only in `x` fuse into the GEMM's `m`, those only in `y` into `n`, the
+//! reduction indices into `k`; output indices in both are batch indices (one block per
+//! instance). Matmuls with any operand layout (`a[[k, i]]`, `b[[j, k]]`), batched matmuls and
+//! convolutions as implicit GEMMs (`m` = batch × output pixels, `k` = channels × filter taps,
+//! affine input coordinates bounds-checked: zero padding) qualify; products of three tensors
+//! and broadcasts do not (they stay on the SIMT template). An operand whose address is linear
+//! in the fused indices is copied with `cp.async` where alignment allows; others element by
+//! element.
 //!
 //! The code itself is printed straight from this plan by [`crate::codegen::tensorcore`], not
 //! through [`crate::lower::Nest`]: the nest's statements are per-thread scalar operations,
@@ -27,6 +31,14 @@
 //! assert_eq!((g.m_extent, g.n_extent, g.k_extent), (67, 45, 93));
 //! assert!(g.a.k_major && !g.b.k_major);
 //! assert_eq!((g.a.width, g.b.width), (1, 1)); // rows of 93 and 45 halves: no aligned chunks
+//!
+//! let conv = parse_text("conv", "y[[n,f,p,q]] += x[[n,c,p+r,q+s]] * w[[f,c,r,s]]", None)
+//!     .unwrap().with_dtypes("x=f16,w=f16").unwrap();
+//! let shapes: [&[usize]; 3] = [&[2, 8, 10, 10], &[16, 8, 3, 3], &[2, 16, 8, 8]];
+//! let extents = tensor_dsl::ir::bind(&conv, &shapes).unwrap();
+//! let g = Gemm::analyze(&conv, &extents, &shapes).unwrap();
+//! assert_eq!((g.m_extent, g.n_extent, g.k_extent), (2 * 8 * 8, 16, 8 * 3 * 3));
+//! assert!(!g.a.linear && g.b.linear); // the input's coordinates are affine
 //! ```
 
 use crate::codegen::strides;
@@ -119,7 +131,12 @@ pub struct Operand {
     pub access: Access,
     /// Kernel parameter id.
     pub param: usize,
-    /// Element stride of the row index (`m` for A, `n` for B) and of `k`.
+    /// Whether its element address is linear in the fused row index (the `m` group for A,
+    /// the `n` group for B) and the fused `k` index: every dimension a plain index and each
+    /// group's indices laid out row-major. Then `row_stride` and `k_stride` are the strides
+    /// of the fused indices; otherwise (an implicit-GEMM convolution's input) each element's
+    /// coordinates are computed from the fused indices and bounds-checked (zero padding).
+    pub linear: bool,
     pub row_stride: usize,
     pub k_stride: usize,
     /// The shared tile holds rows of `k` (`[rows][k]`, `k` contiguous); else `[k][rows]`.
@@ -130,16 +147,22 @@ pub struct Operand {
     pub width: usize,
 }
 
-/// A kernel seen as a (batched) GEMM `C[m, n] = sum_k A[m, k] B[k, n]`.
+/// A kernel seen as a (batched) GEMM `C[m, n] = sum_k A[m, k] B[k, n]`, where `m`, `n` and
+/// `k` may each fuse several indices (an implicit GEMM: a convolution's `m` is its batch and
+/// output pixels, its `k` the input channels and filter taps).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gemm {
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
+    /// The output indices only in A (fused into `m`, outermost first).
+    pub m: Vec<usize>,
+    /// The output indices only in B (fused into `n`).
+    pub n: Vec<usize>,
+    /// The reduction indices (fused into `k`).
+    pub k: Vec<usize>,
     /// The batch indices (output indices in both operands), outermost first.
     pub batch: Vec<usize>,
     /// Their extents.
     pub batch_extents: Vec<usize>,
+    /// The fused extents.
     pub m_extent: usize,
     pub n_extent: usize,
     pub k_extent: usize,
@@ -147,11 +170,10 @@ pub struct Gemm {
     pub dtype: DType,
     pub a: Operand,
     pub b: Operand,
-    /// Per batch index: the element stride in A, B and the output.
-    pub batch_strides: Vec<[usize; 3]>,
-    /// Element strides of `m` and `n` in the output.
-    pub out_m_stride: usize,
-    pub out_n_stride: usize,
+    /// Per batch index: the element stride in A and B (linear operands).
+    pub batch_strides: Vec<[usize; 2]>,
+    /// The output's element stride of each spatial index (by index id).
+    pub out_strides: Vec<usize>,
 }
 
 impl Gemm {
@@ -179,91 +201,117 @@ impl Gemm {
         if !matches!(dtype, DType::F16 | DType::BF16) || kernel.params[y.tensor].dtype != dtype {
             return Err("the operands are not both f16 or both bf16".into());
         }
-        let vars = |a: &Access| -> Result<Vec<usize>, String> {
-            let v: Vec<usize> = a.dims.iter().filter_map(|d| d.as_var()).collect();
-            let distinct = (1..v.len()).all(|i| !v[..i].contains(&v[i]));
-            if v.len() != a.dims.len() || !distinct {
-                return Err("an operand has an affine or repeated index".into());
-            }
-            Ok(v)
+        let uses = |a: &Access, v: usize| {
+            a.dims
+                .iter()
+                .any(|d| d.terms.iter().any(|&(t, c)| t == v && c != 0))
         };
-        let (xv, yv) = (vars(x)?, vars(y)?);
-        let reduction = kernel.reduction();
-        let [k] = reduction[..] else {
-            return Err("not exactly one reduction index".into());
-        };
-        if !xv.contains(&k) || !yv.contains(&k) {
-            return Err("the reduction index is not in both operands".into());
+        let k = kernel.reduction();
+        if k.is_empty() || k.iter().any(|&r| !uses(x, r) || !uses(y, r)) {
+            return Err("a reduction index is not in both operands".into());
         }
-        let (mut ms, mut ns, mut batch) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut m, mut n, mut batch) = (Vec::new(), Vec::new(), Vec::new());
         for s in kernel.spatial() {
-            match (xv.contains(&s), yv.contains(&s)) {
+            match (uses(x, s), uses(y, s)) {
                 (true, true) => batch.push(s),
-                (true, false) => ms.push(s),
-                (false, true) => ns.push(s),
+                (true, false) => m.push(s),
+                (false, true) => n.push(s),
                 (false, false) => return Err("an output index is in neither operand".into()),
             }
         }
-        let ([m], [n]) = (&ms[..], &ns[..]) else {
-            return Err("not exactly one row and one column index".into());
-        };
-        let (m, n) = (*m, *n);
+        if m.is_empty() || n.is_empty() {
+            return Err("no row or no column index".into());
+        }
         let too_big = shapes
             .iter()
             .any(|s| s.iter().fold(1usize, |a, &d| a.saturating_mul(d)) >= 1 << 31);
         if too_big {
             return Err("a tensor has 2^31 elements or more".into());
         }
-        let stride_of = |a: &Access, v: usize| -> usize {
+        let fused = |g: &[usize]| g.iter().map(|&i| extents[i]).product::<usize>();
+        // The stride of each plain index of an access whose dimensions are all plain and
+        // distinct; `None` otherwise.
+        let plain_strides = |a: &Access| -> Option<Vec<(usize, usize)>> {
             let st = strides(shapes[a.tensor]);
-            a.dims
-                .iter()
-                .position(|d| d.as_var() == Some(v))
-                .map_or(0, |d| st[d])
+            let vars: Vec<usize> = a.dims.iter().map(|d| d.as_var()).collect::<Option<_>>()?;
+            let distinct = (1..vars.len()).all(|i| !vars[..i].contains(&vars[i]));
+            distinct.then(|| vars.into_iter().zip(st).collect())
         };
-        let operand = |a: &Access, row: usize| -> Operand {
-            let shape = shapes[a.tensor];
-            let last = a.dims.last().and_then(|d| d.as_var());
-            let k_major = last != Some(row);
-            let width = match last {
-                Some(v) if v == row || v == k => [8usize, 4, 2]
-                    .into_iter()
-                    .find(|&w| {
-                        shape.last().is_some_and(|&e| e % w == 0)
-                            && strides(shape).iter().all(|&s| s == 1 || s % w == 0)
-                    })
-                    .unwrap_or(1),
-                _ => 1,
-            };
-            Operand {
+        let operand = |a: &Access, rows: &[usize]| -> Operand {
+            let generic = Operand {
                 access: a.clone(),
                 param: a.tensor,
-                row_stride: stride_of(a, row),
-                k_stride: stride_of(a, k),
-                k_major,
+                linear: false,
+                row_stride: 0,
+                k_stride: 0,
+                k_major: true,
+                width: 1,
+            };
+            let Some(st) = plain_strides(a) else {
+                return generic;
+            };
+            let stride = |v: usize| st.iter().find(|p| p.0 == v).map_or(0, |p| p.1);
+            // Row-major within a group: each member's stride is the next one's times its
+            // extent.
+            let row_major = |g: &[usize]| {
+                g.windows(2)
+                    .all(|w| stride(w[0]) == stride(w[1]) * extents[w[1]])
+            };
+            if !row_major(rows) || !row_major(&k) {
+                return generic;
+            }
+            let last = st.last().map(|p| p.0);
+            let contiguous: Option<&[usize]> = match last {
+                Some(v) if k.contains(&v) => Some(&k),
+                Some(v) if rows.contains(&v) => Some(rows),
+                _ => None,
+            };
+            let width = contiguous.map_or(1, |g| {
+                [8usize, 4, 2]
+                    .into_iter()
+                    .find(|&w| {
+                        fused(g).is_multiple_of(w)
+                            && st
+                                .iter()
+                                .all(|&(v, s)| g.contains(&v) || s.is_multiple_of(w))
+                    })
+                    .unwrap_or(1)
+            });
+            Operand {
+                linear: true,
+                row_stride: rows.last().map_or(0, |&v| stride(v)),
+                k_stride: k.last().map_or(0, |&v| stride(v)),
+                k_major: last.is_none_or(|v| !rows.contains(&v)),
                 width,
+                ..generic
             }
         };
-        let out_strides = strides(shapes[kernel.output]);
-        let out_stride = |v: usize| out_strides.get(v).copied().unwrap_or(0);
+        let (a, b) = (operand(x, &m), operand(y, &n));
+        let batch_stride = |op: &Operand, v: usize| {
+            plain_strides(&op.access)
+                .and_then(|st| st.iter().find(|p| p.0 == v).map(|p| p.1))
+                .unwrap_or(0)
+        };
+        let out = strides(shapes[kernel.output]);
         Ok(Gemm {
+            batch_strides: batch
+                .iter()
+                .map(|&v| [batch_stride(&a, v), batch_stride(&b, v)])
+                .collect(),
+            batch_extents: batch.iter().map(|&v| extents[v]).collect(),
+            m_extent: fused(&m),
+            n_extent: fused(&n),
+            k_extent: fused(&k),
+            out_strides: (0..kernel.indices.len())
+                .map(|i| out.get(i).copied().unwrap_or(0))
+                .collect(),
+            batch,
             m,
             n,
             k,
-            batch_strides: batch
-                .iter()
-                .map(|&b| [stride_of(x, b), stride_of(y, b), out_stride(b)])
-                .collect(),
-            batch_extents: batch.iter().map(|&b| extents[b]).collect(),
-            batch,
-            m_extent: extents[m],
-            n_extent: extents[n],
-            k_extent: extents[k],
             dtype,
-            a: operand(x, m),
-            b: operand(y, n),
-            out_m_stride: out_stride(m),
-            out_n_stride: out_stride(n),
+            a,
+            b,
         })
     }
 

@@ -1,6 +1,9 @@
 //! The CUDA backend's schedules: a point of the tensor-core template
 //! ([`super::tensorcore`]) where the kernel has a tensor-core form on the target (sm_80+,
-//! an `f16`/`bf16` GEMM or batched GEMM), else of the SIMT template ([`super::gpu`]).
+//! an `f16`/`bf16` GEMM, batched GEMM or implicit-GEMM convolution), else of the SIMT
+//! template ([`super::gpu`]). The backend decides from extents alone
+//! ([`CudaSpace::from_extents`]), so there a convolution (whose input shape the extents do
+//! not give) stays SIMT; `emit`/`verify`/`tune` with shapes use the tensor-core form.
 //!
 //! ```
 //! use tensor_dsl::ir::parse_text;

@@ -1,5 +1,6 @@
 //! The tensor-core template (Bolt-like, sm_80+): half-precision contractions that map onto
-//! `mma.sync.aligned.m16n8k16` (see [`crate::lower::tensorcore::Gemm`] for which do), with
+//! `mma.sync.aligned.m16n8k16` — GEMMs, batched GEMMs and convolutions as implicit GEMMs
+//! (see [`crate::lower::tensorcore::Gemm`] for which do) —, with
 //! `f32` accumulators, `ldmatrix` fragment loads and a multi-stage `cp.async` pipeline.
 //!
 //! Knobs (all discrete):
