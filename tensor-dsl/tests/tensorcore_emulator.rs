@@ -237,3 +237,109 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
     assert!(seen.0 && seen.1, "both shared-memory layouts were tested");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The emulator's warp collectives against the PTX ISA's layouts written out directly
+/// (independently of the generated code): `ldmatrix` .x1/.x2/.x4, plain and `.trans`, and
+/// `mma.sync m16n8k16` with bf16 and f16 fragments built from the "Matrix Fragments for
+/// mma.m16n8k16" formulas (small values, so every sum is exact).
+#[test]
+fn warp_collectives_follow_the_ptx_layouts() {
+    let Some(cxx) = gxx() else {
+        eprintln!("skipping: no g++ (install g++)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("td-tc-collectives-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cuda_emu.h"),
+        dir.join("cuda_emu.h"),
+    )
+    .unwrap();
+    let program = r#"#include "cuda_emu.h"
+// Four 8x8 matrices of 16-bit values, rows padded to 16 elements (rows stay 16-byte aligned).
+static __attribute__((aligned(16))) unsigned short M[4][8][16];
+static int bad = 0;
+// Values {0, 1, 2, -1, 3, 0.5} as bf16 and f16 bits.
+static const float VAL[6] = {0.0f, 1.0f, 2.0f, -1.0f, 3.0f, 0.5f};
+static const unsigned short BF[6] = {0x0000, 0x3F80, 0x4000, 0xBF80, 0x4040, 0x3F00};
+static const unsigned short HF[6] = {0x0000, 0x3C00, 0x4000, 0xBC00, 0x4200, 0x3800};
+static int av(int r, int c) { return (r * 7 + c * 3) % 6; }
+static int bv(int r, int c) { return (r * 5 + c * 1 + 2) % 6; }
+static float cv(int r, int c) { return (float)(r - c); }
+int main() {
+    for (int j = 0; j < 4; ++j)
+        for (int r = 0; r < 8; ++r)
+            for (int c = 0; c < 16; ++c)
+                M[j][r][c] = (unsigned short)(j * 64 + r * 8 + c);
+    for (int num = 1; num <= 4; num *= 2)
+        for (int trans = 0; trans < 2; ++trans)
+            td_launch(1, 64, [&] {
+                unsigned lane = threadIdx.x % 32, r[4] = {0, 0, 0, 0};
+                td_emu_ldmatrix(r, &M[(lane / 8) % num][lane % 8][0], num, trans);
+                for (int j = 0; j < num; ++j)
+                    for (unsigned e = 0; e < 2; ++e) {
+                        unsigned want = trans ? M[j][lane % 4 * 2 + e][lane / 4]
+                                              : M[j][lane / 4][lane % 4 * 2 + e];
+                        if (((r[j] >> (16 * e)) & 0xffffu) != want) {
+                            fprintf(stderr, "ldmatrix x%d trans %d lane %u reg %d half %u\n", num, trans, lane, j, e);
+                            ++bad;
+                        }
+                    }
+            });
+    for (int bf16 = 0; bf16 < 2; ++bf16)
+        td_launch(1, 32, [&] {
+            const unsigned short *bits = bf16 ? BF : HF;
+            unsigned lane = threadIdx.x, g = lane >> 2, t = lane % 4, a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+            float d[4];
+            for (unsigned i = 0; i < 8; ++i) {
+                unsigned row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+                unsigned col = t * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+                a[i / 2] |= (unsigned)bits[av(row, col)] << (16 * (i & 1));
+            }
+            for (unsigned i = 0; i < 4; ++i) {
+                unsigned row = t * 2 + (i & 1) + (i >= 2 ? 8 : 0);
+                b[i / 2] |= (unsigned)bits[bv(row, g)] << (16 * (i & 1));
+            }
+            for (unsigned i = 0; i < 4; ++i)
+                d[i] = cv(g + (i >= 2 ? 8 : 0), t * 2 + (i & 1));
+            td_emu_mma_m16n8k16(d, a, b, bf16);
+            for (unsigned i = 0; i < 4; ++i) {
+                unsigned row = g + (i >= 2 ? 8 : 0), col = t * 2 + (i & 1);
+                float want = cv(row, col);
+                for (int k = 0; k < 16; ++k)
+                    want += VAL[av(row, k)] * VAL[bv(k, col)];
+                if (d[i] != want) {
+                    fprintf(stderr, "mma bf16 %d lane %u d%u: %g, want %g\n", bf16, lane, i, d[i], want);
+                    ++bad;
+                }
+            }
+        });
+    printf("%d\n", bad);
+    return bad != 0;
+}
+"#;
+    let cpp = dir.join("collectives.cpp");
+    let exe = dir.join("collectives.exe");
+    std::fs::write(&cpp, program).unwrap();
+    let out = Command::new(&cxx)
+        .args(["-std=c++17", "-O1", "-w", "-I"])
+        .arg(&dir)
+        .arg(&cpp)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "g++ failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&exe).output().unwrap();
+    assert!(
+        run.status.success(),
+        "the emulator's collectives disagree with the PTX layouts:\n{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
