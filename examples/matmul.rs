@@ -2,9 +2,10 @@
 //!
 //! ```text
 //! cargo run --release --example matmul
+//! RUST_LOG=tensor_dsl=debug cargo run --release --example matmul   # also compile times
 //! ```
 use std::time::Instant;
-use tensor_dsl::{tensor_kernel, Tensor};
+use tensor_dsl::{tensor_kernel, Device, Options, Tensor};
 
 /// c = a · b
 #[tensor_kernel]
@@ -20,6 +21,15 @@ pub fn conv_bias_relu(x: &Tensor<f32>, w: &Tensor<f32>, bias: &Tensor<f32>, y: &
 }
 
 fn main() -> Result<(), tensor_dsl::Error> {
+    // tensor-dsl logs through `tracing`: which schedule each call uses, compile times, tuning.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("tensor_dsl=info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+
     let (m, k, n) = (512, 1024, 64);
     let a = Tensor::from_vec(
         vec![m, k],
@@ -55,8 +65,10 @@ fn main() -> Result<(), tensor_dsl::Error> {
     )?;
     let bias = Tensor::from_vec(vec![8], vec![0.1; 8])?;
     let mut y = Tensor::<f32>::zeros(&[1, 8, 16, 16]);
+    // Settings through the `Options` builder (each has an environment variable too).
+    let on_cpu = conv_bias_relu::with(&Options::new().device(Device::Cpu));
     let t = Instant::now();
-    conv_bias_relu(&x, &w, &bias, &mut y)?;
+    on_cpu(&x, &w, &bias, &mut y)?;
     println!(
         "conv_bias_relu -> {:?} in {:.1} ms",
         y,

@@ -9,6 +9,9 @@
 //! buffer), which is what a caller of a single-threaded BLAS would do; otherwise they run
 //! one after the other, each GEMM threaded by `matrixmultiply`, with im2col split across
 //! the cores.
+//!
+//! The batching and im2col logic is generic over the GEMM library ([`Sgemm`]), so the
+//! OpenBLAS baseline (`crate::openblas`) runs the very same plan with `cblas_sgemm`.
 
 use crate::workloads::{Conv, Op};
 
@@ -21,32 +24,83 @@ pub fn name(op: &Op) -> &'static str {
     }
 }
 
-/// Whether `matrixmultiply` runs an m×k·k×n GEMM on one thread only.
-fn gemm_is_single_threaded(m: usize, k: usize, n: usize) -> bool {
-    (m * k + k * n) / (1 << 14) < 2
+/// A single-precision GEMM library the batched-matmul and im2col plans run on.
+pub trait Sgemm: Sync {
+    /// Whether each batch's (or image's) GEMM of this size should run on one thread, with
+    /// the batches (images) split across the cores instead.
+    fn split_batches(&self, g: &Gemm, batches: usize) -> bool;
+    /// Called before a batch of calls: `split` says whether they run concurrently (then
+    /// each call should use one thread), else each call may use every core.
+    fn threads_for(&self, _split: bool) {}
+    /// `C = A · B` (`beta = 0`).
+    ///
+    /// # Safety
+    /// Every element the GEMM's sizes and non-negative strides reach lies inside the
+    /// allocations `a`, `b` and `c` point into, and `c` does not overlap `a` or `b`
+    /// ([`Gemm::run_on`] checks this on slices).
+    unsafe fn sgemm(
+        &self,
+        g: &Gemm,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+    ) -> Result<(), String>;
 }
 
-fn threads() -> usize {
+/// The `matrixmultiply` crate.
+pub struct MatrixMultiply;
+
+impl Sgemm for MatrixMultiply {
+    fn split_batches(&self, g: &Gemm, batches: usize) -> bool {
+        // `matrixmultiply` runs an m×k·k×n GEMM on one thread below this size.
+        batches > 1 && (g.m * g.k + g.k * g.n) / (1 << 14) < 2
+    }
+
+    unsafe fn sgemm(
+        &self,
+        g: &Gemm,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+    ) -> Result<(), String> {
+        // SAFETY: the caller guarantees every access lies inside the operands.
+        unsafe {
+            matrixmultiply::sgemm(
+                g.m, g.k, g.n, 1.0, a, g.rsa, g.csa, b, g.rsb, g.csb, 0.0, c, g.rsc, g.csc,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The cores the baselines may use (as many as our OpenMP kernels use).
+pub fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// A GEMM `C = A · B` over raw parts: sizes and element strides.
-#[derive(Clone, Copy)]
-struct Gemm {
-    m: usize,
-    k: usize,
-    n: usize,
-    rsa: isize,
-    csa: isize,
-    rsb: isize,
-    csb: isize,
-    rsc: isize,
-    csc: isize,
+#[derive(Clone, Copy, Debug)]
+pub struct Gemm {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub rsa: isize,
+    pub csa: isize,
+    pub rsb: isize,
+    pub csb: isize,
+    pub rsc: isize,
+    pub csc: isize,
 }
 
 impl Gemm {
-    /// Runs the GEMM on slices, checking every access stays inside them.
-    fn run(&self, a: &[f32], b: &[f32], c: &mut [f32]) -> Result<(), String> {
+    /// Runs the GEMM on slices with `lib`, checking every access stays inside them.
+    pub fn run_on(
+        &self,
+        lib: &dyn Sgemm,
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+    ) -> Result<(), String> {
         let span = |rows: usize, cols: usize, rs: isize, cs: isize| {
             if rows == 0 || cols == 0 {
                 return 0;
@@ -69,25 +123,7 @@ impl Gemm {
         // SAFETY: all strides are non-negative and the largest offset touched in each
         // operand (computed above) lies inside its slice; `c` is borrowed mutably, so it
         // does not alias `a` or `b`.
-        unsafe {
-            matrixmultiply::sgemm(
-                self.m,
-                self.k,
-                self.n,
-                1.0,
-                a.as_ptr(),
-                self.rsa,
-                self.csa,
-                b.as_ptr(),
-                self.rsb,
-                self.csb,
-                0.0,
-                c.as_mut_ptr(),
-                self.rsc,
-                self.csc,
-            );
-        }
-        Ok(())
+        unsafe { lib.sgemm(self, a.as_ptr(), b.as_ptr(), c.as_mut_ptr()) }
     }
 }
 
@@ -105,23 +141,38 @@ pub fn run(
     out: &mut [f32],
     scratch: &mut Scratch,
 ) -> Result<(), String> {
+    run_on(&MatrixMultiply, op, inputs, out, scratch)
+}
+
+/// [`run`] with another GEMM library: one GEMM per matmul, one per batch, im2col + one per
+/// image.
+pub fn run_on(
+    lib: &dyn Sgemm,
+    op: &Op,
+    inputs: &[&[f32]],
+    out: &mut [f32],
+    scratch: &mut Scratch,
+) -> Result<(), String> {
     let (a, b) = match inputs {
         [a, b, ..] => (*a, *b),
         _ => return Err("the baseline needs two inputs".into()),
     };
     match op {
-        Op::Matmul { m, n, k } => Gemm {
-            m: *m,
-            k: *k,
-            n: *n,
-            rsa: *k as isize,
-            csa: 1,
-            rsb: *n as isize,
-            csb: 1,
-            rsc: *n as isize,
-            csc: 1,
+        Op::Matmul { m, n, k } => {
+            lib.threads_for(false);
+            Gemm {
+                m: *m,
+                k: *k,
+                n: *n,
+                rsa: *k as isize,
+                csa: 1,
+                rsb: *n as isize,
+                csb: 1,
+                rsc: *n as isize,
+                csc: 1,
+            }
+            .run_on(lib, a, b, out)
         }
-        .run(a, b, out),
         Op::BatchMatmul {
             b: batch, m, n, k, ..
         } => {
@@ -147,16 +198,17 @@ pub fn run(
             let (ba, bb, bc) = (sa('b') as usize, sb('b') as usize, sc('b') as usize);
             if bc == m * n {
                 // Batch outermost in the output: each batch owns a contiguous block.
-                batched(*batch, gemm, a, ba, b, bb, out, bc)
+                batched(lib, *batch, gemm, a, ba, b, bb, out, bc)
             } else {
                 // The output interleaves batches: run them in order on one buffer.
+                lib.threads_for(false);
                 for i in 0..*batch {
-                    gemm.run(&a[i * ba..], &b[i * bb..], &mut out[i * bc..])?;
+                    gemm.run_on(lib, &a[i * ba..], &b[i * bb..], &mut out[i * bc..])?;
                 }
                 Ok(())
             }
         }
-        Op::Conv2d(cv) => conv(cv, a, b, out, scratch),
+        Op::Conv2d(cv) => conv(lib, cv, a, b, out, scratch),
     }
 }
 
@@ -164,6 +216,7 @@ pub fn run(
 /// spread across the cores when each is single-threaded.
 #[allow(clippy::too_many_arguments)]
 fn batched(
+    lib: &dyn Sgemm,
     batch: usize,
     gemm: Gemm,
     a: &[f32],
@@ -174,9 +227,11 @@ fn batched(
     bc: usize,
 ) -> Result<(), String> {
     let workers = threads().min(batch).max(1);
-    if workers == 1 || !gemm_is_single_threaded(gemm.m, gemm.k, gemm.n) {
+    let split = workers > 1 && lib.split_batches(&gemm, batch);
+    lib.threads_for(split);
+    if !split {
         for (i, c) in out.chunks_mut(bc).take(batch).enumerate() {
-            gemm.run(&a[i * ba..], &b[i * bb..], c)?;
+            gemm.run_on(lib, &a[i * ba..], &b[i * bb..], c)?;
         }
         return Ok(());
     }
@@ -189,7 +244,7 @@ fn batched(
                 s.spawn(move || {
                     for (j, c) in chunk.chunks_mut(bc).enumerate() {
                         let i = w * per + j;
-                        gemm.run(&a[i * ba..], &b[i * bb..], c)?;
+                        gemm.run_on(lib, &a[i * ba..], &b[i * bb..], c)?;
                     }
                     Ok::<(), String>(())
                 })
@@ -257,7 +312,9 @@ fn im2col_is_identity(cv: &Conv) -> bool {
 }
 
 /// One image: im2col (unless it is the identity), then `Y[F × PQ] = W[F × CRS] · col`.
+#[allow(clippy::too_many_arguments)]
 fn conv_image(
+    lib: &dyn Sgemm,
     cv: &Conv,
     gemm: Gemm,
     image: &[f32],
@@ -267,17 +324,18 @@ fn conv_image(
     im2col_workers: usize,
 ) -> Result<(), String> {
     if im2col_is_identity(cv) {
-        return gemm.run(w, image, y);
+        return gemm.run_on(lib, w, image, y);
     }
     let need = gemm.k * gemm.n;
     if col.len() < need {
         col.resize(need, 0.0);
     }
     im2col(cv, image, &mut col[..need], im2col_workers);
-    gemm.run(w, &col[..need], y)
+    gemm.run_on(lib, w, &col[..need], y)
 }
 
 fn conv(
+    lib: &dyn Sgemm,
     cv: &Conv,
     x: &[f32],
     w: &[f32],
@@ -302,11 +360,13 @@ fn conv(
     if scratch.cols.len() < workers {
         scratch.cols.resize_with(workers, Vec::new);
     }
-    if workers == 1 || !gemm_is_single_threaded(gemm.m, gemm.k, gemm.n) {
+    let split = workers > 1 && lib.split_batches(&gemm, cv.n);
+    lib.threads_for(split);
+    if !split {
         let col = &mut scratch.cols[0];
         for (i, out) in y.chunks_mut(out_len).take(cv.n).enumerate() {
             let image = &x[i * image_len..(i + 1) * image_len];
-            conv_image(cv, gemm, image, w, out, col, threads())?;
+            conv_image(lib, cv, gemm, image, w, out, col, threads())?;
         }
         return Ok(());
     }
@@ -321,7 +381,7 @@ fn conv(
                     for (j, out) in chunk.chunks_mut(out_len).enumerate() {
                         let i = t * per + j;
                         let image = &x[i * image_len..(i + 1) * image_len];
-                        conv_image(cv, gemm, image, w, out, col, 1)?;
+                        conv_image(lib, cv, gemm, image, w, out, col, 1)?;
                     }
                     Ok::<(), String>(())
                 })
@@ -334,25 +394,68 @@ fn conv(
     })
 }
 
+/// Small awkward cases and their reference results, shared by the baselines' tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::workloads::{kernel_text, Workload};
+pub mod testing {
+    use crate::workloads::{kernel_text, Conv, Op, Workload};
 
-    /// Every baseline agrees with the reference interpreter on awkward small shapes.
-    fn check(op: Op) {
+    /// Matmul, every batched layout the bench uses (and an interleaved output), and
+    /// convolutions with 1×1, padded, strided and wide windows.
+    pub fn cases() -> Vec<Op> {
+        let mut ops = vec![Op::Matmul { m: 7, n: 13, k: 5 }];
+        for (lhs, rhs, out) in [
+            ("bmk", "bkn", "bmn"),
+            ("bkm", "bkn", "bmn"),
+            ("bkm", "bnk", "bmn"),
+            ("mbk", "bkn", "mbn"),
+        ] {
+            ops.push(Op::BatchMatmul {
+                b: 5,
+                m: 6,
+                n: 7,
+                k: 9,
+                lhs: lhs.into(),
+                rhs: rhs.into(),
+                out: out.into(),
+            });
+        }
+        for (n, c, f, stride, pad, r) in [
+            (3, 2, 4, 1, 0, 1),
+            (3, 2, 4, 1, 1, 3),
+            (3, 2, 4, 2, 1, 3),
+            (3, 2, 4, 3, 0, 2),
+            (3, 2, 4, 2, 3, 7),
+            // Channels in oneDNN's blocks (16), one image.
+            (1, 32, 48, 1, 1, 3),
+        ] {
+            ops.push(Op::Conv2d(Conv {
+                n,
+                c,
+                h: 11,
+                w: 9,
+                f,
+                r,
+                s: r,
+                stride,
+                pad,
+            }));
+        }
+        ops
+    }
+
+    /// The inputs (seeded) of `op`'s kernel and the reference interpreter's output.
+    pub fn reference(op: &Op) -> (Vec<Vec<f32>>, Vec<f32>) {
         let w = Workload {
             suite: "t".into(),
             name: "t".into(),
             op: op.clone(),
             shape: serde_json::Value::Null,
         };
-        let p = w.problem().unwrap();
+        let p = w.problem().unwrap_or_else(|e| unreachable!("{e}"));
         let data: Vec<Vec<f32>> = tensor_dsl::measure::random_inputs(&p.kernel, &p.shapes, 3)
             .iter()
             .map(tensor_dsl::Buffer::to_f32)
             .collect();
-        let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
         let views: Vec<tensor_dsl::Data<'_>> = data.iter().map(Into::into).collect();
         let out_len: usize = p.shapes[p.kernel.output].iter().product();
         let mut want = vec![0.0f32; out_len];
@@ -363,49 +466,35 @@ mod tests {
             &views,
             (&mut want).into(),
         );
-        let mut got = vec![f32::NAN; out_len];
-        run(&op, &refs, &mut got, &mut Scratch::default()).unwrap();
-        for (n, (g, w)) in got.iter().zip(&want).enumerate() {
+        (data, want)
+    }
+
+    /// Asserts `got` matches `want` to 1e-4 relative.
+    pub fn assert_close(what: &str, op: &Op, got: &[f32], want: &[f32]) {
+        assert_eq!(got.len(), want.len());
+        for (n, (g, w)) in got.iter().zip(want).enumerate() {
             assert!(
                 (g - w).abs() <= 1e-4 * w.abs().max(1.0),
-                "{:?} element {n}: {g} vs {w} ({})",
-                op,
-                kernel_text(&op).0
+                "{what}: {op:?} element {n}: {g} vs {w} ({})",
+                kernel_text(op).0
             );
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
 
     #[test]
     fn baselines_match_the_reference() {
-        check(Op::Matmul { m: 7, n: 13, k: 5 });
-        for (lhs, rhs, out) in [
-            ("bmk", "bkn", "bmn"),
-            ("bkm", "bkn", "bmn"),
-            ("bkm", "bnk", "bmn"),
-            ("mbk", "bkn", "mbn"),
-        ] {
-            check(Op::BatchMatmul {
-                b: 5,
-                m: 6,
-                n: 7,
-                k: 9,
-                lhs: lhs.into(),
-                rhs: rhs.into(),
-                out: out.into(),
-            });
-        }
-        for (stride, pad, r) in [(1, 0, 1), (1, 1, 3), (2, 1, 3), (3, 0, 2), (2, 3, 7)] {
-            check(Op::Conv2d(Conv {
-                n: 3,
-                c: 2,
-                h: 11,
-                w: 9,
-                f: 4,
-                r,
-                s: r,
-                stride,
-                pad,
-            }));
+        for op in cases() {
+            let (data, want) = reference(&op);
+            let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+            let mut got = vec![f32::NAN; want.len()];
+            run(&op, &refs, &mut got, &mut Scratch::default()).unwrap();
+            assert_close("matrixmultiply", &op, &got, &want);
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::workloads::Problem;
 pub struct Landscape {
     path: PathBuf,
     kernel: String,
+    name: String,
     kernel_text: String,
     shapes: Vec<Vec<usize>>,
     target: Target,
@@ -37,6 +38,7 @@ impl Landscape {
         Landscape {
             path: dir.join(format!("{suite}_{name}.jsonl")),
             kernel: problem.kernel.fingerprint(),
+            name: format!("{suite}_{name}"),
             kernel_text: problem.kernel.to_string(),
             shapes: problem.shapes.clone(),
             target,
@@ -58,6 +60,7 @@ impl Landscape {
         Record {
             version: RECORD_VERSION,
             kernel: self.kernel.clone(),
+            name: self.name.clone(),
             kernel_text: self.kernel_text.clone(),
             shapes: self.shapes.clone(),
             dtype: "f32".into(),

@@ -1,6 +1,8 @@
 //! `bench`: tunes the seed workloads (`bench/workloads.json`) with a chosen strategy and
-//! trial budget, then times our best configuration against a BLAS baseline side by side in
-//! the same process (alternating rounds, medians). See `bench/README.md`.
+//! trial budget, then times our best configuration against the baselines (OpenBLAS, oneDNN
+//! and `matrixmultiply` on the CPU, cuBLAS/cuDNN on the GPU) side by side in the same
+//! process (alternating rounds, medians), with each kernel's share of the machine's
+//! measured peak. See `bench/README.md`.
 //!
 //! ```text
 //! cargo run --release -p bench -- --suite bert_matmul --device cpu --trials 32 \
@@ -8,10 +10,13 @@
 //! ```
 
 mod baseline;
+mod baselines;
 mod cuda;
 mod landscape;
 mod load;
-mod plot;
+mod onednn;
+mod openblas;
+mod peak;
 mod report;
 mod run;
 mod timing;
@@ -29,15 +34,15 @@ use workloads::{Workload, SMOKE_SUITE};
 #[command(
     name = "bench",
     version,
-    about = "Tune the seed workloads and time them against a BLAS baseline, side by side"
+    about = "Tune the seed workloads and time them against BLAS and oneDNN baselines, side by side"
 )]
 struct Args {
     /// Suite(s) to run, comma-separated: bert_matmul, opevo_matmul, opevo_batch_matmul,
     /// opevo_conv2d, resnet50_conv2d, yolo9000_conv2d, or `all`.
     #[arg(long)]
     suite: String,
-    /// `cpu` (baseline: matrixmultiply, im2col + matrixmultiply) or `cuda` (baseline:
-    /// cuBLAS, cuDNN; needs a GPU, NVRTC, and cuBLAS/cuDNN on the library path).
+    /// `cpu` (baselines: matrixmultiply, OpenBLAS and oneDNN where installed) or `cuda`
+    /// (baseline: cuBLAS, cuDNN; needs a GPU, NVRTC, and cuBLAS/cuDNN on the library path).
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
     device: String,
     /// Measured points per kernel.
@@ -99,6 +104,12 @@ struct Args {
     /// other work a parallel kernel waits a whole time slice for a preempted thread.
     #[arg(long, default_value = "passive", value_parser = ["passive", "active", "inherit"])]
     omp_wait_policy: String,
+    /// Leave out the library baselines (OpenBLAS, oneDNN; `matrixmultiply` always runs).
+    #[arg(long)]
+    no_libraries: bool,
+    /// Do not measure the machine's peak FMA throughput (no `% peak` column).
+    #[arg(long)]
+    no_peak: bool,
     /// Print one line per trial.
     #[arg(long, short)]
     verbose: bool,
@@ -256,16 +267,30 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         wait_quiet: std::time::Duration::from_secs_f64(args.wait_quiet.clamp(0.0, 3600.0)),
         landscape: args.record_landscape.as_deref(),
         verbose: args.verbose,
+        libraries: !args.no_libraries,
     };
     let mut machine = Machine::this();
     machine.gpu = gpu_name;
+    if !gpu && !args.no_peak {
+        match peak::measure(0.2, 5) {
+            Ok(p) => {
+                eprintln!(
+                    "bench: measured peak {:.1} GFLOPS ({} f32 lanes, {} FMA accumulators, {} threads)",
+                    p.gflops, p.lanes, p.accumulators, p.threads
+                );
+                machine.peak = Some(p);
+            }
+            Err(e) => eprintln!("bench: peak not measured: {e}"),
+        }
+    }
+    let peak_gflops = machine.peak.as_ref().map(|p| p.gflops);
     let mut report = Report {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         machine,
         results: Vec::new(),
     };
     for w in &chosen {
-        let result = match w.problem() {
+        let mut result = match w.problem() {
             Err(e) => {
                 let mut r =
                     KernelResult::empty(&w.suite, &w.name, w.shape.clone(), baseline_name(&w.op));
@@ -310,16 +335,22 @@ fn run(args: &Args) -> Result<ExitCode, String> {
                 }
             },
         };
+        result.summarise(peak_gflops);
+        let g = |v: Option<f64>, d: usize| v.map_or("-".into(), |g| format!("{g:.d$}"));
         eprintln!(
-            "bench: {}/{}: {} — ours {} GFLOPS, baseline {} GFLOPS, ratio {}{}",
+            "bench: {}/{}: {} — ours {} GFLOPS{}, baseline {} GFLOPS, ratio {}, best baseline {} GFLOPS ({}), ours/best {}{}",
             result.suite,
             result.name,
             result.status,
-            result.ours_gflops.map_or("-".into(), |g| format!("{g:.1}")),
+            g(result.ours_gflops, 1),
             result
-                .baseline_gflops
-                .map_or("-".into(), |g| format!("{g:.1}")),
-            result.ratio.map_or("-".into(), |g| format!("{g:.2}")),
+                .ours_share_of_peak
+                .map_or(String::new(), |x| format!(" ({:.0}% of peak)", 100.0 * x)),
+            g(result.baseline_gflops, 1),
+            g(result.ratio, 2),
+            g(result.best_baseline_gflops, 1),
+            result.best_baseline.as_deref().unwrap_or("-"),
+            g(result.ratio_best, 2),
             result
                 .error
                 .as_ref()
@@ -331,11 +362,11 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         }
     }
     if let Some(path) = &args.plot {
-        let series: Vec<plot::Series> = report
+        let series: Vec<tuner::plot::Series> = report
             .results
             .iter()
             .filter(|r| !r.history.is_empty())
-            .map(|r| plot::Series {
+            .map(|r| tuner::plot::Series {
                 name: r.name.clone(),
                 history: r.history.clone(),
             })
@@ -345,7 +376,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             "{} on {} — {} ({} trials, seed {})",
             args.suite, on, settings.strategy, settings.trials, settings.seed
         );
-        plot::draw(path, &title, &series)?;
+        tuner::plot::draw(path, &title, &series)?;
     }
     print!("{}", report::table(&report.results));
     let failed = report.results.iter().any(|r| r.status == "failed");

@@ -64,6 +64,56 @@ pub struct KernelResult {
     pub ours_rounds: Vec<f64>,
     pub baseline_rounds: Vec<f64>,
     pub default_rounds: Vec<f64>,
+    /// The machine's measured peak (`machine.peak`), CPU runs only.
+    pub peak_gflops: Option<f64>,
+    /// `ours_gflops / peak_gflops`.
+    pub ours_share_of_peak: Option<f64>,
+    /// `default_gflops / peak_gflops`.
+    pub default_share_of_peak: Option<f64>,
+    /// Every baseline column, `matrixmultiply` (the `baseline` fields) first, then the
+    /// libraries (OpenBLAS, oneDNN), each timed in the same rounds or skipped with a reason.
+    pub baselines: Vec<BaselineResult>,
+    /// The fastest baseline that ran and matched our output (the strongest comparison).
+    pub best_baseline: Option<String>,
+    pub best_baseline_gflops: Option<f64>,
+    /// `ours_gflops / best_baseline_gflops` (> 1: we beat every baseline).
+    pub ratio_best: Option<f64>,
+}
+
+/// One baseline column of one kernel.
+#[derive(Clone, Debug, Serialize)]
+pub struct BaselineResult {
+    /// `matrixmultiply`, `OpenBLAS` or `oneDNN`.
+    pub library: String,
+    /// What exactly runs (call, layouts, version, implementation).
+    pub name: String,
+    pub gflops: Option<f64>,
+    pub seconds: Option<f64>,
+    /// `gflops / peak_gflops`.
+    pub share_of_peak: Option<f64>,
+    /// Largest `|baseline − ours| / max(|ours|, 1)` over the output, checked before timing.
+    pub max_rel_err: Option<f64>,
+    /// Why it was not timed: library missing, set-up failed, or its output differs from ours.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    /// Seconds per call in each timed round.
+    pub rounds: Vec<f64>,
+}
+
+impl BaselineResult {
+    /// A column that was not timed, and why.
+    pub fn skipped(library: &str, name: &str, why: impl Into<String>) -> BaselineResult {
+        BaselineResult {
+            library: library.into(),
+            name: name.into(),
+            gflops: None,
+            seconds: None,
+            share_of_peak: None,
+            max_rel_err: None,
+            skipped: Some(why.into()),
+            rounds: Vec::new(),
+        }
+    }
 }
 
 impl KernelResult {
@@ -103,6 +153,13 @@ impl KernelResult {
             ours_rounds: Vec::new(),
             baseline_rounds: Vec::new(),
             default_rounds: Vec::new(),
+            peak_gflops: None,
+            ours_share_of_peak: None,
+            default_share_of_peak: None,
+            baselines: Vec::new(),
+            best_baseline: None,
+            best_baseline_gflops: None,
+            ratio_best: None,
         }
     }
 
@@ -112,6 +169,23 @@ impl KernelResult {
         let [ours, base, default] = timings else {
             return Err("timing returned the wrong number of contenders".into());
         };
+        self.baselines.insert(
+            0,
+            BaselineResult {
+                library: if self.device == "cuda" {
+                    "cuBLAS/cuDNN".into()
+                } else {
+                    "matrixmultiply".into()
+                },
+                name: self.baseline.clone(),
+                gflops: Some(self.flops / base.median / 1e9),
+                seconds: Some(base.median),
+                share_of_peak: None,
+                max_rel_err: None,
+                skipped: None,
+                rounds: base.rounds.clone(),
+            },
+        );
         let gflops = |s: f64| self.flops / s / 1e9;
         self.ours_seconds = Some(ours.median);
         self.ours_gflops = Some(gflops(ours.median));
@@ -123,6 +197,57 @@ impl KernelResult {
         self.baseline_rounds = base.rounds.clone();
         self.default_rounds = default.rounds.clone();
         Ok(())
+    }
+
+    /// Records a library baseline's timing (checked beforehand: `max_rel_err`).
+    pub fn timed_baseline(&mut self, library: &str, name: &str, max_rel_err: f64, t: &Timing) {
+        self.baselines.push(BaselineResult {
+            library: library.into(),
+            name: name.into(),
+            gflops: Some(self.flops / t.median / 1e9),
+            seconds: Some(t.median),
+            share_of_peak: None,
+            max_rel_err: Some(max_rel_err),
+            skipped: None,
+            rounds: t.rounds.clone(),
+        });
+    }
+
+    /// Shares of the measured peak, and the best baseline and our ratio to it.
+    pub fn summarise(&mut self, peak_gflops: Option<f64>) {
+        let peak = peak_gflops.filter(|p| p.is_finite() && *p > 0.0);
+        self.peak_gflops = peak;
+        let share = |g: Option<f64>| Some(g? / peak?);
+        self.ours_share_of_peak = share(self.ours_gflops);
+        self.default_share_of_peak = share(self.default_gflops);
+        for b in &mut self.baselines {
+            b.share_of_peak = share(b.gflops);
+        }
+        let best = self
+            .baselines
+            .iter()
+            .filter_map(|b| Some((b, b.gflops.filter(|g| g.is_finite())?)))
+            .max_by(|x, y| x.1.total_cmp(&y.1));
+        if let Some((b, g)) = best {
+            self.best_baseline = Some(b.name.clone());
+            self.best_baseline_gflops = Some(g);
+            self.ratio_best = self.ours_gflops.map(|o| o / g);
+        }
+    }
+
+    /// The GFLOPS of the columns of `library` that ran, joined with ` / ` (`-` if none).
+    fn library_gflops(&self, library: &str) -> String {
+        let cols: Vec<String> = self
+            .baselines
+            .iter()
+            .filter(|b| b.library == library)
+            .map(|b| num(b.gflops, 1))
+            .collect();
+        if cols.is_empty() {
+            "-".into()
+        } else {
+            cols.join(" / ")
+        }
     }
 
     pub fn fail(&mut self, error: impl Into<String>) {
@@ -150,6 +275,10 @@ pub struct Machine {
     /// The GPU (name, index, architecture, SMs, memory, driver) for `--device cuda`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<String>,
+    /// The measured peak FMA throughput on all cores (CPU runs; `None` if it could not be
+    /// measured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak: Option<crate::peak::Peak>,
 }
 
 impl Machine {
@@ -164,6 +293,7 @@ impl Machine {
             compiler,
             omp_wait_policy: std::env::var("OMP_WAIT_POLICY").ok(),
             gpu: None,
+            peak: None,
         }
     }
 }
@@ -215,10 +345,12 @@ fn num(v: Option<f64>, digits: usize) -> String {
         .map_or("-".into(), |x| format!("{x:.digits$}"))
 }
 
-/// A Markdown table of the results.
+/// A Markdown table of the results: GFLOPS of ours, its share of the measured peak, each
+/// baseline library (oneDNN convolutions: `own layouts / with NCHW reorders`), ours over the
+/// best baseline, and the untuned default.
 pub fn table(results: &[KernelResult]) -> String {
     let mut s = String::from(
-        "| suite | kernel | GFLOP | ours GFLOPS | baseline GFLOPS | ours/baseline | default GFLOPS | trials (valid) | tune s | busy | status |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| suite | kernel | GFLOP | ours GFLOPS | % peak | matrixmultiply / cuBLAS | OpenBLAS | oneDNN | ours/best | default GFLOPS | trials (valid) | tune s | busy | status |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in results {
         let status = match &r.error {
@@ -226,13 +358,16 @@ pub fn table(results: &[KernelResult]) -> String {
             None => r.status.clone(),
         };
         s.push_str(&format!(
-            "| {} | {} | {:.2} | {} | {} | {} | {} | {} ({}) | {:.0} | {} | {} |\n",
+            "| {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.0} | {} | {} |\n",
             r.suite,
             r.name,
             r.flops / 1e9,
             num(r.ours_gflops, 1),
+            num(r.ours_share_of_peak.map(|x| 100.0 * x), 0),
             num(r.baseline_gflops, 1),
-            num(r.ratio, 2),
+            r.library_gflops("OpenBLAS"),
+            r.library_gflops("oneDNN"),
+            num(r.ratio_best, 2),
             num(r.default_gflops, 1),
             r.trials,
             r.valid_trials,

@@ -8,8 +8,9 @@ use tensor_dsl::runtime::cpu::{self, CpuError};
 use tensor_dsl::template::cpu::{CpuConfig, CpuTemplate};
 
 use crate::baseline;
+use crate::baselines::{self, Column};
 use crate::load;
-use crate::report::KernelResult;
+use crate::report::{BaselineResult, KernelResult};
 use crate::timing::{self, Contender, Plan};
 use crate::tuning::{self, Settings, TrialLog};
 use crate::workloads::{Problem, Workload};
@@ -23,6 +24,8 @@ pub struct Options<'a> {
     pub landscape: Option<&'a Path>,
     /// Print a line per trial.
     pub verbose: bool,
+    /// Time the library baselines (OpenBLAS, oneDNN) too.
+    pub libraries: bool,
 }
 
 fn cpu_err(e: CpuError) -> String {
@@ -55,6 +58,43 @@ pub fn compare(got: &[f32], want: &[f32]) -> (Option<String>, f64) {
         }
     }
     (first, max_diff)
+}
+
+/// The largest `|got − want| / max(|want|, 1)` (NaN if any element is NaN or the lengths
+/// differ).
+pub fn max_rel_err(got: &[f32], want: &[f32]) -> f64 {
+    if got.len() != want.len() {
+        return f64::NAN;
+    }
+    let mut max = 0.0f64;
+    for (&g, &w) in got.iter().zip(want) {
+        let e = f64::from((g - w).abs()) / f64::from(w.abs().max(1.0));
+        if e.is_nan() {
+            return f64::NAN;
+        }
+        max = max.max(e);
+    }
+    max
+}
+
+/// Runs a library baseline once and checks it against `want` (our checked output): the
+/// baseline and its error, or why it is not timed.
+fn check_baseline(
+    b: &mut dyn baselines::Baseline,
+    inputs: &[&[f32]],
+    want: &[f32],
+) -> Result<f64, String> {
+    let mut out = vec![f32::NAN; want.len()];
+    b.run(inputs, &mut out)?;
+    b.fetch(&mut out)?;
+    let err = max_rel_err(&out, want);
+    if err.is_finite() && err <= 1e-3 {
+        Ok(err)
+    } else {
+        Err(format!(
+            "its output differs from ours: max relative error {err:.2e}"
+        ))
+    }
 }
 
 /// Tunes and times one workload; every failure lands in the result, never as an `Err`.
@@ -141,20 +181,72 @@ fn run_into(
             "the default schedule's output differs from the baseline's: {m}"
         ));
     }
+    // The library baselines: each checked against our (checked) output before timing.
+    let columns = if opts.libraries {
+        baselines::for_op(&w.op, &refs)
+    } else {
+        Vec::new()
+    };
+    let mut timed: Vec<(&'static str, String, f64, Box<dyn baselines::Baseline>)> = Vec::new();
+    let mut untimed = Vec::new();
+    for column in columns {
+        match column {
+            Column::Ready {
+                library,
+                mut baseline,
+            } => {
+                let name = baseline.name();
+                match check_baseline(baseline.as_mut(), &refs, &ours_out) {
+                    Ok(err) => timed.push((library, name, err, baseline)),
+                    Err(e) => {
+                        eprintln!("bench: {}/{}: {name} not timed: {e}", w.suite, w.name);
+                        untimed.push(BaselineResult::skipped(library, &name, e));
+                    }
+                }
+            }
+            Column::Skipped {
+                library,
+                name,
+                reason,
+            } => untimed.push(BaselineResult::skipped(library, &name, reason)),
+        }
+    }
+    let mut lib_outs: Vec<Vec<f32>> = timed.iter().map(|_| vec![0.0f32; out_len]).collect();
     let timings = {
         let mut contenders: Vec<Contender<'_>> = vec![
             Box::new(|| run_ours(&ours_cfg, &mut ours_out)),
             Box::new(|| baseline::run(&w.op, &refs, &mut base_out, &mut scratch)),
             Box::new(|| run_ours(&default_cfg, &mut default_out)),
         ];
-        timing::side_by_side(&mut contenders, opts.plan)?
+        let mut settle = vec![0.0; contenders.len()];
+        for ((_, _, _, b), out) in timed.iter_mut().zip(lib_outs.iter_mut()) {
+            settle.push(b.settle());
+            let refs = &refs;
+            contenders.push(Box::new(move || b.run(refs, out)));
+        }
+        timing::side_by_side(&mut contenders, opts.plan, &settle)?
     };
-    r.timed(&timings)
+    let (main, libs) = timings.split_at(3.min(timings.len()));
+    r.timed(main)?;
+    for ((library, name, err, _), t) in timed.iter().zip(libs) {
+        r.timed_baseline(library, name, *err, t);
+    }
+    r.baselines.extend(untimed);
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relative_errors() {
+        assert_eq!(max_rel_err(&[1.0, 200.0], &[1.0, 200.0]), 0.0);
+        assert!((max_rel_err(&[0.5, 202.0], &[0.5, 200.0]) - 0.01).abs() < 1e-6);
+        assert!((max_rel_err(&[0.01], &[0.0]) - 0.01).abs() < 1e-6);
+        assert!(max_rel_err(&[f32::NAN], &[1.0]).is_nan());
+        assert!(max_rel_err(&[1.0], &[1.0, 2.0]).is_nan());
+    }
 
     #[test]
     fn compare_flags_the_first_mismatch() {

@@ -49,18 +49,33 @@ fn timed(f: &mut Contender<'_>, reps: usize) -> Result<f64, String> {
 /// Times every contender: one warm-up call each (the caller has already run each once to
 /// compile and check it), one call each to size its rounds, then `plan.rounds` rounds
 /// visiting the contenders in turn.
-pub fn side_by_side(contenders: &mut [Contender<'_>], plan: Plan) -> Result<Vec<Timing>, String> {
+///
+/// After each sizing call and each round of contender `i`, sleeps `settle[i]` seconds (none
+/// past the end of `settle`): a library whose idle threads keep spinning after a call
+/// (OpenBLAS) would otherwise slow the contender after it.
+pub fn side_by_side(
+    contenders: &mut [Contender<'_>],
+    plan: Plan,
+    settle: &[f64],
+) -> Result<Vec<Timing>, String> {
+    let pause = |i: usize| {
+        if let Some(&s) = settle.get(i).filter(|s| **s > 0.0) {
+            std::thread::sleep(std::time::Duration::from_secs_f64(s.min(10.0)));
+        }
+    };
     let mut reps = Vec::with_capacity(contenders.len());
-    for f in contenders.iter_mut() {
+    for (i, f) in contenders.iter_mut().enumerate() {
         f()?; // warm-up
         let once = timed(f, 1)?;
         let n = (plan.round_seconds / once.max(1e-9)).ceil();
         reps.push(n.clamp(1.0, 10_000.0) as usize);
+        pause(i);
     }
     let mut rounds = vec![Vec::with_capacity(plan.rounds); contenders.len()];
     for _ in 0..plan.rounds.max(1) {
         for (i, f) in contenders.iter_mut().enumerate() {
             rounds[i].push(timed(f, reps[i])?);
+            pause(i);
         }
     }
     Ok(rounds
@@ -102,6 +117,7 @@ mod tests {
                 rounds: 3,
                 round_seconds: 0.0,
             },
+            &[0.0, 0.001],
         )
         .unwrap();
         drop(cs);

@@ -90,6 +90,30 @@ fn smoke_suite_reports_every_field() {
         assert_eq!(r["device"], "cpu");
         assert_eq!(r["history"].as_array().unwrap().len(), 2);
         assert_eq!(r["ours_rounds"].as_array().unwrap().len(), 3);
+        // Every baseline column: matrixmultiply first, then each library timed (and checked
+        // against our output) or skipped with a reason; the best one and our ratio to it.
+        let cols = r["baselines"].as_array().unwrap();
+        assert_eq!(cols[0]["library"], "matrixmultiply", "{r}");
+        assert!(cols.len() >= 3, "{r}");
+        for c in cols {
+            let timed = c["gflops"].as_f64().is_some();
+            assert_eq!(timed, c["skipped"].is_null(), "{c}");
+            if timed && c["library"] != "matrixmultiply" {
+                assert!(c["max_rel_err"].as_f64().unwrap() <= 1e-3, "{c}");
+                assert_eq!(c["rounds"].as_array().unwrap().len(), 3, "{c}");
+            }
+        }
+        let best = r["best_baseline_gflops"].as_f64().unwrap();
+        let fastest = cols
+            .iter()
+            .filter_map(|c| c["gflops"].as_f64())
+            .fold(0.0, f64::max);
+        assert_eq!(best, fastest, "{r}");
+        assert!((ours / best - r["ratio_best"].as_f64().unwrap()).abs() <= 1e-9 * ours / best);
+        if let Some(peak) = report["machine"]["peak"]["gflops"].as_f64() {
+            let share = r["ours_share_of_peak"].as_f64().unwrap();
+            assert!((share - ours / peak).abs() <= 1e-9 * share, "{r}");
+        }
         // Every measured point is in the landscape, in the records format.
         let file = land.join(format!("smoke_{}.jsonl", r["name"].as_str().unwrap()));
         let (records, skipped) = tensor_dsl::records::read(&file).unwrap();
@@ -98,6 +122,68 @@ fn smoke_suite_reports_every_field() {
     }
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("bmm_t"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without OpenBLAS and oneDNN the library columns are skipped with a reason, one line each
+/// on stderr, and the run still succeeds.
+#[test]
+fn missing_libraries_are_skipped_columns() {
+    if !has_cc() {
+        eprintln!("skipped: no C compiler for the CPU backend");
+        return;
+    }
+    let dir = scratch("nolibs");
+    let json = dir.join("r.json");
+    let out = bench()
+        .env("BENCH_OPENBLAS", dir.join("no-libopenblas.so"))
+        .env("BENCH_ONEDNN", dir.join("no-libdnnl.so"))
+        .args([
+            "--suite",
+            "smoke",
+            "--filter",
+            "mm64,conv_s2p1",
+            "--trials",
+            "1",
+        ])
+        .args([
+            "--batch",
+            "1",
+            "--rounds",
+            "1",
+            "--round-seconds",
+            "0.001",
+            "--no-peak",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("OpenBLAS baseline skipped").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("oneDNN baseline skipped").count(),
+        1,
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(report["machine"]["peak"].is_null());
+    for r in report["results"].as_array().unwrap() {
+        assert_eq!(r["status"], "ok", "{r}");
+        let cols = r["baselines"].as_array().unwrap();
+        assert_eq!(cols[0]["library"], "matrixmultiply");
+        for c in &cols[1..] {
+            assert!(c["gflops"].is_null(), "{c}");
+            assert!(c["skipped"].as_str().unwrap().contains("install"), "{c}");
+        }
+        assert_eq!(r["best_baseline"], cols[0]["name"]);
+        assert!(r["ours_share_of_peak"].is_null());
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

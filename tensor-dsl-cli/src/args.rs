@@ -41,6 +41,9 @@ pub fn parse_shapes(text: &str) -> Result<Vec<(String, Vec<usize>)>, String> {
 /// on the left of the first statement.
 pub fn problem(name: &str, kernel: &str, shapes: &str, dtypes: &str) -> Result<Problem, String> {
     let shapes = parse_shapes(shapes)?;
+    // The name is printed into generated code and file headers: a C identifier only.
+    let name = tensor_dsl::codegen::c_identifier(name);
+    let name = name.as_str();
     let inferred = parse_text(name, kernel, None)?;
     let output = inferred.params[inferred.output].name.clone();
     for p in &inferred.params {

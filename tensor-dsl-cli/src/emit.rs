@@ -50,34 +50,38 @@ pub fn run(
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let shapes = p.shape_refs();
     let mut written = 0;
-    match target {
-        Target::Cpu => {
-            let t = CpuTemplate::new(
-                &p.kernel,
-                &p.extents,
-                tensor_dsl::runtime::cpu::simd_lanes(),
-            )?;
-            for (n, c) in pick(t.space(), &t.default_config(), selection, seed)?
-                .iter()
-                .enumerate()
-            {
-                let schedule = t.decode(c)?;
-                let src = codegen::c::generate(&p.kernel, &p.extents, &shapes, &schedule);
-                let meta = serde_json::json!({
-                    "kernel": p.kernel.to_string(),
-                    "fingerprint": p.kernel.fingerprint(),
-                    "dtypes": p.kernel.dtypes_text(),
-                    "shapes": p.shapes,
-                    "target": "cpu",
-                    "config": t.space().format(c).map_err(|e| e.to_string())?,
-                    "schedule": schedule,
-                });
-                write_pair(out, n, "c", &src, &meta)?;
-                written += 1;
+    if p.kernel.is_staged() {
+        written = crate::rows::emit(&p, &target, selection, out)?;
+    } else {
+        match target {
+            Target::Cpu => {
+                let t = CpuTemplate::new(
+                    &p.kernel,
+                    &p.extents,
+                    tensor_dsl::runtime::cpu::simd_lanes(),
+                )?;
+                for (n, c) in pick(t.space(), &t.default_config(), selection, seed)?
+                    .iter()
+                    .enumerate()
+                {
+                    let schedule = t.decode(c)?;
+                    let src = codegen::c::generate(&p.kernel, &p.extents, &shapes, &schedule);
+                    let meta = serde_json::json!({
+                        "kernel": p.kernel.to_string(),
+                        "fingerprint": p.kernel.fingerprint(),
+                        "dtypes": p.kernel.dtypes_text(),
+                        "shapes": p.shapes,
+                        "target": "cpu",
+                        "config": t.space().format(c).map_err(|e| e.to_string())?,
+                        "schedule": schedule,
+                    });
+                    write_pair(out, n, "c", &src, &meta)?;
+                    written += 1;
+                }
             }
-        }
-        Target::Cuda { sm } => {
-            written = crate::verify::emit_cuda(&p, sm, selection, seed, out)?;
+            Target::Cuda { sm } => {
+                written = crate::verify::emit_cuda(&p, sm, selection, seed, out)?;
+            }
         }
     }
     crate::output::line(

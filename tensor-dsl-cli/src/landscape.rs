@@ -102,6 +102,7 @@ fn measure_all(
             .map(|(c, o)| Record {
                 version: RECORD_VERSION,
                 kernel: p.kernel.fingerprint(),
+                name: p.kernel.name.clone(),
                 kernel_text: p.kernel.to_string(),
                 shapes: p.shapes.clone(),
                 dtype: "f32".into(),

@@ -4,14 +4,17 @@
 //! ```text
 //! tensor-dsl emit   --kernel 'c[[i,j]] += a[[i,k]] * b[[k,j]]' --shapes a=512x1024,b=1024x64,c=512x64 \
 //!                   --target cuda:sm_90 --configs random:50 --seed 1 --out gen/
+//! tensor-dsl inspect --kernel '...' --shapes ... --target cuda:sm_90 --config default
 //! tensor-dsl verify --kernel '...' --shapes ... --device cpu --configs random:30 --seed 1
 //! ```
 
 mod args;
 mod emit;
+mod inspect;
 mod landscape;
 mod output;
 mod records_cmd;
+mod rows;
 mod tune;
 mod verify;
 
@@ -80,6 +83,22 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Print a static profile of one GPU configuration's machine code (NVRTC, ptxas,
+    /// nvdisasm; no GPU needed): registers, spills, shared memory, occupancy and the hot
+    /// loop's instruction mix.
+    Inspect {
+        #[command(flatten)]
+        kernel: KernelArgs,
+        /// `cuda:sm_XY`.
+        #[arg(long, default_value = "cuda:sm_90")]
+        target: String,
+        /// `default`, or a config's text (as `emit` and records write it).
+        #[arg(long, default_value = "default")]
+        config: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Tune one kernel at one shape; every measurement is appended to the records file.
     Tune {
         #[command(flatten)]
@@ -106,6 +125,9 @@ enum Command {
         /// tune_seconds, history) instead of a sentence.
         #[arg(long)]
         json: bool,
+        /// Also draw best-so-far GFLOPS against trials into this SVG file.
+        #[arg(long, value_name = "FILE.svg")]
+        svg: Option<std::path::PathBuf>,
     },
     /// Measure every point of the kernel's CPU space and append them to a records file (for
     /// offline strategy comparisons with `replay`).
@@ -151,14 +173,18 @@ enum Command {
 
 #[derive(Subcommand)]
 enum RecordsAction {
-    /// Print records (default file: the user cache).
+    /// Summarise records, one line per key with its best (default file: the user cache);
+    /// `--all` prints every measurement.
     Show {
         files: Vec<std::path::PathBuf>,
-        /// Only this kernel fingerprint.
+        /// Only this kernel: its name, or its fingerprint (or a prefix of it).
         #[arg(long)]
         kernel: Option<String>,
         #[arg(long)]
         json: bool,
+        /// Every measurement, one per line, instead of one summary line per key.
+        #[arg(long)]
+        all: bool,
     },
     /// The fastest valid record per (kernel, shapes, target, codegen version).
     Best {
@@ -199,6 +225,12 @@ fn main() -> ExitCode {
             configs,
             seed,
         } => verify::run(&kernel, &device, &configs, seed),
+        Command::Inspect {
+            kernel,
+            target,
+            config,
+            json,
+        } => inspect::run(&kernel, &target, &config, json),
         Command::Tune {
             kernel,
             device,
@@ -208,15 +240,17 @@ fn main() -> ExitCode {
             seed,
             records,
             json,
+            svg,
         } => tune::run(
-            &kernel, &device, &strategy, trials, seconds, seed, records, json,
+            &kernel, &device, &strategy, trials, seconds, seed, records, json, svg,
         ),
         Command::Records { action } => match action {
             RecordsAction::Show {
                 files,
                 kernel,
                 json,
-            } => records_cmd::show(&files, kernel.as_deref(), json),
+                all,
+            } => records_cmd::show(&files, kernel.as_deref(), json, all),
             RecordsAction::Best { files, json } => records_cmd::best(&files, json),
             RecordsAction::Merge { files, out } => records_cmd::merge(&files, &out),
             RecordsAction::Export { files, target, out } => {

@@ -19,16 +19,30 @@ fn load(files: &[PathBuf]) -> Result<Vec<Record>, String> {
     Ok(all)
 }
 
-fn line(r: &Record) -> String {
+/// How a record names its kernel: its name when it has one, else its text.
+fn kernel_label(r: &Record) -> String {
+    if r.name.is_empty() {
+        r.kernel_text.trim_end_matches(';').to_string()
+    } else {
+        r.name.clone()
+    }
+}
+
+fn shapes_text(r: &Record) -> String {
     let shapes: Vec<String> = r
         .shapes
         .iter()
         .map(|s| s.iter().map(usize::to_string).collect::<Vec<_>>().join("x"))
         .collect();
+    format!("[{}]", shapes.join(", "))
+}
+
+fn line(r: &Record) -> String {
     format!(
-        "{} [{}] {} {} | {} | {}",
-        r.kernel,
-        shapes.join(", "),
+        "{} {} {} {} {} | {} | {}",
+        kernel_label(r),
+        shapes_text(r),
+        r.dtype,
         r.target.device,
         r.target.name,
         match (r.gflops, &r.error) {
@@ -38,6 +52,98 @@ fn line(r: &Record) -> String {
         },
         r.config
     )
+}
+
+/// Whether `filter` (a kernel name, or a fingerprint or its prefix) selects `r`.
+fn selects(r: &Record, filter: Option<&str>) -> bool {
+    filter.is_none_or(|k| r.name == k || (!k.is_empty() && r.kernel.starts_with(k)))
+}
+
+/// The records of one key, for the summary.
+struct Group<'a> {
+    records: Vec<&'a Record>,
+}
+
+impl Group<'_> {
+    fn best(&self) -> Option<&Record> {
+        self.records
+            .iter()
+            .filter(|r| r.error.is_none())
+            .filter_map(|r| r.seconds.map(|s| (s, *r)))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, r)| r)
+    }
+
+    fn valid(&self) -> usize {
+        self.records
+            .iter()
+            .filter(|r| r.error.is_none() && r.seconds.is_some())
+            .count()
+    }
+}
+
+/// One group per record key, in the order of (kernel, shapes, dtype, target, codegen).
+fn groups(recs: &[Record]) -> Vec<Group<'_>> {
+    let mut map: std::collections::BTreeMap<_, Group<'_>> = std::collections::BTreeMap::new();
+    for r in recs {
+        let key = (
+            kernel_label(r),
+            r.kernel.clone(),
+            r.shapes.clone(),
+            r.dtype.clone(),
+            r.target.device.clone(),
+            r.target.name.clone(),
+            r.target.detail.clone(),
+            r.codegen,
+        );
+        map.entry(key)
+            .or_insert_with(|| Group {
+                records: Vec::new(),
+            })
+            .records
+            .push(r);
+    }
+    map.into_values().collect()
+}
+
+fn summary_line(g: &Group<'_>) -> Option<String> {
+    let first = g.records.first()?;
+    let best = match g.best() {
+        Some(b) => format!(
+            "best {:.2} GFLOPS ({:.3} ms) | {}",
+            b.gflops.unwrap_or(0.0),
+            b.seconds.unwrap_or(0.0) * 1e3,
+            b.config
+        ),
+        None => "no valid measurement".to_string(),
+    };
+    Some(format!(
+        "{} {} {} {} {}: {} measured, {} valid, {}",
+        kernel_label(first),
+        shapes_text(first),
+        first.dtype,
+        first.target.device,
+        first.target.name,
+        g.records.len(),
+        g.valid(),
+        best
+    ))
+}
+
+fn summary_json(g: &Group<'_>) -> Option<serde_json::Value> {
+    let first = g.records.first()?;
+    Some(serde_json::json!({
+        "name": first.name,
+        "kernel": first.kernel,
+        "kernel_text": first.kernel_text,
+        "shapes": first.shapes,
+        "dtype": first.dtype,
+        "target": first.target,
+        "codegen": first.codegen,
+        "measured": g.records.len(),
+        "valid": g.valid(),
+        "best": g.best(),
+    }))
 }
 
 fn matches_target(r: &Record, target: Option<&str>) -> bool {
@@ -52,15 +158,36 @@ fn matches_target(r: &Record, target: Option<&str>) -> bool {
     }
 }
 
-pub fn show(files: &[PathBuf], kernel: Option<&str>, json: bool) -> Result<ExitCode, String> {
-    for r in load(files)?
-        .iter()
-        .filter(|r| kernel.is_none_or(|k| r.kernel == k))
-    {
-        if json {
-            crate::output::line(serde_json::to_string(r).map_err(|e| e.to_string())?)?;
+/// `records show`: one line per key (kernel, shapes, dtype, target, code generator) with
+/// how many points were measured and the best, or with `all`, every measurement.
+pub fn show(
+    files: &[PathBuf],
+    kernel: Option<&str>,
+    json: bool,
+    all: bool,
+) -> Result<ExitCode, String> {
+    let recs: Vec<Record> = load(files)?
+        .into_iter()
+        .filter(|r| selects(r, kernel))
+        .collect();
+    if all {
+        for r in &recs {
+            if json {
+                crate::output::line(serde_json::to_string(r).map_err(|e| e.to_string())?)?;
+            } else {
+                crate::output::line(line(r))?;
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    for g in groups(&recs) {
+        let text = if json {
+            summary_json(&g).map(|v| v.to_string())
         } else {
-            crate::output::line(line(r))?;
+            summary_line(&g)
+        };
+        if let Some(t) = text {
+            crate::output::line(t)?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -48,6 +48,7 @@ pub fn run(
     seed: u64,
     records_file: Option<PathBuf>,
     json: bool,
+    svg: Option<PathBuf>,
 ) -> Result<ExitCode, String> {
     let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
     let opts = TuneOptions {
@@ -57,9 +58,10 @@ pub fn run(
         seed,
         ..TuneOptions::default()
     };
-    let quiet = json;
+    // Progress only on a terminal: a log file gets no carriage returns.
+    let show = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut progress = |n: usize| {
-        if !quiet {
+        if show {
             crate::output::note(format_args!(
                 "\rtensor-dsl: tuning {}: trial {n}/{trials}",
                 args.name
@@ -75,8 +77,23 @@ pub fn run(
             .into(),
         other => return Err(format!("--device `{other}`: expected cpu or cuda")),
     };
-    if !quiet {
-        crate::output::note("\n");
+    if show {
+        // The line ends at what was done (a time budget may stop before `trials`).
+        let done = out.records.len();
+        crate::output::note(format_args!(
+            "\rtensor-dsl: tuning {}: trial {done}/{done}{:pad$}\n",
+            args.name,
+            "",
+            pad = trials.to_string().len()
+        ));
+    }
+    if let Some(file) = &svg {
+        let title = format!("{} {} on {device} ({strategy})", args.name, args.shapes);
+        let series = [tuner::plot::Series {
+            name: args.name.clone(),
+            history: out.history.clone(),
+        }];
+        tuner::plot::draw(file, &title, &series)?;
     }
     let path = records_file.unwrap_or_else(records::default_records_file);
     records::append(&path, &out.records).map_err(|e| e.to_string())?;
@@ -97,6 +114,7 @@ pub fn run(
         "tune_seconds": out.seconds,
         "history": out.history,
         "records": path.display().to_string(),
+        "svg": svg.as_ref().map(|f| f.display().to_string()),
     });
     if json {
         crate::output::line(&summary)?;

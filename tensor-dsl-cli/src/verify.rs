@@ -54,6 +54,19 @@ pub fn run(args: &KernelArgs, device: &str, configs: &str, seed: u64) -> Result<
     let mut failed = Vec::new();
     let total;
     match device {
+        "cpu" if p.kernel.is_staged() => {
+            cpu::compiler().map_err(|e| format!("the CPU device needs a C compiler: {e}"))?;
+            let (n, f) = crate::rows::verify_cpu(&p, selection, &refs, &want)?;
+            total = n;
+            failed = f;
+        }
+        "cuda" if p.kernel.is_staged() => {
+            return Err(
+                "verifying a kernel of several stages on CUDA is not supported yet; \
+                        `emit --target cuda` writes its code"
+                    .into(),
+            );
+        }
         "cpu" => {
             cpu::compiler().map_err(|e| format!("the CPU device needs a C compiler: {e}"))?;
             let t = CpuTemplate::new(&p.kernel, &p.extents, cpu::simd_lanes())?;

@@ -274,8 +274,17 @@ fn tune_then_records_best_export_merge() {
         "--records",
         recs.to_str().unwrap(),
         "--json",
+        "--svg",
+        dir.join("tuning.svg").to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{out}{err}");
+    // Not a terminal: no progress line, no carriage returns or escape codes.
+    assert!(!err.contains('\r') && !err.contains('\u{1b}'), "{err:?}");
+    let svg = std::fs::read_to_string(dir.join("tuning.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("best-so-far GFLOPS"),
+        "{svg}"
+    );
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["trials"], 5);
     assert!(v["best_gflops"].as_f64().unwrap() > 0.0);
@@ -284,6 +293,32 @@ fn tune_then_records_best_export_merge() {
 
     let (code, out, _) = tensor_dsl(&["records", "best", recs.to_str().unwrap()]);
     assert_eq!((code, out.lines().count()), (0, 1), "{out}");
+    // `records show` summarises: one line per key, naming the kernel; `--all` lists all.
+    let (code, out, _) = tensor_dsl(&["records", "show", recs.to_str().unwrap()]);
+    assert_eq!((code, out.lines().count()), (0, 1), "{out}");
+    assert!(
+        out.starts_with("kernel [24x16, 16x40, 24x40] f32 cpu"),
+        "{out}"
+    );
+    assert!(out.contains("5 measured") && out.contains("best "), "{out}");
+    let (code, out, _) = tensor_dsl(&["records", "show", recs.to_str().unwrap(), "--all"]);
+    assert_eq!((code, out.lines().count()), (0, 5), "{out}");
+    let (code, out, _) = tensor_dsl(&[
+        "records",
+        "show",
+        recs.to_str().unwrap(),
+        "--json",
+        "--kernel",
+        "kernel",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (v["name"].as_str(), v["measured"].as_u64()),
+        (Some("kernel"), Some(5))
+    );
+    let (_, out, _) = tensor_dsl(&["records", "show", recs.to_str().unwrap(), "--kernel", "x"]);
+    assert!(out.is_empty(), "{out}");
     let shipped = dir.join("tuned.jsonl");
     let (code, out, err) = tensor_dsl(&[
         "records",
@@ -516,5 +551,48 @@ fn commands_exit_quietly_on_a_closed_pipe() {
         true,
     );
     assert_eq!(code, Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A kernel of several stages from the command line: the row template's configurations are
+/// verified on the CPU, and its CUDA is emitted.
+#[test]
+fn softmax_from_the_command_line() {
+    let softmax = "m[[i]] = max(x[[i, j]]); s[[i]] = sum(exp(x[[i, j]] - m[[i]])); \
+                   y[[i, j]] = exp(x[[i, j]] - m[[i]]) / s[[i]]";
+    let (code, out, err) = tensor_dsl(&[
+        "verify",
+        "--kernel",
+        softmax,
+        "--shapes",
+        "x=7x1001,y=7x1001",
+        "--device",
+        "cpu",
+        "--configs",
+        "random:4",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (v["configs"].as_u64(), v["passed"].as_u64()),
+        (Some(4), Some(4)),
+        "{v}"
+    );
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-cli-rows-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (code, out, err) = tensor_dsl(&[
+        "emit",
+        "--kernel",
+        softmax,
+        "--shapes",
+        "x=7x1001,y=7x1001",
+        "--target",
+        "cuda",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let src = std::fs::read_to_string(dir.join("config_0000.cu")).unwrap();
+    assert!(src.contains("__shfl_xor_sync"), "{src}");
     let _ = std::fs::remove_dir_all(&dir);
 }

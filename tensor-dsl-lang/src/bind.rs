@@ -123,6 +123,24 @@ pub fn bind(kernel: &Kernel, shapes: &[&[usize]]) -> Result<Vec<usize>, ShapeErr
     for (dim, v) in kernel.spatial().into_iter().enumerate() {
         bind_one(v, kernel.output, dim)?;
     }
+    // `let r = 0..3;`: the range is the extent; a tensor indexed plainly by `r` must agree.
+    for &(v, n) in kernel.staged.as_deref().map_or(&[][..], |s| &s.ranges) {
+        match bound[v] {
+            Some((e, t, d)) if e != n => {
+                return Err(ShapeError::Extent(Box::new(ExtentConflict {
+                    kernel: name(),
+                    index: kernel.indices[v].name.clone(),
+                    first_tensor: format!("let {} = 0..{n}", kernel.indices[v].name),
+                    first_dim: 0,
+                    first_extent: n,
+                    second_tensor: kernel.params[t].name.clone(),
+                    second_dim: d,
+                    second_extent: e,
+                })))
+            }
+            _ => bound[v] = Some((n, kernel.output, 0)),
+        }
+    }
     // The parser guarantees every index is used plainly somewhere; 1 is a safe fallback.
     Ok(bound
         .into_iter()

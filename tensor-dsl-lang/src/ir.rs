@@ -165,16 +165,18 @@ impl Affine {
         }
     }
 
-    /// Smallest and largest value over the box `0 <= index < extents[index]`.
+    /// Smallest and largest value over the box `0 <= index < extents[index]` (saturating at
+    /// the ends of `i64` for absurd extents, so it never overflows).
     pub fn range(&self, extents: &[usize]) -> (i64, i64) {
         let mut lo = self.offset;
         let mut hi = self.offset;
         for &(v, c) in &self.terms {
-            let top = c * (extents[v] as i64 - 1);
+            let last = i64::try_from(extents[v].saturating_sub(1)).unwrap_or(i64::MAX);
+            let top = c.saturating_mul(last);
             if c > 0 {
-                hi += top;
+                hi = hi.saturating_add(top);
             } else {
-                lo += top;
+                lo = lo.saturating_add(top);
             }
         }
         (lo, hi)
@@ -329,6 +331,9 @@ pub enum Expr {
     Access(Access),
     /// The current value of the output element (epilogues only).
     Output,
+    /// The value of intermediate `t` ([`Staged::stages`]) at its own indices: a kernel of
+    /// several stages reads `m[[i]]` with the indices `m` was defined with.
+    Temp(usize),
     Neg(Box<Expr>),
     Bin(BinOp, Box<Expr>, Box<Expr>),
     Call(Func, Vec<Expr>),
@@ -338,7 +343,7 @@ impl Expr {
     /// Calls `f` on every tensor access in the expression, left to right.
     pub fn visit_accesses<'a>(&'a self, f: &mut dyn FnMut(&'a Access)) {
         match self {
-            Expr::Lit(_) | Expr::Output => {}
+            Expr::Lit(_) | Expr::Output | Expr::Temp(_) => {}
             Expr::Access(a) => f(a),
             Expr::Neg(e) => e.visit_accesses(f),
             Expr::Bin(_, a, b) => {
@@ -378,6 +383,22 @@ impl Expr {
                 }
                 out.push_str("]]");
             }
+            Expr::Temp(t) => match k.staged.as_deref().and_then(|s| s.stages.get(*t)) {
+                Some(stage) => {
+                    out.push_str(&stage.name);
+                    out.push_str("[[");
+                    for (d, v) in stage.dims.iter().enumerate() {
+                        if d > 0 {
+                            out.push_str(", ");
+                        }
+                        out.push_str(&idx(*v));
+                    }
+                    out.push_str("]]");
+                }
+                None => {
+                    let _ = write!(out, "t{t}[[?]]");
+                }
+            },
             Expr::Neg(e) => {
                 out.push_str("-(");
                 e.write(out, k, idx);
@@ -427,6 +448,105 @@ pub struct Kernel {
     pub body: Expr,
     /// Elementwise epilogues, applied in order to each output element.
     pub epilogue: Vec<Expr>,
+    /// Intermediates, reducers other than `+=`'s sum and explicit index ranges: `None` for
+    /// the one-statement kernels (einsum plus epilogues). See [`Staged`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staged: Option<Box<Staged>>,
+}
+
+/// How a reduction statement (`m[[i]] = max(x[[i, j]]);`) combines the values of the
+/// indices on its right that are not on its left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Reducer {
+    Sum,
+    Max,
+    Min,
+    /// Product.
+    Prod,
+    /// The sum divided by the number of points of the reduced indices (padding included).
+    Mean,
+}
+
+impl Reducer {
+    /// Every reducer, in a stable order.
+    pub const ALL: [Reducer; 5] = [
+        Reducer::Sum,
+        Reducer::Max,
+        Reducer::Min,
+        Reducer::Prod,
+        Reducer::Mean,
+    ];
+
+    /// The function name that spells it: `sum`, `max`, `min`, `prod`, `mean`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reducer::Sum => "sum",
+            Reducer::Max => "max",
+            Reducer::Min => "min",
+            Reducer::Prod => "prod",
+            Reducer::Mean => "mean",
+        }
+    }
+
+    /// The reducer spelled `name`, if any.
+    pub fn from_name(name: &str) -> Option<Reducer> {
+        Reducer::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// The value of a reduction over nothing (and what a padded point contributes):
+    /// 0, −∞, +∞, 1, 0.
+    pub fn identity(self) -> f64 {
+        match self {
+            Reducer::Sum | Reducer::Mean => 0.0,
+            Reducer::Max => f64::NEG_INFINITY,
+            Reducer::Min => f64::INFINITY,
+            Reducer::Prod => 1.0,
+        }
+    }
+
+    /// `acc` combined with `v` (for `Mean`, the running sum).
+    pub fn combine(self, acc: f64, v: f64) -> f64 {
+        match self {
+            Reducer::Sum | Reducer::Mean => acc + v,
+            Reducer::Max => acc.max(v),
+            Reducer::Min => acc.min(v),
+            Reducer::Prod => acc * v,
+        }
+    }
+}
+
+/// One intermediate of a kernel of several stages: `m[[i]] = max(x[[i, j]]);` (a
+/// reduction) or `r[[i]] = rsqrt(v[[i]] + 1e-5);` (elementwise). Intermediates are computed
+/// in `f32` whatever the tensors' element types, and live only inside the kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    /// The name it is written with (not part of the fingerprint).
+    pub name: String,
+    /// The index ids it keeps, in its dimension order.
+    pub dims: Vec<usize>,
+    /// `None` for an elementwise statement.
+    pub reducer: Option<Reducer>,
+    /// The index ids it reduces over (on the right, not on the left), in order of first use.
+    pub over: Vec<usize>,
+    pub body: Expr,
+}
+
+/// What a kernel of several stages adds to the one-statement form. The output statement is
+/// [`Kernel::body`] (inside its reducer, if any) followed by [`Kernel::epilogue`]; the
+/// intermediates come before it, in order, each reading only inputs and earlier
+/// intermediates. A point of a reduction at which some affine access falls outside its
+/// tensor contributes the reducer's identity (−∞ for `max`), so `max` pooling pads with −∞.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct Staged {
+    pub stages: Vec<Stage>,
+    /// The output statement's reducer (`y[[i]] = min(x[[i, j]]);`); `None` when it is
+    /// elementwise.
+    pub reducer: Option<Reducer>,
+    /// The index ids the output statement reduces over.
+    pub over: Vec<usize>,
+    /// Index extents given by `let r = 0..3;` (index id, extent): window sizes that no
+    /// tensor's shape says.
+    pub ranges: Vec<(usize, usize)>,
 }
 
 impl Kernel {
@@ -438,6 +558,17 @@ impl Kernel {
     /// Ids of the reduction indices.
     pub fn reduction(&self) -> Vec<usize> {
         self.ids(IndexKind::Reduction)
+    }
+
+    /// The intermediates of a kernel of several stages (none for a one-statement kernel).
+    pub fn stages(&self) -> &[Stage] {
+        self.staged.as_deref().map_or(&[], |s| s.stages.as_slice())
+    }
+
+    /// Whether the kernel has intermediates, a reducer other than `+=` or index ranges:
+    /// such kernels run on the row template ([`Staged`]), not the einsum templates.
+    pub fn is_staged(&self) -> bool {
+        self.staged.is_some()
     }
 
     fn ids(&self, kind: IndexKind) -> Vec<usize> {
@@ -505,6 +636,9 @@ impl Kernel {
     /// Every input access, main statement first, then epilogues.
     pub fn accesses(&self) -> Vec<&Access> {
         let mut out = Vec::new();
+        for s in self.stages() {
+            s.body.visit_accesses(&mut |a| out.push(a));
+        }
         self.body.visit_accesses(&mut |a| out.push(a));
         for e in &self.epilogue {
             e.visit_accesses(&mut |a| out.push(a));
@@ -517,7 +651,7 @@ impl Kernel {
     pub fn flops(&self, extents: &[usize]) -> f64 {
         fn ops(e: &Expr) -> f64 {
             match e {
-                Expr::Lit(_) | Expr::Access(_) | Expr::Output => 0.0,
+                Expr::Lit(_) | Expr::Access(_) | Expr::Output | Expr::Temp(_) => 0.0,
                 Expr::Neg(a) => 1.0 + ops(a),
                 Expr::Bin(_, a, b) => 1.0 + ops(a) + ops(b),
                 Expr::Call(_, args) => 1.0 + args.iter().map(ops).sum::<f64>(),
@@ -529,8 +663,21 @@ impl Kernel {
             .iter()
             .map(|&i| extents[i] as f64)
             .product();
-        let body = ops(&self.body) + if self.kind == BodyKind::Sum { 1.0 } else { 0.0 };
         let epi: f64 = self.epilogue.iter().map(ops).sum();
+        if let Some(st) = self.staged.as_deref() {
+            let points = |ids: &[usize]| ids.iter().map(|&i| extents[i] as f64).product::<f64>();
+            let stages: f64 = st
+                .stages
+                .iter()
+                .map(|s| {
+                    let per = ops(&s.body) + if s.reducer.is_some() { 1.0 } else { 0.0 };
+                    points(&s.dims) * points(&s.over) * per
+                })
+                .sum();
+            let per = ops(&self.body) + if st.reducer.is_some() { 1.0 } else { 0.0 };
+            return stages + spatial * (points(&st.over) * per + epi);
+        }
+        let body = ops(&self.body) + if self.kind == BodyKind::Sum { 1.0 } else { 0.0 };
         spatial * (red * body + epi)
     }
 
@@ -556,6 +703,23 @@ impl Kernel {
                 p.rank,
                 if p.is_output { " out" } else { "" }
             );
+        }
+        if let Some(st) = self.staged.as_deref() {
+            let mut renamed_st = st.clone();
+            for (t, s) in renamed_st.stages.iter_mut().enumerate() {
+                s.name = format!("m{t}");
+            }
+            renamed.staged = Some(Box::new(renamed_st));
+            for &(v, n) in &st.ranges {
+                let _ = writeln!(out, "range {} 0..{n}", idx(v));
+            }
+            for t in 0..renamed.stages().len() {
+                write_stage(&mut out, &renamed, t, &idx);
+                out.push('\n');
+            }
+            if let Some(r) = st.reducer {
+                let _ = write!(out, "reduce {} ", r.name());
+            }
         }
         let _ = write!(
             out,
@@ -611,12 +775,33 @@ impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let idx = |i: usize| self.indices[i].name.clone();
         let mut out = String::new();
-        Expr::Output.write(&mut out, self, &idx);
-        out.push_str(match self.kind {
-            BodyKind::Sum => " += ",
-            BodyKind::Assign => " = ",
-        });
-        self.body.write(&mut out, self, &idx);
+        if let Some(st) = self.staged.as_deref() {
+            for &(v, n) in &st.ranges {
+                let _ = write!(out, "let {} = 0..{n}; ", idx(v));
+            }
+            for t in 0..st.stages.len() {
+                write_stage(&mut out, self, t, &idx);
+                out.push(' ');
+            }
+            Expr::Output.write(&mut out, self, &idx);
+            out.push_str(" = ");
+            match st.reducer {
+                Some(r) => {
+                    out.push_str(r.name());
+                    out.push('(');
+                    self.body.write(&mut out, self, &idx);
+                    out.push(')');
+                }
+                None => self.body.write(&mut out, self, &idx),
+            }
+        } else {
+            Expr::Output.write(&mut out, self, &idx);
+            out.push_str(match self.kind {
+                BodyKind::Sum => " += ",
+                BodyKind::Assign => " = ",
+            });
+            self.body.write(&mut out, self, &idx);
+        }
         out.push(';');
         for e in &self.epilogue {
             out.push(' ');
@@ -627,6 +812,25 @@ impl fmt::Display for Kernel {
         }
         f.write_str(&out)
     }
+}
+
+/// Writes an intermediate's statement, `m[[i]] = max(x[[i, j]]);`.
+fn write_stage(out: &mut String, k: &Kernel, t: usize, idx: &dyn Fn(usize) -> String) {
+    let Some(s) = k.stages().get(t) else {
+        return;
+    };
+    Expr::Temp(t).write(out, k, idx);
+    out.push_str(" = ");
+    match s.reducer {
+        Some(r) => {
+            out.push_str(r.name());
+            out.push('(');
+            s.body.write(out, k, idx);
+            out.push(')');
+        }
+        None => s.body.write(out, k, idx),
+    }
+    out.push(';');
 }
 
 /// FNV-1a, 64 bit: tiny, stable across platforms and Rust versions (unlike `DefaultHasher`).

@@ -8,6 +8,12 @@ use proc_macro2::Span;
 use quote::ToTokens;
 use std::collections::HashMap;
 
+mod staged;
+
+/// The largest coefficient or constant (in magnitude) of an index expression: bigger ones are
+/// an error, so folding `2 * (3 * p)` never overflows.
+const INDEX_LIMIT: u64 = 1 << 31;
+
 /// A tensor parameter as declared by the user.
 #[derive(Clone, Debug)]
 pub struct ParamDecl {
@@ -45,6 +51,8 @@ enum Stage {
     MainSum,
     MainAssign,
     Epilogue,
+    /// A statement of a kernel of several stages (see `staged`): new indices are reduced.
+    Staged,
 }
 
 struct Parser<'a> {
@@ -62,6 +70,11 @@ struct Parser<'a> {
     /// The output's index names from the main statement.
     lhs: Vec<String>,
     errors: Errors,
+    /// Every index use of the statement being parsed, with its tokens (for the checks of
+    /// kernels of several stages).
+    uses: Vec<(usize, proc_macro2::TokenStream)>,
+    /// The intermediates of a kernel of several stages.
+    temps: staged::Temps,
 }
 
 /// Parses and validates a kernel body.
@@ -101,6 +114,8 @@ pub fn parse_kernel(
         first_use: Vec::new(),
         lhs: Vec::new(),
         errors: Errors::default(),
+        uses: Vec::new(),
+        temps: staged::Temps::default(),
     };
     for (i, a) in params.iter().enumerate() {
         if params[..i].iter().any(|b| b.name == a.name) {
@@ -108,6 +123,9 @@ pub fn parse_kernel(
         }
     }
 
+    if staged::is_staged(params, stmts) {
+        return staged::parse(p, name, stmts, body_span);
+    }
     let mut stmts = stmts.iter();
     let Some(first) = stmts.next() else {
         return Err(syn::Error::new(
@@ -158,6 +176,7 @@ pub fn parse_kernel(
         kind,
         body,
         epilogue,
+        staged: None,
     })
 }
 
@@ -486,17 +505,17 @@ impl<'a> Parser<'a> {
                     syn::Expr::Path(p) if p.qself.is_none() => p.path.get_ident(),
                     _ => None,
                 };
-                // `max(x[[i, j]])`: a maximum over an index, which the language cannot say
-                // yet. Said before the arguments are read, whose index errors ("use `+=`")
-                // would suggest a sum, which means something else.
-                if let Some(n) = name.filter(|n| *n == "max" || *n == "min") {
+                // `max(x[[i, j]])` inside a larger expression: a reduction is a statement of
+                // its own. Said before the arguments are read, whose index errors would
+                // suggest something else.
+                if let Some(n) =
+                    name.filter(|n| crate::ir::Reducer::from_name(&n.to_string()).is_some())
+                {
                     if c.args.len() == 1 {
                         self.errors.push(
                             c,
                             format!(
-                                "`{n}` compares two values elementwise, `{n}(a, b)`; a {n}imum \
-                                 over an index (a reduction) cannot be written yet: only sums \
-                                 reduce (`out[[...]] += ...`)"
+                                "`{n}(...)` with one argument is a reduction and must be the whole right side of a statement: name it, `m[[i]] = {n}(x[[i, j]]);`, and use `m[[i]]` here"
                             ),
                         );
                         return None;
@@ -578,6 +597,9 @@ impl<'a> Parser<'a> {
                 return None;
             }
         };
+        if self.param(base).is_none() && self.temps.knows(base) {
+            return self.temp_read(base, &elems, e);
+        }
         let Some(tensor) = self.param(base) else {
             self.errors
                 .push(base, format!("`{base}` is not a parameter of this kernel"));
@@ -585,6 +607,15 @@ impl<'a> Parser<'a> {
         };
         self.check_rank(tensor, elems.len(), &e);
         if tensor == self.output {
+            if stage == Stage::Staged {
+                self.errors.push(
+                    e,
+                    format!(
+                        "the output `{base}` cannot be read by its own statement or an intermediate; read intermediates (`m[[i]]`) and inputs, or the output in a later statement"
+                    ),
+                );
+                return None;
+            }
             if stage != Stage::Epilogue {
                 self.errors.push(
                     e,
@@ -632,6 +663,20 @@ impl<'a> Parser<'a> {
         ok.then_some(Expr::Access(Access { tensor, dims }))
     }
 
+    /// `a` if its coefficients and offset are within [`INDEX_LIMIT`], else an error at `at`.
+    fn in_range(&mut self, at: &dyn ToTokens, a: Affine) -> Option<Affine> {
+        let fits = |v: i64| v.unsigned_abs() <= INDEX_LIMIT;
+        if fits(a.offset) && a.terms.iter().all(|&(_, c)| fits(c)) {
+            Some(a)
+        } else {
+            self.errors.push(
+                at,
+                "index expression out of range: its coefficients and constant must stay within ±2147483648",
+            );
+            None
+        }
+    }
+
     /// Parses an affine index expression.
     fn affine(&mut self, e: &syn::Expr, stage: Stage, seen: &mut Vec<bool>) -> Option<Affine> {
         match e {
@@ -641,7 +686,7 @@ impl<'a> Parser<'a> {
                 lit: syn::Lit::Int(i),
                 ..
             }) => match i.base10_parse::<i64>() {
-                Ok(v) => Some(Affine::constant(v)),
+                Ok(v) => self.in_range(i, Affine::constant(v)),
                 Err(_) => {
                     self.errors.push(i, "integer literal out of range");
                     None
@@ -650,6 +695,7 @@ impl<'a> Parser<'a> {
             syn::Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
                 let id = p.path.get_ident()?;
                 let v = self.index_var(id, stage)?;
+                self.uses.push((v, id.to_token_stream()));
                 if v < seen.len() {
                     seen[v] = true;
                 }
@@ -664,11 +710,12 @@ impl<'a> Parser<'a> {
                 let l = self.affine(&b.left, stage, seen);
                 let r = self.affine(&b.right, stage, seen);
                 let (l, r) = (l?, r?);
+                // Operands are within `INDEX_LIMIT` (2^31), so these cannot overflow i64.
                 match b.op {
-                    syn::BinOp::Add(_) => Some(l.add(&r)),
-                    syn::BinOp::Sub(_) => Some(l.add(&r.scale(-1))),
-                    syn::BinOp::Mul(_) if l.terms.is_empty() => Some(r.scale(l.offset)),
-                    syn::BinOp::Mul(_) if r.terms.is_empty() => Some(l.scale(r.offset)),
+                    syn::BinOp::Add(_) => self.in_range(e, l.add(&r)),
+                    syn::BinOp::Sub(_) => self.in_range(e, l.add(&r.scale(-1))),
+                    syn::BinOp::Mul(_) if l.terms.is_empty() => self.in_range(e, r.scale(l.offset)),
+                    syn::BinOp::Mul(_) if r.terms.is_empty() => self.in_range(e, l.scale(r.offset)),
                     syn::BinOp::Mul(_) => {
                         self.errors.push(
                             e,
@@ -716,7 +763,7 @@ impl<'a> Parser<'a> {
             return Some(v);
         }
         match stage {
-            Stage::MainSum => {
+            Stage::MainSum | Stage::Staged => {
                 let v = self.indices.len();
                 self.by_name.insert(n.clone(), v);
                 self.indices.push(Index {
@@ -821,6 +868,24 @@ fn infer_params(stmts: &[syn::Stmt]) -> Vec<ParamDecl> {
     for s in stmts {
         if let syn::Stmt::Expr(e, _) = s {
             walk(e, &mut names);
+        }
+    }
+    // With intermediates (names assigned before the output's statement), the output is
+    // the tensor on the left of the last statement and intermediates are not parameters.
+    let assigned: Vec<syn::Ident> = stmts
+        .iter()
+        .filter_map(|s| match s {
+            syn::Stmt::Expr(syn::Expr::Assign(a), _) => split_access(&a.left).ok(),
+            syn::Stmt::Expr(syn::Expr::Binary(b), _) => split_access(&b.left).ok(),
+            _ => None,
+        })
+        .map(|(b, _)| b.clone())
+        .collect();
+    if let Some(last) = assigned.last().filter(|l| assigned.iter().any(|a| a != *l)) {
+        names.retain(|n| !assigned.contains(n) || n == last);
+        if let Some(pos) = names.iter().position(|n| n == last) {
+            let out = names.remove(pos);
+            names.insert(0, out);
         }
     }
     let output = names.first().cloned();

@@ -1,7 +1,7 @@
 //! Rust code that rebuilds a [`Kernel`] at run time: the macro embeds the IR it validated
 //! at compile time instead of parsing the statement again in the user's program.
 
-use crate::ir::{Access, Affine, BodyKind, DType, Expr, IndexKind, Kernel};
+use crate::ir::{Access, Affine, BodyKind, DType, Expr, IndexKind, Kernel, Reducer};
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
@@ -35,6 +35,34 @@ pub fn kernel_tokens(k: &Kernel, krate: &TokenStream) -> TokenStream {
     };
     let body = expr_tokens(&k.body, krate);
     let epilogue = k.epilogue.iter().map(|e| expr_tokens(e, krate));
+    let staged = match k.staged.as_deref() {
+        None => quote!(::core::option::Option::None),
+        Some(st) => {
+            let stages = st.stages.iter().map(|s| {
+                let n = &s.name;
+                let dims = &s.dims;
+                let over = &s.over;
+                let reducer = reducer_tokens(s.reducer, krate);
+                let body = expr_tokens(&s.body, krate);
+                quote!(#krate::Stage {
+                    name: ::std::string::String::from(#n),
+                    dims: ::std::vec![#(#dims),*],
+                    reducer: #reducer,
+                    over: ::std::vec![#(#over),*],
+                    body: #body,
+                })
+            });
+            let reducer = reducer_tokens(st.reducer, krate);
+            let over = &st.over;
+            let ranges = st.ranges.iter().map(|(v, n)| quote!((#v, #n)));
+            quote!(::core::option::Option::Some(::std::boxed::Box::new(#krate::Staged {
+                stages: ::std::vec![#(#stages),*],
+                reducer: #reducer,
+                over: ::std::vec![#(#over),*],
+                ranges: ::std::vec![#(#ranges),*],
+            })))
+        }
+    };
     quote! {
         #krate::Kernel {
             name: ::std::string::String::from(#name),
@@ -44,6 +72,17 @@ pub fn kernel_tokens(k: &Kernel, krate: &TokenStream) -> TokenStream {
             kind: #kind,
             body: #body,
             epilogue: ::std::vec![#(#epilogue),*],
+            staged: #staged,
+        }
+    }
+}
+
+fn reducer_tokens(r: Option<Reducer>, krate: &TokenStream) -> TokenStream {
+    match r {
+        None => quote!(::core::option::Option::None),
+        Some(r) => {
+            let r = format_ident!("{}", format!("{r:?}"));
+            quote!(::core::option::Option::Some(#krate::Reducer::#r))
         }
     }
 }
@@ -65,6 +104,7 @@ fn expr_tokens(e: &Expr, krate: &TokenStream) -> TokenStream {
             quote!(#krate::Expr::Access(#krate::Access { tensor: #tensor, dims: ::std::vec![#(#dims),*] }))
         }
         Expr::Output => quote!(#krate::Expr::Output),
+        Expr::Temp(t) => quote!(#krate::Expr::Temp(#t)),
         Expr::Neg(a) => {
             let a = expr_tokens(a, krate);
             quote!(#krate::Expr::Neg(::std::boxed::Box::new(#a)))

@@ -103,9 +103,9 @@ fn find_body_mistake(stream: TokenStream) -> Option<syn::Error> {
                 return Some(syn::Error::new(
                     op.span(),
                     format!(
-                        "`{op}=` is not an operator of the language: write `out[[...]] += expr` \
-                         to sum over the indices only on the right, or `out[[...]] = expr` for \
-                         an elementwise statement (reductions by `{op}` are not supported yet)"
+                        "`{op}=` is not an operator of the language: a reduction is a function \
+                         of the indices only on the right, `m[[i]] = {op}(x[[i, j]]);` (`sum`, \
+                         `max`, `min`, `prod`, `mean`), or `out[[...]] += expr` for an einsum sum"
                     ),
                 ));
             }

@@ -80,6 +80,7 @@ fn stub_companion(f: &KernelFn) -> TokenStream {
         kind: BodyKind::Assign,
         body: Expr::Lit(0.0),
         epilogue: Vec::new(),
+        staged: None,
     };
     let mut uses_user_types = false;
     let types: Vec<TokenStream> = f

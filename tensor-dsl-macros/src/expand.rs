@@ -14,9 +14,9 @@
 //! once at run time) and `with(&opts)` (the call with explicit options).
 
 use crate::ast::KernelFn;
-use crate::valid::Validated;
+use crate::valid::{TensorParam, Validated};
 use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote};
+use quote::{format_ident, quote, ToTokens};
 use tensor_dsl_lang::ir::DType;
 use tensor_dsl_lang::tokens::kernel_tokens;
 
@@ -63,7 +63,20 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
         ));
     };
     let output = &output.name;
-    let inputs = v.params.iter().filter(|p| !p.is_output).map(|p| &p.name);
+    // Inputs as `TensorRef`s: tensors converted, scalars as rank-0 tensors.
+    let as_ref = |p: &TensorParam, arg: &dyn ToTokens| {
+        if p.scalar {
+            quote!(::tensor_dsl::TensorRef::scalar(&#arg))
+        } else {
+            quote!(::tensor_dsl::TensorRef::from(#arg))
+        }
+    };
+    let inputs: Vec<TokenStream> = v
+        .params
+        .iter()
+        .filter(|p| !p.is_output)
+        .map(|p| as_ref(p, &p.name))
+        .collect();
 
     let mut sig = f.sig.clone();
     let ret = result_type();
@@ -85,7 +98,7 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
         #vis #sig {
             ::tensor_dsl::dispatch::call(
                 #name::kernel(),
-                &[#(::tensor_dsl::TensorRef::from(#inputs)),*],
+                &[#(#inputs),*],
                 ::tensor_dsl::TensorMut::from(#output),
                 &::tensor_dsl::Options::default(),
             )
@@ -93,15 +106,22 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
     };
 
     let args = closure_args(v.params.len());
-    let in_args = v
+    let in_args: Vec<TokenStream> = v
         .params
         .iter()
         .zip(&args)
         .filter(|(p, _)| !p.is_output)
-        .map(|(_, a)| a);
+        .map(|(p, a)| as_ref(p, a))
+        .collect();
     let out_arg = &args[v.kernel.output];
     // `name::views(...)`: the call on borrowed data (no copy into a `Tensor`).
-    let view_types = v.params.iter().map(|p| view_type(p.is_output, p.dtype));
+    let view_types = v.params.iter().map(|p| {
+        if p.scalar {
+            elem_type(p.dtype)
+        } else {
+            view_type(p.is_output, p.dtype)
+        }
+    });
     let view_in = in_args.clone();
     let views_doc = format!(
         " `{name}` on borrowed data: `TensorView::new(&shape, &slice)?` for each input, \
@@ -114,9 +134,59 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
         pub fn views(#(#args: #view_types),*) -> #ret {
             ::tensor_dsl::dispatch::call(
                 self::kernel(),
-                &[#(::tensor_dsl::TensorRef::from(#view_in)),*],
+                &[#(#view_in),*],
                 ::tensor_dsl::TensorMut::from(#out_arg),
                 &::tensor_dsl::Options::default(),
+            )
+        }
+    };
+    // `name::device(...)`: the call on tensors that stay in GPU memory.
+    let device_types = v.params.iter().map(|p| {
+        let elem = elem_type(p.dtype);
+        if p.scalar {
+            elem
+        } else if p.is_output {
+            quote!(&mut ::tensor_dsl::DeviceTensor<#elem>)
+        } else {
+            quote!(&::tensor_dsl::DeviceTensor<#elem>)
+        }
+    });
+    // Scalars are copied to the GPU as rank-0 device tensors.
+    let device_scalars: Vec<TokenStream> = v
+        .params
+        .iter()
+        .zip(&args)
+        .filter(|(p, _)| p.scalar)
+        .map(|(_, a)| {
+            quote! {
+                let #a = ::tensor_dsl::DeviceTensor::from_host(
+                    &::tensor_dsl::Tensor::from_vec(::std::vec::Vec::new(), ::std::vec![#a])?,
+                )?;
+                let #a = &#a;
+            }
+        })
+        .collect();
+    let device_in = v
+        .params
+        .iter()
+        .zip(&args)
+        .filter(|(p, _)| !p.is_output)
+        .map(|(_, a)| a);
+    let device_doc = format!(
+        " `{name}` on tensors in GPU memory (`DeviceTensor::from_host(&t)?`, \
+         `DeviceTensor::zeros(&shape)?`), in the declaration's order and types: no copies \
+         between chained calls; `out.to_host()?` copies a result back."
+    );
+    let views = quote! {
+        #views
+        #[doc = #device_doc]
+        #[allow(dead_code, clippy::result_large_err)]
+        pub fn device(#(#args: #device_types),*) -> #ret {
+            #(#device_scalars)*
+            ::tensor_dsl::device_tensor::call(
+                self::kernel(),
+                &[#(#device_in as &dyn ::tensor_dsl::device_tensor::DeviceArg),*],
+                #out_arg,
             )
         }
     };
@@ -128,12 +198,18 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
             types: v
                 .params
                 .iter()
-                .map(|p| tensor_ref(p.is_output, p.dtype))
+                .map(|p| {
+                    if p.scalar {
+                        elem_type(p.dtype)
+                    } else {
+                        tensor_ref(p.is_output, p.dtype)
+                    }
+                })
                 .collect(),
             closure: quote! {
                 move |#(#args),*| ::tensor_dsl::dispatch::call(
                     self::kernel(),
-                    &[#(::tensor_dsl::TensorRef::from(#in_args)),*],
+                    &[#(#in_args),*],
                     ::tensor_dsl::TensorMut::from(#out_arg),
                     &opts,
                 )

@@ -16,11 +16,13 @@ pub struct Validated {
 }
 
 /// A parameter that passed the checks: `name: &Tensor<T>` or `name: &mut Tensor<T>` with
-/// `T` one of `f32`, `f16`, `bf16`.
+/// `T` one of `f32`, `f16`, `bf16`, or a scalar `name: T`.
 pub struct TensorParam {
     pub name: syn::Ident,
     pub is_output: bool,
     pub dtype: DType,
+    /// A scalar `name: f32` (a rank-0 input; the body reads it as `name`).
+    pub scalar: bool,
 }
 
 /// Collects errors (serde_derive's `Ctxt`).
@@ -71,6 +73,8 @@ pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
     let mut decls: Vec<(syn::Ident, Role, &TypedParam, DType)> = Vec::new();
     // A parameter written as a pattern: the body cannot be checked meaningfully without it.
     let mut unnamed = false;
+    // Scalar parameters (`alpha: f32`), which the body reads by name.
+    let mut scalars: Vec<syn::Ident> = Vec::new();
     for p in &f.params {
         match p {
             Param::Receiver(r) => cx.error(
@@ -84,17 +88,25 @@ pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
                     unnamed = true;
                     continue;
                 };
-                if let Some(ty) = scalar_type(t.ty()) {
-                    // A scalar: the body's uses of it would only add "is a tensor" errors.
-                    cx.error(
-                        t.ty(),
-                        format!(
-                            "scalar parameters are not supported yet: pass `{name}` as a \
-                             rank-0 tensor, `{name}: &Tensor<{ty}>`, and read it as `{name}[[]]`"
-                        ),
-                    );
-                    unnamed = true;
-                    continue;
+                match scalar_type(t.ty()) {
+                    Some(Ok(dtype)) => {
+                        scalars.push(name.clone());
+                        decls.push((name, Role::Input, t, dtype));
+                        continue;
+                    }
+                    Some(Err(suggest)) => {
+                        // The body's uses of it would only add more errors.
+                        cx.error(
+                            t.ty(),
+                            format!(
+                                "a scalar parameter is `f32`, `f16` or `bf16` (arithmetic is \
+                                 `f32`): write `{name}: {suggest}`"
+                            ),
+                        );
+                        unnamed = true;
+                        continue;
+                    }
+                    None => {}
                 }
                 let (role, dtype) = match param_role(t.ty()) {
                     Ok(typed) => typed,
@@ -147,7 +159,21 @@ pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
             .collect();
         let name = f.sig.ident.unraw().to_string();
         let body_span = f.block.brace_token.span.join();
-        match tensor_dsl_lang::parse_kernel(&name, &params, &f.block.stmts, body_span) {
+        // A scalar `alpha` is the rank-0 tensor `alpha[[]]` to the language.
+        let block = if scalars.is_empty() {
+            None
+        } else {
+            let tokens = scalar_reads(f.block.to_token_stream(), &scalars, &mut cx);
+            match syn::parse2::<syn::Block>(tokens) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    cx.push(e);
+                    None
+                }
+            }
+        };
+        let stmts = block.as_ref().map_or(&f.block.stmts, |b| &b.stmts);
+        match tensor_dsl_lang::parse_kernel(&name, &params, stmts, body_span) {
             Ok(k) => kernel = Some(k),
             Err(e) => cx.push(e),
         }
@@ -158,6 +184,7 @@ pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
             params: decls
                 .into_iter()
                 .map(|(name, role, _, dtype)| TensorParam {
+                    scalar: scalars.contains(&name),
                     name,
                     is_output: role == Role::Output,
                     dtype,
@@ -280,20 +307,88 @@ fn param_name(cx: &mut Ctxt, t: &TypedParam) -> Option<syn::Ident> {
     }
 }
 
-/// The element type to suggest when `ty` is a plain number type (`f32`, `f64`, `i32`, ...),
-/// which a kernel parameter cannot be yet.
-fn scalar_type(ty: &syn::Type) -> Option<&'static str> {
+/// For a plain number type: `Ok` with the element type of a scalar parameter (`f32`, `f16`,
+/// `bf16`, or a path ending in one), `Err` with the type to suggest for other numbers
+/// (`f64`, `i32`, ...); `None` for anything else.
+fn scalar_type(ty: &syn::Type) -> Option<Result<DType, &'static str>> {
     let syn::Type::Path(p) = strip_type_group(ty) else {
         return None;
     };
-    let id = p.path.get_ident()?.to_string();
+    if p.qself.is_some() {
+        return None;
+    }
+    let last = p.path.segments.last()?;
+    if !last.arguments.is_empty() {
+        return None;
+    }
+    let id = last.ident.to_string();
+    if let Some(d) = DType::from_name(&id) {
+        return Some(Ok(d));
+    }
     match id.as_str() {
-        "f16" => Some("f16"),
-        "bf16" => Some("bf16"),
-        "f32" | "f64" | "i8" | "i16" | "i32" | "i64" | "i128" | "isize" | "u8" | "u16" | "u32"
-        | "u64" | "u128" | "usize" => Some("f32"),
+        "f64" | "i8" | "i16" | "i32" | "i64" | "i128" | "isize" | "u8" | "u16" | "u32" | "u64"
+        | "u128" | "usize"
+            if p.path.segments.len() == 1 =>
+        {
+            Some(Err("f32"))
+        }
         _ => None,
     }
+}
+
+/// `tokens` with every bare read of a scalar parameter `alpha` written `alpha[[]]` (a read
+/// already followed by brackets is left as it is), spans kept.
+fn scalar_reads(
+    tokens: proc_macro2::TokenStream,
+    scalars: &[syn::Ident],
+    cx: &mut Ctxt,
+) -> proc_macro2::TokenStream {
+    use proc_macro2::{Delimiter, Group, TokenStream, TokenTree};
+    let trees: Vec<TokenTree> = tokens.into_iter().collect();
+    let mut out = TokenStream::new();
+    for (n, tree) in trees.iter().enumerate() {
+        match tree {
+            TokenTree::Group(g) => {
+                let mut inner = Group::new(g.delimiter(), scalar_reads(g.stream(), scalars, cx));
+                inner.set_span(g.span());
+                out.extend([TokenTree::Group(inner)]);
+            }
+            TokenTree::Ident(id) if scalars.contains(id) => {
+                out.extend([tree.clone()]);
+                let index = match trees.get(n + 1) {
+                    Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Bracket => Some(g),
+                    _ => None,
+                };
+                if let Some(g) = index {
+                    // Only `alpha[[]]` (rank 0) is a read of a scalar.
+                    let empty = g.stream().into_iter().collect::<Vec<_>>();
+                    let rank0 = matches!(
+                        empty.as_slice(),
+                        [TokenTree::Group(e)] if e.delimiter() == Delimiter::Bracket && e.stream().is_empty()
+                    );
+                    if !rank0 {
+                        cx.error(
+                            quote::quote!(#id #g),
+                            format!(
+                                "`{id}` is a scalar parameter: read it as `{id}`, without indices"
+                            ),
+                        );
+                    }
+                } else {
+                    let mut empty = Group::new(Delimiter::Bracket, TokenStream::new());
+                    empty.set_span(id.span());
+                    let mut outer = Group::new(
+                        Delimiter::Bracket,
+                        TokenStream::from(TokenTree::Group(empty)),
+                    );
+                    outer.set_span(id.span());
+                    out.extend([TokenTree::Group(outer)]);
+                }
+            }
+            other => out.extend([other.clone()]),
+        }
+    }
+    out
 }
 
 fn strip_type_group(mut ty: &syn::Type) -> &syn::Type {

@@ -133,3 +133,19 @@ fn shape_errors_are_errors() {
     let err = matmul_out_first::with(&reference())(&mut c, &a, &b).unwrap_err();
     assert!(err.to_string().contains("index `k`"), "{err}");
 }
+
+/// `name::device` takes device tensors in the declaration's order and element types; without
+/// a GPU no `DeviceTensor` exists, so this checks the signature.
+#[test]
+fn device_function_is_typed_like_the_declaration() {
+    use tensor_dsl::{bf16, DeviceTensor, Error};
+    #[tensor_kernel]
+    fn mixed(a: &Tensor<bf16>, c: &mut Tensor<f32>, b: &Tensor<bf16>) {
+        c[[i, j]] += a[[i, k]] * b[[k, j]];
+    }
+    type Mixed =
+        fn(&DeviceTensor<bf16>, &mut DeviceTensor<f32>, &DeviceTensor<bf16>) -> Result<(), Error>;
+    let _: Mixed = mixed::device;
+    let _: fn(&mut DeviceTensor, &DeviceTensor, &DeviceTensor) -> Result<(), Error> =
+        matmul_out_first::device;
+}

@@ -348,6 +348,7 @@ fn records_of(
             Record {
                 version: RECORD_VERSION,
                 kernel: fingerprint.clone(),
+                name: kernel.name.clone(),
                 kernel_text: text.clone(),
                 shapes: shapes.to_vec(),
                 dtype: crate::records::dtype_key(kernel),

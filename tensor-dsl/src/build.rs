@@ -281,6 +281,7 @@ mod tests {
         Record {
             version: RECORD_VERSION,
             kernel: kernel.fingerprint(),
+            name: kernel.name.clone(),
             kernel_text: kernel.to_string(),
             shapes: shapes.to_vec(),
             dtype: "f32".into(),

@@ -2,8 +2,9 @@
 //!
 //! A call with host [`Tensor`]s on `Device::Cuda` copies every input to the GPU and the
 //! output back. A [`DeviceTensor`] stays in GPU memory, so a chain of kernels runs with no
-//! copies between them; [`call`] runs a kernel (`my_kernel::kernel()`) on device tensors,
-//! with the same checks and the same schedule choice (embedded records, the user cache,
+//! copies between them. `#[tensor_kernel]` generates `my_kernel::device(&a, &b, &mut c)`,
+//! typed like the kernel's declaration; [`call`] is the same untyped (`my_kernel::kernel()`
+//! and a slice of device tensors). Both run with the same checks and the same schedule choice (embedded records, the user cache,
 //! first-call tuning, the nearest shape, the default) as a host call.
 //!
 //! ```
@@ -19,8 +20,10 @@
 //! match (DeviceTensor::from_host(&a), DeviceTensor::from_host(&b)) {
 //!     (Ok(a), Ok(b)) => {
 //!         let mut c = DeviceTensor::<f32>::zeros(&[2, 1])?;
-//!         tensor_dsl::device_tensor::call(matmul::kernel(), &[&a, &b], &mut c)?;
+//!         matmul::device(&a, &b, &mut c)?;
 //!         assert_eq!(c.to_host()?.as_slice(), &[6.0, 15.0]);
+//!         // The same, untyped:
+//!         tensor_dsl::device_tensor::call(matmul::kernel(), &[&a, &b], &mut c)?;
 //!     }
 //!     (Err(e), _) | (_, Err(e)) => println!("no GPU here: {e}"),
 //! }

@@ -72,6 +72,17 @@ pub fn call(
     output: TensorMut<'_>,
     opts: &Options,
 ) -> Result<(), Error> {
+    crate::records::with_cache_dir(opts.cache_dir_choice(), || {
+        call_in_cache(kernel, inputs, output, opts)
+    })
+}
+
+fn call_in_cache(
+    kernel: &Kernel,
+    inputs: &[TensorRef<'_>],
+    output: TensorMut<'_>,
+    opts: &Options,
+) -> Result<(), Error> {
     let TensorMut {
         shape: out_shape,
         data: mut out,
@@ -81,6 +92,9 @@ pub fn call(
     let mut data: Vec<Data<'_>> = vec![Data::default(); kernel.params.len()];
     for (&p, t) in kernel.inputs().iter().zip(inputs) {
         data[p] = t.data;
+    }
+    if kernel.is_staged() {
+        return run_staged(kernel, &extents, &shapes, &data, out, opts);
     }
     match opts.resolve_device()? {
         Device::Cuda => run_cuda(kernel, &extents, &shapes, &data, out, opts),
@@ -99,9 +113,9 @@ pub fn call(
         Device::Cpu => match run_cpu(kernel, &extents, &shapes, &data, out.reborrow(), opts) {
             Err(cpu::CpuError::NoCompiler(why)) => {
                 if !WARNED_NO_CC.swap(true, Ordering::Relaxed) {
-                    eprintln!(
-                        "tensor-dsl: warning: no C compiler ({why}); falling back to the reference interpreter (slow). Install a C compiler or set CC."
-                    );
+                    crate::log::warn(format_args!(
+                        "no C compiler ({why}); falling back to the reference interpreter (slow). Install a C compiler or set CC."
+                    ));
                 }
                 reference::run(kernel, &extents, &shapes, &data, out);
                 Ok(())
@@ -109,6 +123,53 @@ pub fn call(
             Err(cpu::CpuError::Other(e)) => Err(e),
             Ok(()) => Ok(()),
         },
+    }
+}
+
+/// A kernel of several stages: the row template ([`crate::runtime::rows`]) on the CPU and
+/// the GPU, with its heuristic knobs.
+fn run_staged(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    data: &[Data<'_>],
+    mut out: DataMut<'_>,
+    opts: &Options,
+) -> Result<(), Error> {
+    match opts.resolve_device()? {
+        Device::Reference => {
+            crate::runtime::check_buffers(kernel, shapes, data, &out).map_err(|message| {
+                Error::Backend {
+                    kernel: kernel.name.clone(),
+                    message,
+                }
+            })?;
+            reference::run(kernel, extents, shapes, data, out);
+            Ok(())
+        }
+        Device::Cpu => {
+            match crate::runtime::rows::run_cpu(kernel, extents, shapes, data, out.reborrow()) {
+                Err(cpu::CpuError::NoCompiler(why)) => {
+                    if !WARNED_NO_CC.swap(true, Ordering::Relaxed) {
+                        eprintln!(
+                            "tensor-dsl: warning: no C compiler ({why}); falling back to the reference interpreter (slow). Install a C compiler or set CC."
+                        );
+                    }
+                    reference::run(kernel, extents, shapes, data, out);
+                    Ok(())
+                }
+                Err(cpu::CpuError::Other(e)) => Err(e),
+                Ok(()) => Ok(()),
+            }
+        }
+        #[cfg(feature = "cuda")]
+        Device::Cuda => {
+            crate::runtime::cuda::run_host(kernel, shapes, data, out, |inputs, output| {
+                crate::runtime::rows::launch_cuda(kernel, extents, shapes, inputs, output)
+            })
+        }
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda => run_cuda(kernel, extents, shapes, data, out, opts),
     }
 }
 
@@ -145,6 +206,10 @@ pub(crate) fn run_on_gpu(
     output: &mut crate::runtime::cuda::DeviceBuffer,
     opts: &Options,
 ) -> Result<(), Error> {
+    if kernel.is_staged() {
+        return crate::runtime::rows::launch_cuda(kernel, extents, shapes, inputs, output)
+            .map(|_| ());
+    }
     let gpu = crate::backend::cuda::CudaBackend::new()?;
     let mut buffers = crate::backend::cuda::GpuBuffers { inputs, output };
     backend::run(&gpu, kernel, extents, shapes, &mut buffers, opts).map(|_| ())
@@ -260,6 +325,7 @@ mod tests {
         Record {
             version: RECORD_VERSION,
             kernel: String::new(),
+            name: String::new(),
             kernel_text: String::new(),
             shapes: Vec::new(),
             dtype: "f32".into(),
@@ -290,7 +356,8 @@ mod tests {
             let s = gpu_schedule_from_record(&t, &k, &extents, &target, &r).unwrap();
             assert_eq!(s, t.decode(&c).unwrap());
         }
-        let other = GpuTemplate::new(&k, &[1024, 1024, 1024], &target).unwrap();
+        // A kernel this small has no GEMM form: its space is the Ansor one.
+        let other = GpuTemplate::new(&k, &[8, 8, 8], &target).unwrap();
         let foreign = record(
             other
                 .space()

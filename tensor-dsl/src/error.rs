@@ -4,7 +4,10 @@ pub use tensor_dsl_lang::ShapeError;
 
 /// Everything that can go wrong at a kernel call. Messages name the kernel, tensor and index
 /// involved and say what to do.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the message too, so `fn main() -> Result<(), tensor_dsl::Error>` ends
+/// with `Error: kernel `matmul`: index `k` has extent 1024 from `a` ...`, not a struct dump.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The arguments' shapes do not fit the kernel (wrong rank, an index with two extents,
@@ -18,7 +21,7 @@ pub enum Error {
         expected: usize,
         len: usize,
     },
-    /// The shape's element count overflows `usize`.
+    /// A tensor's element type is not the one the kernel declares.
     #[error("kernel `{kernel}` declares `{tensor}` as Tensor<{declared}>, but the call passed Tensor<{passed}>")]
     ElementType {
         kernel: String,
@@ -26,6 +29,7 @@ pub enum Error {
         declared: crate::ir::DType,
         passed: crate::ir::DType,
     },
+    /// The shape's element count overflows `usize`.
     #[error("shape {shape:?} has too many elements")]
     ShapeOverflow { shape: Vec<usize> },
     /// The requested device cannot run kernels here.
@@ -76,4 +80,10 @@ fn not_a_file(path: &std::path::Path, resolved: &std::path::Path, kind: &str) ->
         "cannot write {}{via}: it is a {kind}, not a regular file, and writing would replace it; give the path of a regular file (or /dev/null to save nothing)",
         path.display()
     )
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }

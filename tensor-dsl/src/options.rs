@@ -84,24 +84,31 @@ impl fmt::Display for Device {
 }
 
 /// When a call may tune: never (the default: a first call never pauses for minutes unless
-/// asked to), or at the first call of each shape that has no record.
+/// asked to), at the first call of each shape that has no record (the call waits for the
+/// tuning), or in the background (the call runs the default at once; a background thread
+/// tunes within the budget, saves the records and later calls use the result).
+///
+/// Either way a (kernel, shapes, dtype, target) is tuned once, even when several threads or
+/// processes make its first call together: see [`crate::tune_once`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum TunePolicy {
     #[default]
     Off,
     FirstCall,
+    Background,
 }
 
 impl TunePolicy {
-    /// Parses `off` (or `0`) and `first-call`.
+    /// Parses `off` (or `0`), `first-call` and `background`.
     pub fn parse(s: &str) -> Result<TunePolicy, Error> {
         match s.trim() {
             "off" | "0" => Ok(TunePolicy::Off),
             "first-call" => Ok(TunePolicy::FirstCall),
+            "background" => Ok(TunePolicy::Background),
             other => Err(Error::InvalidSetting {
                 name: "TENSOR_DSL_TUNE".into(),
                 value: other.into(),
-                expected: "off or first-call".into(),
+                expected: "off, first-call or background".into(),
             }),
         }
     }
@@ -114,10 +121,11 @@ impl TunePolicy {
 /// | builder | variable | values (default) |
 /// |---|---|---|
 /// | [`device`](Options::device) | `TENSOR_DSL_DEVICE` | `cuda` (or `gpu`), `cpu`, `reference` (CUDA if usable, else CPU) |
-/// | [`tune`](Options::tune) | `TENSOR_DSL_TUNE` | `off`, `first-call` (`off`) |
+/// | [`tune`](Options::tune) | `TENSOR_DSL_TUNE` | `off`, `first-call`, `background` (`off`) |
 /// | [`trials`](Options::trials) | `TENSOR_DSL_TRIALS` | a positive number (64) |
 /// | [`tune_seconds`](Options::tune_seconds) | `TENSOR_DSL_TUNE_SECONDS` | a positive number (120) |
 /// | [`strategy`](Options::strategy) | `TENSOR_DSL_STRATEGY` | a `tuner` strategy name (`opevo-droplet`) |
+/// | [`cache_dir`](Options::cache_dir) | `TENSOR_DSL_CACHE` | a folder (`$XDG_CACHE_HOME/tensor-dsl` or `~/.cache/tensor-dsl`) |
 ///
 /// ```
 /// use tensor_dsl::{Device, Options, TunePolicy};
@@ -126,7 +134,8 @@ impl TunePolicy {
 ///     .tune(TunePolicy::FirstCall)
 ///     .trials(32)
 ///     .tune_seconds(60.0)
-///     .strategy("droplet");
+///     .strategy("droplet")
+///     .cache_dir("/tmp/my-app-kernels");
 /// assert_eq!(opts.device_choice(), Some(Device::Cpu));
 /// ```
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -136,6 +145,7 @@ pub struct Options {
     trials: Option<usize>,
     tune_seconds: Option<f64>,
     strategy: Option<String>,
+    cache_dir: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -172,6 +182,19 @@ impl Options {
     pub fn strategy(mut self, name: &str) -> Self {
         self.strategy = Some(name.to_string());
         self
+    }
+
+    /// Where calls with these options find and save tuning records and compiled objects
+    /// (the user cache). A shape's decision is made once per process, with the folder of
+    /// its first call.
+    pub fn cache_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// The folder set with [`Options::cache_dir`], if any (`TENSOR_DSL_CACHE` overrides it).
+    pub fn cache_dir_choice(&self) -> Option<&std::path::Path> {
+        self.cache_dir.as_deref()
     }
 
     /// The tuning policy and options these options give, each overridden by its variable.

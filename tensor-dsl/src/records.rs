@@ -9,6 +9,7 @@
 //! let r = Record {
 //!     version: tensor_dsl::records::RECORD_VERSION,
 //!     kernel: "ff683267e78ef47e".into(),
+//!     name: "matmul".into(),
 //!     kernel_text: "c[[i, j]] += (a[[i, k]] * b[[k, j]]);".into(),
 //!     shapes: vec![vec![64, 32], vec![32, 48], vec![64, 48]],
 //!     dtype: "f32".into(),
@@ -97,6 +98,10 @@ pub struct Record {
     pub version: u32,
     /// Kernel fingerprint.
     pub kernel: String,
+    /// The kernel's name (the Rust function's, or the CLI's `--name`), for people and
+    /// `records show`; not part of the key (kernels with one fingerprint share records).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
     /// The kernel in the language's syntax, for people reading the file.
     pub kernel_text: String,
     /// Shapes of the parameters, in declaration order.
@@ -118,11 +123,39 @@ pub struct Record {
     pub unix_time: u64,
 }
 
-/// The user cache directory: `$TENSOR_DSL_CACHE`, else `$XDG_CACHE_HOME/tensor-dsl`, else
+thread_local! {
+    /// The cache directory of the call running on this thread ([`with_cache_dir`]).
+    static CALL_CACHE_DIR: std::cell::RefCell<Option<PathBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with `dir` (when `Some`) as this thread's cache directory: what a call with
+/// [`crate::Options::cache_dir`] does for its lookups, tuning and compiled objects.
+/// `TENSOR_DSL_CACHE` still overrides it.
+pub fn with_cache_dir<T>(dir: Option<&Path>, f: impl FnOnce() -> T) -> T {
+    let Some(dir) = dir else {
+        return f();
+    };
+    let previous = CALL_CACHE_DIR.with(|c| c.replace(Some(dir.to_path_buf())));
+    struct Restore(Option<PathBuf>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            CALL_CACHE_DIR.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let _restore = Restore(previous);
+    f()
+}
+
+/// The user cache directory: `$TENSOR_DSL_CACHE`, else the call's
+/// [`crate::Options::cache_dir`], else `$XDG_CACHE_HOME/tensor-dsl`, else
 /// `$HOME/.cache/tensor-dsl`, else the temp directory.
 pub fn cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("TENSOR_DSL_CACHE").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
+    }
+    if let Some(d) = CALL_CACHE_DIR.with(|c| c.borrow().clone()) {
+        return d;
     }
     if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(d).join("tensor-dsl");
@@ -192,30 +225,113 @@ pub fn default_records_file() -> PathBuf {
 }
 
 /// Adds records to a JSON Lines file safely with other processes: under an exclusive lock
-/// on `<file>.lock`, the current file is read (unreadable lines are dropped, with one
-/// warning), the new records appended, and the result written to a temporary file that is
-/// renamed over the old one. Readers never see a partial file, and concurrent writers never
-/// lose each other's records.
+/// on `<file>.lock`, the new lines are appended to the file (it is not read or rewritten, so
+/// a save costs the size of what is saved, not of the file). A file cut short in the middle
+/// of a line first gets the newline it lacks, so the damaged line stays one unreadable line.
+/// When the file then exceeds [`max_bytes`] it is [`compact`]ed.
 ///
 /// The file is written as [`crate::files`] writes every file: a symbolic link is written
 /// through to its target (and stays a link), `/dev/null` saves nothing (and gets no lock
 /// file), and a device, FIFO, socket or directory is refused with [`Error::NotAFile`].
 pub fn append(path: &Path, records: &[Record]) -> Result<(), Error> {
+    append_bounded(path, records, max_bytes())
+}
+
+/// The most best records [`compact`] keeps per key.
+pub const KEEP_PER_KEY: usize = 16;
+
+/// The size above which a records file is compacted: an eighth of `TENSOR_DSL_CACHE_MAX_MB`
+/// (see [`crate::runtime::object_cache::max_bytes`]; compiled objects get the rest).
+pub fn max_bytes() -> u64 {
+    crate::runtime::object_cache::max_bytes() / 8
+}
+
+/// [`append`] with an explicit size bound in bytes.
+pub fn append_bounded(path: &Path, records: &[Record], max_bytes: u64) -> Result<(), Error> {
+    use std::io::{Read, Seek, SeekFrom, Write};
     let files::Destination::File(path) = files::destination(path)? else {
         return Ok(());
     };
     let _lock = files::lock(&path)?;
-    let mut existing = match read(&path) {
-        Ok((records, _)) => records,
-        Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(Error::Io(e)) => {
-            let named = format!("{}: {e}", path.display());
-            return Err(Error::Io(std::io::Error::new(e.kind(), named)));
-        }
-        Err(e) => return Err(e),
+    let named = |e: std::io::Error| {
+        Error::Io(std::io::Error::new(
+            e.kind(),
+            format!("{}: {e}", path.display()),
+        ))
     };
-    existing.extend_from_slice(records);
-    files::replace(&path, jsonl(&existing)?.as_bytes())
+    let mut file = std::fs::File::options()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(&path)
+        .map_err(named)?;
+    let len = file.metadata().map_err(named)?.len();
+    let mut text = String::new();
+    if len > 0 {
+        let mut last = [0u8; 1];
+        file.seek(SeekFrom::Start(len - 1)).map_err(named)?;
+        file.read_exact(&mut last).map_err(named)?;
+        if last[0] != b'\n' {
+            text.push('\n');
+        }
+    }
+    text.push_str(&jsonl(records)?);
+    file.write_all(text.as_bytes()).map_err(named)?;
+    file.sync_data().map_err(named)?;
+    if len + text.len() as u64 > max_bytes {
+        compact_locked(&path, KEEP_PER_KEY, max_bytes)?;
+    }
+    Ok(())
+}
+
+/// Rewrites a records file (under its lock, atomically) keeping, per key, the `keep`
+/// fastest valid records; unreadable, foreign-version and invalid lines go. If that is still
+/// over `max_bytes`, fewer per key are kept (down to the best one), then the keys measured
+/// longest ago are dropped. Returns how many records remain.
+pub fn compact(path: &Path, keep: usize, max_bytes: u64) -> Result<usize, Error> {
+    let files::Destination::File(path) = files::destination(path)? else {
+        return Ok(0);
+    };
+    let _lock = files::lock(&path)?;
+    compact_locked(&path, keep, max_bytes)
+}
+
+fn compact_locked(path: &Path, keep: usize, max_bytes: u64) -> Result<usize, Error> {
+    let (records, _) = read(path)?;
+    let mut by_key: std::collections::HashMap<Key, Vec<Record>> = Default::default();
+    for r in records {
+        if r.error.is_none() && r.seconds.is_some_and(|s| s.is_finite() && s > 0.0) {
+            by_key.entry(r.key()).or_default().push(r);
+        }
+    }
+    let mut groups: Vec<Vec<Record>> = by_key.into_values().collect();
+    for g in &mut groups {
+        g.sort_by(|a, b| {
+            a.seconds
+                .unwrap_or(f64::INFINITY)
+                .total_cmp(&b.seconds.unwrap_or(f64::INFINITY))
+        });
+    }
+    // Newest keys first, so the oldest are the ones dropped last.
+    groups.sort_by_key(|g| std::cmp::Reverse(g.iter().map(|r| r.unix_time).max().unwrap_or(0)));
+    let mut keep = keep.max(1);
+    loop {
+        let mut text = String::new();
+        let mut kept = 0;
+        for g in &groups {
+            let part = jsonl(&g[..g.len().min(keep)])?;
+            if keep == 1 && (text.len() + part.len()) as u64 > max_bytes {
+                break;
+            }
+            text.push_str(&part);
+            kept += g.len().min(keep);
+        }
+        if text.len() as u64 <= max_bytes || keep == 1 {
+            files::replace(path, text.as_bytes())?;
+            return Ok(kept);
+        }
+        keep /= 2;
+    }
 }
 
 /// Writes exactly `records` to a JSON Lines file, replacing what it held (atomically, under
@@ -288,10 +404,10 @@ pub fn read(path: &Path) -> Result<(Vec<Record>, usize), Error> {
     if skipped > 0 {
         static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
         if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            eprintln!(
-                "tensor-dsl: warning: ignoring {skipped} unreadable or foreign-version line(s) in {} (the next write repairs the file)",
+            crate::log::warn(format_args!(
+                "ignoring {skipped} unreadable or foreign-version line(s) in {} (the next write repairs the file)",
                 path.display()
-            );
+            ));
         }
     }
     Ok((out, skipped))

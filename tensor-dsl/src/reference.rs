@@ -14,7 +14,7 @@
 //! assert_eq!(c, [1.0, 2.0, 3.0, 4.0]);
 //! ```
 
-use crate::ir::{Access, BinOp, BodyKind, Expr, Func, Kernel};
+use crate::ir::{Access, BinOp, BodyKind, Expr, Func, Kernel, Reducer, Staged};
 use crate::tensor::{Data, DataMut};
 use std::borrow::Cow;
 
@@ -91,6 +91,9 @@ struct Ctx<'a> {
     shapes: &'a [&'a [usize]],
     strides: Vec<Vec<usize>>,
     data: Vec<Cow<'a, [f32]>>,
+    /// The intermediates of a kernel of several stages computed so far: (dims, strides,
+    /// values), each rounded to `f32` as the generated code keeps them.
+    temps: Vec<(Vec<usize>, Vec<usize>, Vec<f64>)>,
 }
 
 impl Ctx<'_> {
@@ -111,6 +114,14 @@ impl Ctx<'_> {
             Expr::Lit(v) => *v,
             Expr::Access(a) => self.read(a, values),
             Expr::Output => out,
+            Expr::Temp(t) => self.temps.get(*t).map_or(f64::NAN, |(dims, strides, v)| {
+                let off: usize = dims
+                    .iter()
+                    .zip(strides)
+                    .map(|(&d, &s)| values[d] as usize * s)
+                    .sum();
+                v.get(off).copied().unwrap_or(f64::NAN)
+            }),
             Expr::Neg(a) => -self.eval(a, values, out),
             Expr::Bin(op, a, b) => {
                 let (a, b) = (self.eval(a, values, out), self.eval(b, values, out));
@@ -160,7 +171,11 @@ pub fn run(
                 None => Cow::Owned(d.to_f32()),
             })
             .collect(),
+        temps: Vec::new(),
     };
+    if let Some(staged) = kernel.staged.as_deref() {
+        return run_staged(kernel, staged, ctx, extents, out);
+    }
     let spatial = kernel.spatial();
     let reduction = kernel.reduction();
     let mut values = vec![0i64; extents.len()];
@@ -181,6 +196,102 @@ pub fn run(
                 acc
             }
         };
+        for e in &kernel.epilogue {
+            acc = ctx.eval(e, &values, acc);
+        }
+        out.set(slot, acc as f32);
+        next(&mut values, &spatial, extents);
+    }
+}
+
+/// Whether every access of `e` is inside its tensor at `values`: a reduction's point where
+/// one is not contributes the reducer's identity (padding).
+fn inside(ctx: &Ctx<'_>, e: &Expr, values: &[i64]) -> bool {
+    let mut ok = true;
+    e.visit_accesses(&mut |a| {
+        for (d, map) in a.dims.iter().enumerate() {
+            let c = map.eval(values);
+            ok &= c >= 0 && (c as usize) < ctx.shapes[a.tensor][d];
+        }
+    });
+    ok
+}
+
+/// One statement at the current point of its kept indices: the reduction of `body` over
+/// `over` (padded points skipped), or `body` itself.
+fn statement(
+    ctx: &Ctx<'_>,
+    reducer: Option<Reducer>,
+    over: &[usize],
+    body: &Expr,
+    values: &mut [i64],
+    extents: &[usize],
+) -> f64 {
+    let Some(r) = reducer else {
+        return ctx.eval(body, values, 0.0);
+    };
+    for &v in over {
+        values[v] = 0;
+    }
+    let mut acc = r.identity();
+    loop {
+        if inside(ctx, body, values) {
+            acc = r.combine(acc, ctx.eval(body, values, 0.0));
+        }
+        if !next(values, over, extents) {
+            break;
+        }
+    }
+    if r == Reducer::Mean {
+        acc /= over.iter().map(|&v| extents[v] as f64).product::<f64>();
+    }
+    acc
+}
+
+/// A kernel of several stages: each intermediate over all its points, in order, then the
+/// output and its epilogues.
+fn run_staged(
+    kernel: &Kernel,
+    staged: &Staged,
+    mut ctx: Ctx<'_>,
+    extents: &[usize],
+    mut out: DataMut<'_>,
+) {
+    let mut values = vec![0i64; extents.len()];
+    for stage in &staged.stages {
+        let shape: Vec<usize> = stage.dims.iter().map(|&d| extents[d]).collect();
+        let n: usize = shape.iter().product();
+        let mut v = Vec::with_capacity(n);
+        for &d in &stage.dims {
+            values[d] = 0;
+        }
+        for _ in 0..n {
+            let x = statement(
+                &ctx,
+                stage.reducer,
+                &stage.over,
+                &stage.body,
+                &mut values,
+                extents,
+            );
+            v.push(f64::from(x as f32));
+            next(&mut values, &stage.dims, extents);
+        }
+        ctx.temps.push((stage.dims.clone(), strides(&shape), v));
+    }
+    let spatial = kernel.spatial();
+    for &d in &spatial {
+        values[d] = 0;
+    }
+    for slot in 0..out.len() {
+        let mut acc = statement(
+            &ctx,
+            staged.reducer,
+            &staged.over,
+            &kernel.body,
+            &mut values,
+            extents,
+        );
         for e in &kernel.epilogue {
             acc = ctx.eval(e, &values, acc);
         }

@@ -396,6 +396,16 @@ pub struct TensorMut<'a> {
     pub data: DataMut<'a>,
 }
 
+impl<'a> TensorRef<'a> {
+    /// A scalar as a rank-0 tensor (how a kernel's `alpha: f32` parameter is passed).
+    pub fn scalar<T: Element>(value: &'a T) -> Self {
+        TensorRef {
+            shape: &[],
+            data: T::data(std::slice::from_ref(value)),
+        }
+    }
+}
+
 impl<'a, T: Element> From<&'a Tensor<T>> for TensorRef<'a> {
     fn from(t: &'a Tensor<T>) -> Self {
         TensorRef {

@@ -77,26 +77,31 @@ pub fn embedded_index() -> Arc<Index> {
     index
 }
 
-fn cache_slot() -> &'static Mutex<Option<Arc<Index>>> {
-    static C: OnceLock<Mutex<Option<Arc<Index>>>> = OnceLock::new();
+fn cache_slot() -> &'static Mutex<HashMap<std::path::PathBuf, Arc<Index>>> {
+    static C: OnceLock<Mutex<HashMap<std::path::PathBuf, Arc<Index>>>> = OnceLock::new();
     C.get_or_init(Default::default)
 }
 
-/// The index of the user cache (read once per process; [`forget_cache`] re-reads it).
+/// The index of the user cache ([`records::cache_dir`]; each folder read once per process,
+/// [`forget_cache`] re-reads them).
 pub fn cache_index() -> Arc<Index> {
+    let dir = records::cache_dir();
     let mut slot = cache_slot().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(i) = &*slot {
+    if let Some(i) = slot.get(&dir) {
         return i.clone();
     }
     // A missing or unreadable cache is an empty one (the warning for bad lines is `read`'s).
     let index = Arc::new(records::JsonlFile::user_cache().index().unwrap_or_default());
-    *slot = Some(index.clone());
+    slot.insert(dir, index.clone());
     index
 }
 
 /// Makes the next lookup re-read the user cache (after this process wrote to it).
 pub fn forget_cache() {
-    *cache_slot().lock().unwrap_or_else(|p| p.into_inner()) = None;
+    cache_slot()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clear();
 }
 
 /// The key of a call of `kernel` on this machine's CPU.
@@ -143,37 +148,6 @@ pub fn nearest(key: &Key) -> Option<Record> {
     cache_index().nearest(key).cloned()
 }
 
-/// What `TENSOR_DSL_LOG` may name (comma-separated).
-pub const LOG_VALUES: [&str; 2] = ["dispatch", "off"];
-
-/// Whether `TENSOR_DSL_LOG` asks for dispatch lines; an [`crate::Error::InvalidSetting`]
-/// naming the accepted values when it holds anything else.
-pub fn log_setting() -> Result<bool, crate::Error> {
-    let Ok(v) = std::env::var("TENSOR_DSL_LOG") else {
-        return Ok(false);
-    };
-    let parts: Vec<&str> = v
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .collect();
-    match parts.iter().find(|p| !LOG_VALUES.contains(p)) {
-        Some(bad) => Err(crate::Error::InvalidSetting {
-            name: "TENSOR_DSL_LOG".into(),
-            value: (*bad).into(),
-            expected: format!("a comma-separated list of {}", LOG_VALUES.join(", ")),
-        }),
-        None => Ok(parts.contains(&"dispatch")),
-    }
-}
-
-/// Whether `TENSOR_DSL_LOG` asks for dispatch lines (read once per process; an invalid
-/// value is reported by the decision that reads [`log_setting`]).
-pub fn log_dispatch() -> bool {
-    static L: OnceLock<bool> = OnceLock::new();
-    *L.get_or_init(|| log_setting().unwrap_or(false))
-}
-
 /// (kernel fingerprint, shapes, device name).
 type MemoKey = (String, Vec<Vec<usize>>, &'static str);
 
@@ -191,6 +165,21 @@ impl<T> Default for Memo<T> {
 }
 
 impl<T> Memo<T> {
+    /// Replaces the memoized value (background tuning switches later calls to its result).
+    pub fn replace(
+        &self,
+        fingerprint: &str,
+        shapes: &[Vec<usize>],
+        device: &'static str,
+        value: T,
+    ) {
+        let key = (fingerprint.to_string(), shapes.to_vec(), device);
+        self.map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, Arc::new(value));
+    }
+
     /// The memoized value, or `make()`'s (stored when `Ok`). Concurrent first calls may both
     /// run `make`; the first stored wins.
     pub fn get_or_try<E>(

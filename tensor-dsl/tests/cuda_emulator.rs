@@ -60,6 +60,31 @@ const FIXED: &[(&str, &[usize])] = &[
     ("c[[i, j]] += a[[i, k]] * b[[k, j]]", &[96, 80, 64]),
 ];
 
+/// Kernels in GEMM form at shapes the SIMT GEMM template takes (fused `m`, `n` of at least
+/// 16): awkward extents (edge tiles, a reduction not a multiple of the k-tile), a batch, a
+/// 3x3 convolution with zero padding 1 (implicit GEMM, padding checks), a 1x1 one, an
+/// epilogue, a transposed operand. Affine dimensions are as large as the range they read.
+const SIMT: &[(&str, &[usize], &str)] = &[
+    ("c[[i, j]] += a[[i, k]] * b[[k, j]]", &[37, 50, 29], ""),
+    ("c[[i, j]] += a[[k, i]] * b[[j, k]]", &[40, 24, 70], ""),
+    ("c[[b, i, j]] += x[[b, i, k]] * y[[b, k, j]]", &[3, 20, 33, 40], ""),
+    (
+        "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
+        &[1, 20, 6, 5, 9, 3, 3],
+        "",
+    ),
+    (
+        "y[[n, f, p, q]] += x[[n, c, p, q]] * w[[f, c]]; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        &[2, 24, 4, 5, 16],
+        "",
+    ),
+    (
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]; c[[i, j]] = gelu(c[[i, j]] + bias[[j]])",
+        &[64, 48, 96],
+        "a=bf16,b=f16",
+    ),
+];
+
 /// Half-precision kernels (`--dtypes`-style element types): products accumulate in `f32`, the
 /// output is rounded once. Every conversion path the CUDA code takes without a GPU (the
 /// integer ones) is exercised: `bf16` and `f16` inputs and outputs, mixed with `f32`.
@@ -143,6 +168,7 @@ struct Coverage {
     padded_spatial: usize,
     padded_reduction: usize,
     multi_block: usize,
+    simt: usize,
     switches: u64,
 }
 
@@ -168,6 +194,14 @@ fn check_kernel(
             break;
         }
         let case = match fixed {
+            Some(extents)
+                if kernel
+                    .accesses()
+                    .iter()
+                    .any(|a| a.dims.iter().any(|d| d.as_var().is_none())) =>
+            {
+                common::shapes_for(&kernel, extents, |hi| hi.max(1) as usize)
+            }
             Some(extents) => {
                 let shape = |p: usize| -> Vec<usize> {
                     let a = kernel.accesses().into_iter().find(|a| a.tensor == p);
@@ -271,6 +305,7 @@ fn check_kernel(
             cov.staged += usize::from(schedule.stage.iter().any(|&s| s));
             cov.vector_loads += usize::from(src.source.contains("reinterpret_cast"));
             cov.multi_block += usize::from(src.grid[0] > 1);
+            cov.simt += usize::from(schedule.simt.is_some());
             cov.vthreads += usize::from(
                 kernel
                     .spatial()
@@ -425,7 +460,8 @@ fn emulated_cuda_matches_reference() {
                         .iter()
                         .map(|&k| (k, None, ""))
                         .chain(FIXED.iter().map(|&(k, e)| (k, Some(e), "")))
-                        .chain(HALF.iter().map(|&(k, d)| (k, None, d)));
+                        .chain(HALF.iter().map(|&(k, d)| (k, None, d)))
+                        .chain(SIMT.iter().map(|&(k, e, d)| (k, Some(e), d)));
                     all.enumerate()
                         .filter(|(n, _)| n % workers == w)
                         .map(|(n, (src, fixed, dtypes))| {
@@ -451,13 +487,15 @@ fn emulated_cuda_matches_reference() {
         total.padded_spatial += c.padded_spatial;
         total.padded_reduction += c.padded_reduction;
         total.multi_block += c.multi_block;
+        total.simt += c.simt;
         total.switches += c.switches;
     }
     println!(
-        "{} kernels + {} fixed cases + {} half-precision ones, {total:?}, {:.1} s",
+        "{} kernels + {} fixed cases + {} half-precision ones + {} SIMT GEMM ones, {total:?}, {:.1} s",
         KERNELS.len(),
         FIXED.len(),
         HALF.len(),
+        SIMT.len(),
         start.elapsed().as_secs_f64()
     );
     // The random configs must have exercised every feature of the generator.
@@ -470,6 +508,7 @@ fn emulated_cuda_matches_reference() {
         ("padded spatial extents", total.padded_spatial),
         ("padded reduction extents", total.padded_reduction),
         ("several blocks", total.multi_block),
+        ("the SIMT GEMM template", total.simt),
     ] {
         assert!(n > 0, "no config exercised {what}: {total:?}");
     }

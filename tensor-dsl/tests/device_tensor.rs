@@ -1,4 +1,5 @@
-//! Device-resident tensors (`tensor_dsl::DeviceTensor`, `device_tensor::call`).
+//! Device-resident tensors (`tensor_dsl::DeviceTensor`, the generated `name::device` and
+//! `device_tensor::call`).
 //!
 //! Without a GPU every constructor says why (the detection's reason, or the missing `cuda`
 //! feature) and shape overflow is still a shape error. With a GPU: kernels on awkward shapes
@@ -87,7 +88,7 @@ fn on_a_gpu() {
     let d = random(&[61, 7], 4);
     let dd = DeviceTensor::from_host(&d).unwrap();
     let mut de = DeviceTensor::<f32>::zeros(&[37, 7]).unwrap();
-    call(matmul::kernel(), &[&dc, &dd], &mut de).unwrap();
+    matmul::device(&dc, &dd, &mut de).unwrap();
     let mut want_e = Tensor::zeros(&[37, 7]);
     matmul::with(&reference)(&want, &d, &mut want_e).unwrap();
     close(&de.to_host().unwrap(), &want_e);
@@ -104,7 +105,7 @@ fn on_a_gpu() {
     let dw = DeviceTensor::from_host(&w).unwrap();
     let dbias = DeviceTensor::from_host(&bias).unwrap();
     let mut dy = DeviceTensor::<f32>::zeros(&[2, 6, 7, 6]).unwrap();
-    call(conv_bias_relu::kernel(), &[&dx, &dw, &dbias], &mut dy).unwrap();
+    conv_bias_relu::device(&dx, &dw, &dbias, &mut dy).unwrap();
     close(&dy.to_host().unwrap(), &want_y);
 
     // Errors before any launch.

@@ -96,7 +96,8 @@ fn gpu_features_are_finite_and_bounded_on_sampled_schedules() {
 }
 
 fn mm_schedule(k: &Kernel, e: &[usize], thread: usize, reg: usize) -> GpuSchedule {
-    let mut s = default_schedule(k, e, &GpuTarget::h100());
+    // An Ansor-form schedule (a matmul's default is the SIMT GEMM one).
+    let mut s = tensor_dsl::template::gpu::ansor_default_schedule(k, e, &GpuTarget::h100());
     for a in 0..2 {
         s.axes[a] = AxisSplit {
             padded: 1024,

@@ -160,6 +160,7 @@ fn on_a_gpu_dispatch_uses_an_embedded_record() {
     let record = Record {
         version: RECORD_VERSION,
         kernel: kernel.fingerprint(),
+        name: kernel.name.clone(),
         kernel_text: kernel.to_string(),
         shapes: shapes.clone(),
         dtype: "f32".into(),

@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 use tensor_dsl::records::{
-    append, read, write, Index, JsonlFile, Record, RecordStore, Target, RECORD_VERSION,
+    append, append_bounded, compact, read, write, Index, JsonlFile, Record, RecordStore, Target,
+    KEEP_PER_KEY, RECORD_VERSION,
 };
 use tensor_dsl::Error;
 
@@ -12,6 +13,7 @@ fn record(kernel: &str, shape: usize, seconds: Option<f64>) -> Record {
     Record {
         version: RECORD_VERSION,
         kernel: kernel.into(),
+        name: String::new(),
         kernel_text: "c[[i]] = a[[i]];".into(),
         shapes: vec![vec![shape], vec![shape]],
         dtype: "f32".into(),
@@ -60,12 +62,77 @@ fn corrupt_truncated_and_foreign_lines_are_skipped_and_repaired() {
     let (records, skipped) = read(&path).unwrap();
     assert_eq!(
         (records.len(), skipped),
+        (2, 3),
+        "an append adds a whole line after the cut one, and rewrites nothing"
+    );
+    compact(&path, KEEP_PER_KEY, u64::MAX).unwrap();
+    let (records, skipped) = read(&path).unwrap();
+    assert_eq!(
+        (records.len(), skipped),
         (2, 0),
-        "the write repaired the file"
+        "compaction repairs the file"
     );
     // Pure garbage (even binary) is not an error either.
     std::fs::write(&path, [0xffu8, 0xfe, 0x00, b'{']).unwrap();
     assert_eq!(read(&path).unwrap().0.len(), 0);
+}
+
+/// Appending adds to the file in place (same inode, earlier bytes untouched); past the size
+/// bound the file is compacted to the best records per key.
+#[cfg(unix)]
+#[test]
+fn appends_do_not_rewrite_and_compaction_keeps_the_best_under_the_bound() {
+    use std::os::unix::fs::MetadataExt;
+    let path = temp_file("append");
+    append(&path, &[record("k", 4, Some(1.0))]).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let inode = std::fs::metadata(&path).unwrap().ino();
+    append(&path, &[record("k", 4, Some(2.0))]).unwrap();
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().ino(),
+        inode,
+        "not replaced"
+    );
+    assert!(std::fs::read(&path).unwrap().starts_with(&before));
+
+    // 40 trials of each of 3 keys (one invalid per key), bound 20 kB: compacted on append.
+    let path = temp_file("compact");
+    let line = serde_json::to_string(&record("k", 4, Some(1.0)))
+        .unwrap()
+        .len() as u64
+        + 1;
+    for shape in [4, 8, 16] {
+        let mut trials: Vec<Record> = (1..=40)
+            .map(|n| record("k", shape, Some(n as f64)))
+            .collect();
+        trials.push(record("k", shape, None));
+        append_bounded(&path, &trials, 20_000).unwrap();
+    }
+    let (records, skipped) = read(&path).unwrap();
+    assert_eq!(skipped, 0);
+    assert!(std::fs::metadata(&path).unwrap().len() <= 20_000);
+    let index = {
+        let mut i = Index::new();
+        i.extend(&records);
+        i
+    };
+    for shape in [4, 8, 16] {
+        let best = index.best(&record("k", shape, None).key()).unwrap();
+        assert_eq!(best.seconds, Some(1.0), "the best of every key is kept");
+    }
+    assert!(
+        records.len() < 3 * 41,
+        "an append past the bound compacted the file"
+    );
+    compact(&path, KEEP_PER_KEY, 20_000).unwrap();
+    let (records, _) = read(&path).unwrap();
+    assert_eq!(records.len(), 3 * KEEP_PER_KEY);
+    assert!(records
+        .iter()
+        .all(|r| r.error.is_none() && r.seconds.unwrap() <= KEEP_PER_KEY as f64));
+    // A tight bound keeps fewer per key, down to the best one.
+    compact(&path, KEEP_PER_KEY, 3 * line + 8).unwrap();
+    assert_eq!(read(&path).unwrap().0.len(), 3);
 }
 
 /// Records carry their kernel's element types; a type this build does not know (a newer

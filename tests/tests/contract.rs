@@ -333,3 +333,14 @@ fn default_device_and_ir() {
             .fingerprint()
     );
 }
+
+/// An `Error` returned from `main` prints as its message (Rust prints `Error: {:?}`).
+#[test]
+fn errors_debug_print_as_their_message() {
+    let a = Tensor::<f32>::zeros(&[4, 8]);
+    let b = Tensor::<f32>::zeros(&[7, 2]);
+    let mut c = Tensor::<f32>::zeros(&[4, 2]);
+    let e: Error = matmul(&a, &b, &mut c).unwrap_err();
+    assert_eq!(format!("{e:?}"), e.to_string());
+    assert!(e.to_string().starts_with("kernel `matmul`"), "{e}");
+}

@@ -58,6 +58,7 @@ fn cache_then_first_call_tuning_then_default() {
     let record = Record {
         version: RECORD_VERSION,
         kernel: kernel.fingerprint(),
+        name: kernel.name.clone(),
         kernel_text: kernel.to_string(),
         shapes: vec![vec![24, 40], vec![40, 16], vec![24, 16]],
         dtype: "f32".into(),

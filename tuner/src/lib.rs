@@ -52,6 +52,8 @@ pub mod cost_model;
 mod error;
 mod knob;
 pub mod measure;
+#[cfg(feature = "plot")]
+pub mod plot;
 pub mod replay;
 mod space;
 pub mod strategy;

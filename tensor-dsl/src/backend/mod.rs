@@ -19,6 +19,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod first_call;
 pub mod reference;
 
 use crate::autotune::{TuneOptions, TuneOutcome};
@@ -39,7 +40,7 @@ pub struct Decision<S> {
 }
 
 /// A device that runs generated code with schedules of its own template.
-pub trait Backend: Sync {
+pub trait Backend: Sync + Send + Clone + 'static {
     /// A point of the backend's template, decoded.
     type Schedule: Clone + PartialEq + fmt::Debug + Send + Sync + 'static;
     /// A call's buffers as this backend runs on them (host slices, GPU buffers).
@@ -106,7 +107,9 @@ pub trait Backend: Sync {
 
 /// Decides the schedule of this call on `backend` (once per kernel and shapes), in the
 /// documented order: embedded records, the user cache, tuning now
-/// (`TENSOR_DSL_TUNE=first-call` or [`Options::tune`], with the budget of `call_opts`), the
+/// (`TENSOR_DSL_TUNE=first-call` or [`Options::tune`], with the budget of `call_opts`; once
+/// per key across threads and processes; `background` runs the default and tunes on a
+/// thread, see `first_call`), the
 /// nearest tuned shape (if timed on the call's buffers to be no slower), the default.
 pub fn decide<B: Backend>(
     backend: &B,
@@ -121,15 +124,7 @@ pub fn decide<B: Backend>(
         .memo()
         .get_or_try(&fingerprint, shapes, B::NAME, || {
             let decision = decide_now(backend, kernel, extents, shapes, buffers, call_opts)?;
-            if tuned::log_dispatch() {
-                eprintln!(
-                    "tensor-dsl: {} {} {} schedule from {}",
-                    kernel.name,
-                    shapes_text(shapes),
-                    B::NAME,
-                    decision.source
-                );
-            }
+            crate::log::dispatch(&kernel.name, &shapes_text(shapes), B::NAME, decision.source);
             Ok(decision)
         })
 }
@@ -143,7 +138,7 @@ fn decide_now<B: Backend>(
     call_opts: &Options,
 ) -> Result<Decision<B::Schedule>, Error> {
     // Settings are checked at every decision, so a mistyped value is an error, not ignored.
-    tuned::log_setting()?;
+    crate::log::log_setting()?;
     let (policy, opts) = call_opts.tune_settings()?;
     let default = backend.default_schedule(kernel, extents);
     if !backend.has_space(kernel, extents) {
@@ -158,26 +153,11 @@ fn decide_now<B: Backend>(
             return Ok(Decision { schedule, source });
         }
     }
-    if policy == TunePolicy::FirstCall && backend.can_tune() {
-        let owned: Vec<Vec<usize>> = shapes.iter().map(|s| s.to_vec()).collect();
-        let result = with_progress(kernel, &opts, |progress| {
-            backend.tune(kernel, &owned, &opts, progress)
-        })?;
-        save_tuned(&result.records);
-        if std::io::stderr().is_terminal() || tuned::log_dispatch() {
-            eprintln!(
-                "tensor-dsl: tuned {} {} on {}: {}",
-                kernel.name,
-                shapes_text(shapes),
-                B::NAME,
-                result.summary()
-            );
-        }
-        if let Some((schedule, _)) = result.best {
-            return Ok(Decision {
-                schedule,
-                source: Source::Tuned,
-            });
+    if policy != TunePolicy::Off && backend.can_tune() {
+        let tuned =
+            first_call::tune_at_call(backend, kernel, extents, shapes, &key, policy, &opts)?;
+        if let Some(decision) = tuned {
+            return Ok(decision);
         }
     }
     // The nearest tuned shape's schedule, only if it is valid here and measured on the
@@ -224,6 +204,8 @@ fn with_progress<T>(
         }
     });
     if let Some(pb) = bar {
+        // A time budget may stop short of the trials: the bar ends at what was done.
+        pb.set_length(pb.position());
         pb.finish_and_clear();
     }
     result
@@ -233,7 +215,7 @@ fn with_progress<T>(
 /// still uses what it found) and makes the next lookup read them.
 fn save_tuned(found: &[Record]) {
     if let Err(e) = records::JsonlFile::user_cache().commit(found) {
-        eprintln!("tensor-dsl: warning: could not save tuning records: {e}");
+        crate::log::warn(format_args!("could not save tuning records: {e}"));
     }
     tuned::forget_cache();
 }

@@ -162,6 +162,10 @@ pub fn generate(
     shapes: &[&[usize]],
     config: &CpuConfig,
 ) -> String {
+    if kernel.is_staged() {
+        return super::rows::c_for_einsum_config(kernel, extents, shapes, config)
+            .unwrap_or_else(|e| invalid(&e));
+    }
     source(kernel, extents, shapes, config).unwrap_or_else(|e| invalid(&e))
 }
 
@@ -182,7 +186,7 @@ fn source(
     let _ = writeln!(
         s,
         " * kernel `{}` fingerprint {}",
-        kernel.name,
+        super::c_identifier(&kernel.name),
         kernel.fingerprint()
     );
     let _ = writeln!(s, " *   {kernel}");

@@ -14,7 +14,7 @@
 //! use tensor_dsl::{codegen::cuda, ir::parse_text, template::gpu};
 //! let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
 //! let shapes: [&[usize]; 3] = [&[64, 48], &[48, 40], &[64, 40]];
-//! let s = gpu::default_schedule(&k, &[64, 40, 48], &gpu::GpuTarget::h100());
+//! let s = gpu::ansor_default_schedule(&k, &[64, 40, 48], &gpu::GpuTarget::h100());
 //! let src = cuda::generate(&k, &[64, 40, 48], &shapes, &s);
 //! assert!(src.source.contains("extern \"C\" __global__ void __launch_bounds__(160)"));
 //! assert_eq!(src.block, [160, 1, 1]); // 16 x 10 threads, one output element each
@@ -130,7 +130,12 @@ fn header(nest: &Nest, extents: &[usize], s: &GpuSchedule) -> String {
         h,
         "/* tensor-dsl generated CUDA C (codegen v{CODEGEN_VERSION})"
     );
-    let _ = writeln!(h, " * kernel `{}` fingerprint {}", k.name, k.fingerprint());
+    let _ = writeln!(
+        h,
+        " * kernel `{}` fingerprint {}",
+        super::c_identifier(&k.name),
+        k.fingerprint()
+    );
     let _ = writeln!(h, " *   {k}");
     let _ = writeln!(h, " * extents: {}", super::extents_text(k, extents));
     if k.params.iter().any(|p| p.dtype != crate::lower::COMPUTE) {
@@ -139,6 +144,30 @@ fn header(nest: &Nest, extents: &[usize], s: &GpuSchedule) -> String {
             " * element types: {} (arithmetic in float)",
             k.dtypes_text()
         );
+    }
+    if let Some(t) = &s.simt {
+        let launch = nest.launch.unwrap_or(lower::Launch {
+            grid: [0; 3],
+            block: [0; 3],
+        });
+        let _ = writeln!(
+            h,
+            " * schedule (SIMT GEMM): block tile {} x {}, k tile {}, thread tile {} x {}, \
+             warps of {} x {} threads, hot loop unrolled x{}\n *   {} threads, {} blocks, \
+             {} bytes of shared memory (two buffers per operand)\n */",
+            t.bm,
+            t.bn,
+            t.bk,
+            t.tm,
+            t.tn,
+            t.warp_m,
+            32 / t.warp_m,
+            t.unroll,
+            launch.block[0],
+            launch.grid[0],
+            t.shared_bytes()
+        );
+        return h;
     }
     let _ = writeln!(h, " * schedule (Ansor multi-level tiling):");
     for (i, index) in k.indices.iter().enumerate() {
@@ -278,6 +307,10 @@ pub fn generate(
     shapes: &[&[usize]],
     schedule: &GpuSchedule,
 ) -> CudaSource {
+    if kernel.is_staged() {
+        return super::rows::cuda_with_heuristic(kernel, extents, shapes)
+            .unwrap_or_else(|e| invalid(&e));
+    }
     source(kernel, extents, shapes, schedule).unwrap_or_else(|e| invalid(&e))
 }
 

@@ -6,6 +6,7 @@
 pub mod c;
 pub mod cuda;
 pub mod printer;
+pub mod rows;
 pub mod tensorcore;
 
 use crate::ir::{Access, Affine, BinOp, DType, Expr, Func, Kernel};
@@ -106,6 +107,38 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
+/// `name` as a C identifier: every character other than an ASCII letter, digit or `_`
+/// becomes `_`, a leading digit gets a `_` before it, an empty name is `kernel`, and at most
+/// 64 characters are kept. Every user-given name printed into generated code (a kernel's
+/// name, the CLI's `--name`) goes through this, so no name can close a comment or add code.
+///
+/// ```
+/// use tensor_dsl::codegen::c_identifier;
+/// assert_eq!(c_identifier("matmul"), "matmul");
+/// assert_eq!(c_identifier("x */ int evil; /*"), "x____int_evil____");
+/// assert_eq!(c_identifier("3mm"), "_3mm");
+/// assert_eq!(c_identifier(""), "kernel");
+/// ```
+pub fn c_identifier(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if s.is_empty() {
+        s.push_str("kernel");
+    } else if s.starts_with(|c: char| c.is_ascii_digit()) {
+        s.insert(0, '_');
+    }
+    s
+}
+
 /// The C name of index variable `i`: `i_<name>` for ASCII names, `i_<id>` otherwise.
 pub fn index_name(kernel: &Kernel, i: usize) -> String {
     let n = &kernel.indices[i].name;
@@ -181,13 +214,17 @@ pub fn builtin_prelude(qualifier: &str) -> String {
 pub fn used_builtins_prelude(kernel: &Kernel, qualifier: &str) -> String {
     fn uses(e: &Expr, f: Func) -> bool {
         match e {
-            Expr::Lit(_) | Expr::Access(_) | Expr::Output => false,
+            Expr::Lit(_) | Expr::Access(_) | Expr::Output | Expr::Temp(_) => false,
             Expr::Neg(a) => uses(a, f),
             Expr::Bin(_, a, b) => uses(a, f) || uses(b, f),
             Expr::Call(g, args) => *g == f || args.iter().any(|a| uses(a, f)),
         }
     }
-    let used = |f: Func| uses(&kernel.body, f) || kernel.epilogue.iter().any(|e| uses(e, f));
+    let used = |f: Func| {
+        uses(&kernel.body, f)
+            || kernel.epilogue.iter().any(|e| uses(e, f))
+            || kernel.stages().iter().any(|s| uses(&s.body, f))
+    };
     let mut s = String::new();
     for (f, body) in [
         (Func::Silu, "return x / (1.0f + expf(-x));"),
@@ -325,6 +362,8 @@ impl ExprPrinter<'_> {
             Expr::Lit(v) => float_lit(*v),
             Expr::Access(a) => read(a).unwrap_or_else(|| self.access(a)),
             Expr::Output => self.output.clone(),
+            // Intermediates of a kernel of several stages are scalars `td_t<n>`.
+            Expr::Temp(t) => format!("td_t{t}"),
             Expr::Neg(a) => format!("(-{})", self.expr_with(a, read)),
             Expr::Bin(op, a, b) => {
                 let op = match op {

@@ -602,7 +602,7 @@ mod tests {
     use crate::codegen::cuda::CudaDialect;
     use crate::ir::parse_text;
     use crate::lower::{self, CopyMode};
-    use crate::template::gpu::{default_schedule, GpuTarget};
+    use crate::template::gpu::{ansor_default_schedule, GpuTarget};
 
     fn set_async(body: &mut [Stmt]) -> usize {
         let mut n = 0;
@@ -626,7 +626,7 @@ mod tests {
         let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
         let shapes: [&[usize]; 3] = [&[64, 48], &[48, 40], &[64, 40]];
         let e = [64, 40, 48];
-        let s = default_schedule(&k, &e, &GpuTarget::h100());
+        let s = ansor_default_schedule(&k, &e, &GpuTarget::h100());
         let mut nest = lower::gpu::lower(&k, &e, &shapes, &s).unwrap();
         assert!(print(&nest, &CudaDialect).is_ok());
         assert_eq!(set_async(&mut nest.entry.body), 2);

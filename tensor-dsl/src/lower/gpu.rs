@@ -10,7 +10,8 @@
 //! use tensor_dsl::{ir::parse_text, lower, template::gpu};
 //! let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
 //! let shapes: [&[usize]; 3] = [&[64, 48], &[48, 40], &[64, 40]];
-//! let s = gpu::default_schedule(&k, &[64, 40, 48], &gpu::GpuTarget::h100());
+//! // (a matmul's default is the SIMT GEMM form, see `lower::gpu_simt`; this is the Ansor one)
+//! let s = gpu::ansor_default_schedule(&k, &[64, 40, 48], &gpu::GpuTarget::h100());
 //! let nest = lower::gpu::lower(&k, &[64, 40, 48], &shapes, &s).unwrap();
 //! assert_eq!(nest.launch.unwrap().block, [160, 1, 1]);
 //! // Both inputs are staged in shared memory, 16-byte aligned for vector loads.
@@ -210,6 +211,12 @@ pub fn lower<'a>(
     schedule: &GpuSchedule,
 ) -> Result<Nest<'a>, String> {
     check(kernel, extents, shapes, schedule)?;
+    if let Some(t) = &schedule.simt {
+        let g = schedule
+            .gemm(kernel)
+            .ok_or("the kernel has no GEMM form for a SIMT schedule")?;
+        return super::gpu_simt::lower(kernel, extents, shapes, &g, t);
+    }
     let threads = schedule.threads(kernel);
     let mut buffers = super::param_buffers(kernel, shapes);
     let mut tiles: Vec<StagedTile> = Vec::new();
@@ -1198,7 +1205,11 @@ mod tests {
                 let launch = nest.launch.unwrap();
                 assert_eq!(launch.block, [s.threads(&k), 1, 1]);
                 assert_eq!(launch.grid, [s.blocks(&k), 1, 1]);
-                let acc: usize = nest.scoped(Scope::Register).map(Buffer::elements).sum();
+                let acc: usize = nest
+                    .scoped(Scope::Register)
+                    .filter(|b| b.name == "acc")
+                    .map(Buffer::elements)
+                    .sum();
                 assert_eq!(acc, s.accumulators(&k));
                 assert_eq!(nest.shared_bytes(), s.shared_bytes(&k));
                 let mut staged = Vec::new();

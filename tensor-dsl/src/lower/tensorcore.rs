@@ -187,6 +187,9 @@ impl Gemm {
         if extents.len() != kernel.indices.len() {
             return Err("one extent per index is needed".into());
         }
+        if kernel.staged.is_some() {
+            return Err("a kernel of several stages".into());
+        }
         if kernel.kind != BodyKind::Sum {
             return Err("not a contraction (`+=`)".into());
         }

@@ -104,7 +104,13 @@ pub fn compile_shared_object(source: &str, out: &Path) -> Result<(), String> {
     let cc = compiler()?;
     let src = out.with_extension("c");
     std::fs::write(&src, source).map_err(|e| format!("{}: {e}", src.display()))?;
+    let start = std::time::Instant::now();
     let result = try_compile(&cc.program, &cc.flags, &src, out);
+    crate::log::compiled(
+        &out.file_stem().unwrap_or_default().to_string_lossy(),
+        &cc.program,
+        start.elapsed().as_secs_f64(),
+    );
     let _ = std::fs::remove_file(&src);
     result.map_err(|log| format!("{} {}:\n{log}", cc.program, cc.flags.join(" ")))
 }
@@ -144,7 +150,9 @@ pub fn compiler() -> Result<&'static Compiler, String> {
                         let _ = std::fs::remove_file(&src);
                         let _ = std::fs::remove_dir(&dir);
                         if !openmp {
-                            eprintln!("tensor-dsl: warning: `{program}` has no OpenMP; CPU kernels run on one core");
+                            crate::log::warn(format_args!(
+                                "`{program}` has no OpenMP; CPU kernels run on one core"
+                            ));
                         }
                         let version = Command::new(&program)
                             .arg("--version")
@@ -185,77 +193,115 @@ fn pin_openmp() {
     });
 }
 
-/// Compiles `source` into a shared object and loads it.
-/// Where a compiled object for `source` is cached: `<cache>/objects/<hash>.so`, the hash
-/// covering the source, the compiler's version and its flags. `TENSOR_DSL_NO_DISK_CACHE=1`
-/// turns the disk cache off.
-pub fn cached_object_path(source: &str) -> Result<Option<PathBuf>, String> {
-    if std::env::var("TENSOR_DSL_NO_DISK_CACHE").is_ok_and(|v| v == "1") {
-        return Ok(None);
-    }
+/// What compiled code is built for on this machine: the CPU's model and its ISA flags as
+/// `/proc/cpuinfo` lists them (`flags` on x86, `Features` on Arm), else the features the
+/// standard library detects. Part of every compiled object's cache key, since
+/// `-march=native` means different code on different machines: a cache shared between
+/// hosts (an NFS home, a restored CI cache) never hands AVX-512 code to an AVX2 host.
+pub fn host_identity() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let field = |name: &str| {
+            info.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == name).then(|| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            })
+        };
+        let model = field("model name")
+            .or_else(|| field("CPU part"))
+            .unwrap_or_default();
+        let flags = field("flags")
+            .or_else(|| field("Features"))
+            .unwrap_or_else(|| {
+                let mut detected: Vec<&str> = Vec::new();
+                #[cfg(target_arch = "x86_64")]
+                for (flag, present) in [
+                    ("avx512f", std::arch::is_x86_feature_detected!("avx512f")),
+                    ("avx2", std::arch::is_x86_feature_detected!("avx2")),
+                    ("fma", std::arch::is_x86_feature_detected!("fma")),
+                    ("sse4.2", std::arch::is_x86_feature_detected!("sse4.2")),
+                ] {
+                    if present {
+                        detected.push(flag);
+                    }
+                }
+                detected.join(" ")
+            });
+        format!("{} {model}\n{flags}", std::env::consts::ARCH)
+    })
+}
+
+/// The cache key of a compiled object for `source`: the source, the compiler, its version
+/// and flags, and [`host_identity`].
+pub fn object_key(source: &str) -> Result<String, String> {
     let cc = compiler()?;
-    let key = format!(
-        "{}\n{}\n{}\n{source}",
+    Ok(format!(
+        "{}\n{}\n{}\n{}\n{source}",
         cc.program,
         cc.version,
-        cc.flags.join(" ")
-    );
-    let hash = tensor_dsl_lang::ir::fnv1a64(key.as_bytes());
-    Ok(Some(
-        crate::records::cache_dir()
-            .join("objects")
-            .join(format!("{hash:016x}.so")),
+        cc.flags.join(" "),
+        host_identity()
     ))
 }
 
-/// Compiles `source` (or finds it in the disk cache), loads it.
+/// Loads a shared object from `bytes` (already checked) through a private copy, so the
+/// loaded file is one nobody else writes, truncates or deletes.
+fn load_bytes(bytes: &[u8], stem: &str) -> Result<libloading::Library, String> {
+    let dir = work_dir().map_err(|e| e.to_string())?;
+    let so = dir.join(format!("{stem}.so"));
+    let result = std::fs::write(&so, bytes)
+        .map_err(|e| format!("{}: {e}", so.display()))
+        .and_then(|()| {
+            // SAFETY: the bytes are an object we compiled from generated code (checked against
+            // the content hash it was stored under); its initialisers are the C runtime's.
+            unsafe { libloading::Library::new(&so) }.map_err(|e| e.to_string())
+        });
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// Compiles `source` (or finds it, verified, in the disk cache) and loads it.
 fn build(kernel: &Kernel, source: &str) -> Result<Loaded, String> {
     let cc = compiler()?;
     if cc.openmp {
         pin_openmp();
     }
-    let cached = cached_object_path(source)?;
-    let lib = match &cached {
-        // SAFETY: objects in the cache are ones we compiled from generated code and published
-        // by rename, so they are complete; their initialisers are the C runtime's.
-        Some(path) if path.is_file() => match unsafe { libloading::Library::new(path) } {
-            Ok(lib) => {
-                super::object_cache::touch(path);
-                Some(lib)
-            }
+    let key = object_key(source)?;
+    let dir = super::object_cache::objects_dir();
+    let stem = kernel.fingerprint();
+    let cached = dir
+        .as_deref()
+        .and_then(|d| super::object_cache::lookup(d, &key, "so"));
+    let lib = match cached {
+        // A verified object that still fails to load is dropped and compiled again.
+        Some((path, bytes)) => match load_bytes(&bytes, &stem) {
+            Ok(lib) => Some(lib),
             Err(_) => {
-                // A broken object is dropped (a link someone put there is left alone: the
-                // publish below writes through it).
-                if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
-                    let _ = std::fs::remove_file(path);
-                }
+                super::object_cache::discard_damaged(&path);
                 None
             }
         },
-        _ => None,
+        None => None,
     };
     let lib = match lib {
         Some(lib) => lib,
         None => {
-            let dir = work_dir().map_err(|e| e.to_string())?;
-            let so = dir.join(format!("{}.so", kernel.fingerprint()));
-            if let Err(e) = compile_shared_object(source, &so) {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
+            let work = work_dir().map_err(|e| e.to_string())?;
+            let so = work.join(format!("{stem}.so"));
+            let bytes = compile_shared_object(source, &so)
+                .and_then(|()| std::fs::read(&so).map_err(|e| format!("{}: {e}", so.display())));
+            let _ = std::fs::remove_dir_all(&work);
+            let bytes = bytes?;
+            let lib = load_bytes(&bytes, &stem)?;
             // Publish to the disk cache (by rename: other processes see all of it or nothing).
-            if let Some(path) = &cached {
-                super::object_cache::publish(path, |file| {
-                    std::io::copy(&mut std::fs::File::open(&so)?, file).map(|_| ())
-                });
+            if let Some(d) = &dir {
+                super::object_cache::store(d, &key, "so", &bytes);
             }
-            // SAFETY: the library is code we just generated and compiled; its initialisers
-            // are the C runtime's. It is leaked, so it outlives every use of `entry`.
-            let lib = unsafe { libloading::Library::new(&so) }.map_err(|e| e.to_string());
-            let _ = std::fs::remove_dir_all(&dir);
-            lib?
+            lib
         }
     };
+    // Leaked, so it outlives every use of `entry`.
     let lib: &'static libloading::Library = Box::leak(Box::new(lib));
     // SAFETY: `td_kernel` has exactly the `EntryFn` signature in every generated file.
     let entry = unsafe { lib.get::<EntryFn>(c::ENTRY.as_bytes()) }.map_err(|e| e.to_string())?;
@@ -330,4 +376,68 @@ pub fn run_with(
     // checked against the buffers above.
     unsafe { (loaded.entry)(args.as_ptr(), out.as_mut_ptr()) };
     Ok(())
+}
+
+/// Compiles (once per process, and through the disk cache) C `source` that another
+/// generator wrote with the `td_kernel` entry convention (the row template's), and runs it
+/// on the call's buffers. The caller vouches that the source reads parameter `p` only below
+/// the product of `shapes[p]` and writes `out` only below its length.
+pub fn run_source(
+    kernel: &Kernel,
+    shapes: &[&[usize]],
+    data: &[Data<'_>],
+    mut out: DataMut<'_>,
+    source: &str,
+) -> Result<(), CpuError> {
+    type SourceMap = Mutex<HashMap<String, Slot>>;
+    static SOURCES: OnceLock<SourceMap> = OnceLock::new();
+    super::check_buffers(kernel, shapes, data, &out).map_err(|message| {
+        CpuError::Other(Error::Backend {
+            kernel: kernel.name.clone(),
+            message,
+        })
+    })?;
+    compiler().map_err(CpuError::NoCompiler)?;
+    let slot: Slot = {
+        let map = SOURCES.get_or_init(Default::default);
+        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(source.to_string()).or_default().clone()
+    };
+    let loaded = slot
+        .get_or_init(|| build(kernel, source).map(Arc::new))
+        .as_ref()
+        .map_err(|log| {
+            CpuError::Other(Error::Compile {
+                kernel: kernel.name.clone(),
+                compiler: compiler().map(|c| c.program.clone()).unwrap_or_default(),
+                log: log.clone(),
+            })
+        })?;
+    let args: Vec<*const u8> = data.iter().map(Data::as_ptr).collect();
+    // SAFETY: the buffers were checked against `shapes` above; the caller vouches that the
+    // source stays inside them.
+    unsafe { (loaded.entry)(args.as_ptr(), out.as_mut_ptr()) };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The object key names the machine the code is compiled for, not `-march=native`.
+    #[test]
+    fn object_keys_name_the_cpu_model_and_isa_flags() {
+        let Ok(key) = object_key("int x;") else {
+            return; // no C compiler here
+        };
+        let id = host_identity();
+        assert!(key.contains(id), "{key}");
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            assert!(id.contains("sse2"), "the ISA flags are part of it: {id}");
+            if std::arch::is_x86_feature_detected!("avx2") {
+                assert!(id.split_whitespace().any(|f| f == "avx2"), "{id}");
+            }
+        }
+    }
 }

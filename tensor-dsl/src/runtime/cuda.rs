@@ -54,7 +54,6 @@ use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig,
     PushKernelArg,
 };
-use std::collections::HashMap;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -950,7 +949,11 @@ impl BuildError {
 }
 
 type Slot = Arc<OnceLock<Result<Arc<CompiledKernel>, BuildError>>>;
-static CACHE: OnceLock<Mutex<HashMap<String, Slot>>> = OnceLock::new();
+/// Loaded modules, bounded (least recently used evicted): a long tuning session loads a
+/// module per candidate, and each holds GPU memory until its last user drops it.
+static CACHE: OnceLock<Mutex<super::lru::Lru<String, Slot>>> = OnceLock::new();
+/// The most loaded modules the per-process memo of [`compile`] keeps.
+pub const MODULE_MEMO_ENTRIES: usize = 256;
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 fn save_text(dir: &std::path::Path, stem: &str, ext: &str, text: &str) -> std::io::Result<PathBuf> {
@@ -1068,9 +1071,9 @@ fn compile_memo(
         codegen::CODEGEN_VERSION
     );
     let slot: Slot = {
-        let map = CACHE.get_or_init(Default::default);
+        let map = CACHE.get_or_init(|| Mutex::new(super::lru::Lru::new(MODULE_MEMO_ENTRIES)));
         let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(key).or_default().clone()
+        map.get_or_insert_with(key, Slot::default).clone()
     };
     slot.get_or_init(|| load(rt, kernel, shapes, generate(), schedule.to_string()).map(Arc::new))
         .clone()

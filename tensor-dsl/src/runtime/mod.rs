@@ -2,10 +2,13 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod lru;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
 pub mod object_cache;
 pub mod ptxas;
+pub mod rows;
+pub mod sass;
 
 /// Why CUDA is unavailable in a build without the `cuda` feature.
 pub const NO_CUDA_FEATURE: &str =

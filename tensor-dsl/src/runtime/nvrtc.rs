@@ -41,43 +41,40 @@ pub fn compile_ptx(name: &str, source: &str, arch: &str) -> Result<String, Error
     }
     let opts = cudarc::nvrtc::CompileOptions {
         options: vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()],
-        name: Some(format!("{name}.cu")),
+        name: Some(format!("{}.cu", crate::codegen::c_identifier(name))),
         ..Default::default()
     };
-    cudarc::nvrtc::compile_ptx_with_opts(source, opts)
-        .map(|ptx| ptx.to_src())
-        .map_err(|e| Error::Compile {
-            kernel: name.into(),
-            compiler: format!("nvrtc --gpu-architecture={arch}"),
-            log: match e {
-                cudarc::nvrtc::CompileError::CompileError { log, .. } => {
-                    log.to_string_lossy().into_owned()
-                }
-                other => format!("{other:?}"),
-            },
-        })
+    let start = std::time::Instant::now();
+    let result = cudarc::nvrtc::compile_ptx_with_opts(source, opts);
+    crate::log::compiled(name, "nvrtc", start.elapsed().as_secs_f64());
+    result.map(|ptx| ptx.to_src()).map_err(|e| Error::Compile {
+        kernel: name.into(),
+        compiler: format!("nvrtc --gpu-architecture={arch}"),
+        log: match e {
+            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                log.to_string_lossy().into_owned()
+            }
+            other => format!("{other:?}"),
+        },
+    })
 }
 
 /// [`compile_ptx`] through a per-process memory cache and the disk cache beside the records:
-/// `<cache>/objects/<hash>.ptx`, the hash covering the source, the architecture and the
-/// CUDA major version, so a second process pays no NVRTC compile. Files are published by rename.
-/// `TENSOR_DSL_NO_DISK_CACHE=1` turns the cache off.
+/// `<cache>/objects/<key>-<content>.ptx`, the key covering the source, the architecture and
+/// the CUDA major version, the content hash checked before the PTX is used (see
+/// [`super::object_cache`]), so a second process pays no NVRTC compile and a damaged file is
+/// compiled again. Files are published by rename. `TENSOR_DSL_NO_DISK_CACHE=1` turns the
+/// cache off.
 pub fn compile_ptx_cached(name: &str, source: &str, arch: &str) -> Result<String, Error> {
-    let enabled = !std::env::var("TENSOR_DSL_NO_DISK_CACHE").is_ok_and(|v| v == "1");
     // This build loads NVRTC for CUDA 13 (cudarc `cuda-13000`); its PTX for a given virtual
     // architecture runs on any CUDA 13 driver.
     let key = format!("nvrtc cuda-13\n{arch}\n{source}");
-    let hash = tensor_dsl_lang::ir::fnv1a64(key.as_bytes());
     // The memory cache keeps the whole key: a hash collision must not hand back other code.
     let memory = MEMORY.get_or_init(Default::default);
     if let Some(ptx) = memory.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return Ok(ptx.clone());
     }
-    let path = available().then(|| {
-        crate::records::cache_dir()
-            .join("objects")
-            .join(format!("{hash:016x}.ptx"))
-    });
+    let dir = super::object_cache::objects_dir().filter(|_| available());
     let remember = |ptx: &String| {
         let mut map = memory.lock().unwrap_or_else(|p| p.into_inner());
         // Bounded: a long tuning session must not hold every candidate's PTX.
@@ -86,19 +83,22 @@ pub fn compile_ptx_cached(name: &str, source: &str, arch: &str) -> Result<String
         }
         map.insert(key.clone(), ptx.clone());
     };
-    if let (true, Some(p)) = (enabled, &path) {
-        if let Ok(ptx) = std::fs::read_to_string(p) {
-            if ptx.contains(".entry") {
-                super::object_cache::touch(p);
+    if let Some((path, bytes)) = dir
+        .as_deref()
+        .and_then(|d| super::object_cache::lookup(d, &key, "ptx"))
+    {
+        match String::from_utf8(bytes) {
+            Ok(ptx) if ptx.contains(".entry") && !ptx.contains('\0') => {
                 remember(&ptx);
                 return Ok(ptx);
             }
+            _ => super::object_cache::discard_damaged(&path),
         }
     }
     let ptx = compile_ptx(name, source, arch)?;
     remember(&ptx);
-    if let (true, Some(p)) = (enabled, &path) {
-        super::object_cache::publish(p, |file| std::io::Write::write_all(file, ptx.as_bytes()));
+    if let Some(d) = &dir {
+        super::object_cache::store(d, &key, "ptx", ptx.as_bytes());
     }
     Ok(ptx)
 }

@@ -1,5 +1,11 @@
-//! The GPU (SIMT) schedule template: Ansor's multi-level tiling for any kernel of the
-//! language, as a [`tuner::SearchSpace`].
+//! The GPU (SIMT) schedule template, as a [`tuner::SearchSpace`], in two forms:
+//!
+//! * a kernel in GEMM form (two inputs multiplied and summed: matmuls, batched matmuls,
+//!   convolutions; see [`super::gpu_simt::gemm_form`]) gets the SIMT GEMM space of
+//!   [`super::gpu_simt`] — block, warp and thread tiles, k-tile, hot-loop unroll — and its
+//!   analytic default; the schedule is a [`GpuSchedule`] whose `simt` field holds the tiles
+//!   ([`simt_schedule`]);
+//! * every other kernel of the language gets Ansor's multi-level tiling, below.
 //!
 //! Every spatial index (on the output) is split in five levels and every reduction index in
 //! three; [`crate::codegen::cuda`] turns one point into this loop nest (Ansor's "SSSRRSRS"):
@@ -55,18 +61,24 @@
 //! ```
 //! use tensor_dsl::ir::parse_text;
 //! use tensor_dsl::template::gpu::{default_schedule, GpuTarget, GpuTemplate};
-//! let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
 //! let target = GpuTarget::h100();
-//! let t = GpuTemplate::new(&k, &[1000, 1000, 1000], &target).unwrap();
-//! assert_eq!(t.padded(), &[1024, 1024, 1024]);
-//! let s = default_schedule(&k, &[1000, 1000, 1000], &target);
-//! assert_eq!(s.threads(&k), 256);
+//! // A matmul is in GEMM form: the SIMT GEMM space.
+//! let mm = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+//! let s = default_schedule(&mm, &[4096, 4096, 4096], &target);
+//! assert_eq!((s.threads(&mm), s.simt.as_ref().unwrap().tm), (256, 8));
+//! // A matrix-vector product is not: Ansor's space.
+//! let k = parse_text("mv", "o[[i]] += a[[i,k]] * b[[k]]", None).unwrap();
+//! let t = GpuTemplate::new(&k, &[1000, 1000], &target).unwrap();
+//! assert_eq!(t.padded(), &[1024, 1024]);
+//! let s = default_schedule(&k, &[1000, 1000], &target);
+//! assert!(s.simt.is_none());
 //! assert_eq!(t.decode(&t.default_config().unwrap()).unwrap(), s);
 //! let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(1);
 //! let point = t.space().sample_uniform(&mut rng).unwrap();
 //! assert!(t.decode(&point).unwrap().shared_bytes(&k) <= 48 * 1024);
 //! ```
 
+use super::gpu_simt::{gemm_form, GemmForm, SimtGemm};
 use crate::ir::{Access, BinOp, BodyKind, Expr, Func, IndexKind, Kernel};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -178,6 +190,11 @@ pub struct GpuSchedule {
     pub unroll_max_step: usize,
     /// The register-level loops, outermost first: every [`register_loops`] item once.
     pub order: Vec<RegLoop>,
+    /// The SIMT GEMM form of the schedule (see [`super::gpu_simt`]): when present, the
+    /// kernel is computed as an implicit GEMM with these tiles, and the Ansor fields above
+    /// are the trivial split ([`simt_schedule`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simt: Option<SimtGemm>,
 }
 
 /// A staged input tile: the bounding box of an access's coordinates over one block's
@@ -216,7 +233,7 @@ pub fn pads_to_zero(kernel: &Kernel, r: usize) -> bool {
     fn zero(e: &Expr, r: usize) -> bool {
         match e {
             Expr::Lit(v) => *v == 0.0,
-            Expr::Output => false,
+            Expr::Output | Expr::Temp(_) => false,
             Expr::Access(a) => a.dims.iter().any(|d| d.as_var() == Some(r)),
             Expr::Neg(a) => zero(a, r),
             Expr::Bin(BinOp::Mul, a, b) => zero(a, r) || zero(b, r),
@@ -340,18 +357,34 @@ impl GpuSchedule {
         product(kernel.spatial().iter().map(|&s| self.thread(s)))
     }
 
+    /// The GEMM form of the kernel at the extents this schedule splits (for a SIMT
+    /// schedule).
+    pub fn gemm(&self, kernel: &Kernel) -> Option<GemmForm> {
+        let extents: Vec<usize> = self.axes.iter().map(|a| a.padded).collect();
+        gemm_form(kernel, &extents)
+    }
+
     /// Threads per block.
     pub fn threads(&self, kernel: &Kernel) -> usize {
+        if let Some(t) = &self.simt {
+            return t.threads();
+        }
         self.thread_groups(kernel).saturating_mul(self.lanes)
     }
 
     /// Blocks in the grid.
     pub fn blocks(&self, kernel: &Kernel) -> usize {
+        if let Some(t) = &self.simt {
+            return self.gemm(kernel).map_or(usize::MAX, |g| t.blocks(&g));
+        }
         product(kernel.spatial().iter().map(|&s| self.outer(s)))
     }
 
     /// Accumulators (output elements) per thread.
     pub fn accumulators(&self, kernel: &Kernel) -> usize {
+        if let Some(t) = &self.simt {
+            return t.accumulators();
+        }
         product(kernel.spatial().iter().map(|&s| self.registers(s)))
     }
 
@@ -419,6 +452,9 @@ impl GpuSchedule {
     /// Static shared memory per block, bytes: every staged tile (each 16-byte aligned) and
     /// the cross-warp lane sum.
     pub fn shared_bytes(&self, kernel: &Kernel) -> usize {
+        if let Some(t) = &self.simt {
+            return t.shared_bytes();
+        }
         let tiles = self
             .tiles(kernel)
             .iter()
@@ -493,6 +529,20 @@ impl GpuSchedule {
                 self.vector
             ));
         }
+        if let Some(t) = &self.simt {
+            if self
+                .axes
+                .iter()
+                .zip(extents)
+                .any(|(a, &e)| a.padded != e.max(1))
+            {
+                return Err("a SIMT GEMM schedule does not pad its indices".into());
+            }
+            let g = self
+                .gemm(kernel)
+                .ok_or("the kernel has no GEMM form (a product of two inputs summed)")?;
+            t.check(&g)?;
+        }
         let mut want = register_loops(kernel);
         let mut got = self.order.clone();
         want.sort_by_key(|l| format!("{l:?}"));
@@ -534,7 +584,7 @@ impl GpuSchedule {
         if blocks > MAX_BLOCKS {
             return Err(format!("{blocks} blocks (limit {MAX_BLOCKS})"));
         }
-        if self.lanes > self.middle_points(kernel) {
+        if self.simt.is_none() && self.lanes > self.middle_points(kernel) {
             return Err(format!(
                 "{} lanes for {} middle reduction iterations",
                 self.lanes,
@@ -577,6 +627,20 @@ fn prev_pow2(n: usize) -> usize {
 /// It then shrinks the staging depth (and finally unstages tiles) until the shared memory
 /// fits the target.
 pub fn default_schedule(kernel: &Kernel, extents: &[usize], target: &GpuTarget) -> GpuSchedule {
+    match gemm_form(kernel, extents) {
+        Some(g) => simt_schedule(kernel, extents, SimtGemm::analytic(&g, target)),
+        None => ansor_default_schedule(kernel, extents, target),
+    }
+}
+
+/// The default of the Ansor multi-level tiling space (what [`default_schedule`] returns for
+/// kernels without a GEMM form; for one with, a valid schedule of the Ansor form that the
+/// template's space does not offer).
+pub fn ansor_default_schedule(
+    kernel: &Kernel,
+    extents: &[usize],
+    target: &GpuTarget,
+) -> GpuSchedule {
     let padded = padded_extents(kernel, extents);
     let spatial = kernel.spatial();
     let reducing = kernel.kind == BodyKind::Sum && !kernel.reduction().is_empty();
@@ -648,6 +712,7 @@ pub fn default_schedule(kernel: &Kernel, extents: &[usize], target: &GpuTarget) 
         vector: if vectorizable(kernel, extents) { 4 } else { 1 },
         unroll_max_step: 64,
         order: register_loops(kernel),
+        simt: None,
     };
     let middle = schedule.middle_points(kernel);
     if schedule.lanes > middle {
@@ -718,6 +783,91 @@ struct Layout {
     order: Option<usize>,
     items: Vec<RegLoop>,
     knob_count: usize,
+    /// The SIMT GEMM space's knobs, for a kernel in GEMM form (the Ansor knobs are then
+    /// absent).
+    simt: Option<SimtKnobs>,
+}
+
+/// The knobs of the SIMT GEMM space, in [`SimtKnobs::LISTS`] order.
+#[derive(Debug)]
+struct SimtKnobs {
+    form: GemmForm,
+    /// Knob ids of `bm, bn, bk, tm, tn, warp_m, unroll`.
+    ids: [usize; 7],
+}
+
+impl SimtKnobs {
+    const NAMES: [&'static str; 7] = ["bm", "bn", "bk", "tm", "tn", "warp_m", "unroll"];
+    const LISTS: [&'static [i64]; 7] = [
+        &super::gpu_simt::BLOCK_TILES,
+        &super::gpu_simt::BLOCK_TILES,
+        &super::gpu_simt::K_TILES,
+        &super::gpu_simt::THREAD_TILES,
+        &super::gpu_simt::THREAD_TILES,
+        &super::gpu_simt::WARP_M,
+        &super::gpu_simt::UNROLLS,
+    ];
+
+    fn decode(&self, c: &Config) -> Result<SimtGemm, String> {
+        let mut v = [0usize; 7];
+        for (n, (&k, list)) in self.ids.iter().zip(Self::LISTS).enumerate() {
+            v[n] = c
+                .index(k)
+                .and_then(|i| list.get(i).copied())
+                .ok_or_else(|| format!("the config has no valid `{}` value", Self::NAMES[n]))?
+                as usize;
+        }
+        Ok(SimtGemm {
+            bm: v[0],
+            bn: v[1],
+            bk: v[2],
+            tm: v[3],
+            tn: v[4],
+            warp_m: v[5],
+            unroll: v[6],
+        })
+    }
+
+    fn encode(&self, t: &SimtGemm) -> Result<Vec<Value>, String> {
+        let v = [t.bm, t.bn, t.bk, t.tm, t.tn, t.warp_m, t.unroll];
+        v.iter()
+            .zip(Self::LISTS)
+            .zip(Self::NAMES)
+            .map(|((&x, list), name)| {
+                list.iter()
+                    .position(|&y| y == x as i64)
+                    .map(Value::Discrete)
+                    .ok_or_else(|| format!("{name} {x} is not a value of the knob"))
+            })
+            .collect()
+    }
+}
+
+/// The schedule that computes `kernel` as a SIMT GEMM with tiles `t`: the Ansor fields
+/// hold the trivial split (every index one block-level factor of its extent, no lanes, no
+/// staging).
+pub fn simt_schedule(kernel: &Kernel, extents: &[usize], t: SimtGemm) -> GpuSchedule {
+    let axes = (0..kernel.indices.len())
+        .map(|i| {
+            let e = extents.get(i).copied().unwrap_or(1).max(1);
+            let levels = match kernel.indices[i].kind {
+                IndexKind::Spatial => SPATIAL_LEVELS,
+                IndexKind::Reduction => REDUCTION_LEVELS,
+            };
+            let mut factors = vec![1; levels];
+            factors[0] = e;
+            AxisSplit { padded: e, factors }
+        })
+        .collect();
+    GpuSchedule {
+        axes,
+        lanes: 1,
+        stage: vec![false; stageable_accesses(kernel).len()],
+        vector: 1,
+        unroll_max_step: 0,
+        order: register_loops(kernel),
+        simt: Some(t),
+    }
 }
 
 impl Layout {
@@ -752,6 +902,9 @@ impl Layout {
     }
 
     fn decode(&self, c: &Config) -> Result<GpuSchedule, String> {
+        if let Some(k) = &self.simt {
+            return Ok(simt_schedule(&self.kernel, &self.extents, k.decode(c)?));
+        }
         let bad = |what: &str| format!("the config has no valid `{what}` value");
         let mut axes = Vec::new();
         for (i, &k) in self.tiles.iter().enumerate() {
@@ -793,11 +946,20 @@ impl Layout {
             vector,
             unroll_max_step: unroll,
             order,
+            simt: None,
         })
     }
 
     fn encode(&self, s: &GpuSchedule) -> Result<Config, String> {
         s.validate(&self.kernel, &self.extents)?;
+        match (&self.simt, &s.simt) {
+            (Some(k), Some(t)) => return Ok(Config::new(k.encode(t)?)),
+            (Some(_), None) => {
+                return Err("this kernel's GPU space is the SIMT GEMM template's".into())
+            }
+            (None, Some(_)) => return Err("this kernel has no GEMM form".into()),
+            (None, None) => {}
+        }
         let mut values: Vec<Option<Value>> = vec![None; self.knob_count];
         for (i, &k) in self.tiles.iter().enumerate() {
             let axis = &s.axes[i];
@@ -896,6 +1058,9 @@ impl GpuTemplate {
             return Err(format!("index `{}` has extent 0", kernel.indices[i].name));
         }
         let padded = padded_extents(kernel, extents);
+        if let Some(form) = gemm_form(kernel, extents) {
+            return Self::simt(kernel, extents, padded, target, form);
+        }
         let reducing = kernel.kind == BodyKind::Sum && !kernel.reduction().is_empty();
         let mut b = SearchSpace::builder();
         let mut tiles = Vec::new();
@@ -952,6 +1117,7 @@ impl GpuTemplate {
             order,
             items,
             knob_count,
+            simt: None,
         });
         // The cheap, selective checks first, straight from the knob values: constraints run
         // on every sampled point.
@@ -986,6 +1152,58 @@ impl GpuTemplate {
         // Many spatial indices make valid points rare (the accumulator bound is a product
         // over them): draw longer before giving up.
         b.max_tries(200_000);
+        let space = b.build().map_err(|e| e.to_string())?;
+        Ok(GpuTemplate { layout, space })
+    }
+
+    /// The SIMT GEMM space of a kernel in GEMM form.
+    fn simt(
+        kernel: &Kernel,
+        extents: &[usize],
+        padded: Vec<usize>,
+        target: &GpuTarget,
+        form: GemmForm,
+    ) -> Result<GpuTemplate, String> {
+        let mut b = SearchSpace::builder();
+        let mut ids = [0usize; 7];
+        for (n, (name, list)) in SimtKnobs::NAMES.iter().zip(SimtKnobs::LISTS).enumerate() {
+            ids[n] = b.add(name, Discrete::new(list.to_vec()));
+        }
+        let layout = Arc::new(Layout {
+            kernel: kernel.clone(),
+            extents: extents.to_vec(),
+            padded,
+            target: target.clone(),
+            tiles: Vec::new(),
+            lanes: None,
+            stage: Vec::new(),
+            vector: None,
+            unroll: 0,
+            order: None,
+            items: register_loops(kernel),
+            knob_count: ids.len(),
+            simt: Some(SimtKnobs { form, ids }),
+        });
+        let l = Arc::clone(&layout);
+        b.constraint(
+            "SIMT tiles: 64 to 1024 threads in whole warps tiling the block, whole load rounds",
+            move |c| match &l.simt {
+                Some(k) => k.decode(c).is_ok_and(|t| t.check(&k.form).is_ok()),
+                None => false,
+            },
+        );
+        let l = Arc::clone(&layout);
+        let max_shared = target.max_shared_per_block as usize;
+        let max_threads = target.max_threads_per_block as usize;
+        b.constraint(
+            &format!("shared memory per block <= {max_shared} bytes, threads <= {max_threads}"),
+            move |c| match &l.simt {
+                Some(k) => k
+                    .decode(c)
+                    .is_ok_and(|t| t.shared_bytes() <= max_shared && t.threads() <= max_threads),
+                None => false,
+            },
+        );
         let space = b.build().map_err(|e| e.to_string())?;
         Ok(GpuTemplate { layout, space })
     }

@@ -18,6 +18,8 @@
 pub mod cpu;
 pub mod cuda;
 pub mod gpu;
+pub mod gpu_simt;
+pub mod rows;
 pub mod tensorcore;
 
 use crate::ir::Kernel;

@@ -1,4 +1,5 @@
-//! `--plot FILE.svg`: best-so-far GFLOPS against trials, one line per kernel.
+//! Best-so-far GFLOPS against trials as an SVG, one line per series (the bench's `--plot`,
+//! the CLI's `tune --svg`). Behind the `plot` feature.
 
 use plotters::prelude::*;
 use std::path::Path;

@@ -1,0 +1,137 @@
+//! The library baselines a user would pick instead of us, next to the `matrixmultiply`
+//! column ([`crate::baseline`]): OpenBLAS `sgemm` ([`crate::openblas`]) and oneDNN
+//! ([`crate::onednn`]), each loaded at run time. A library that is not installed is a
+//! skipped column with a one-line message (printed once per process), never a failure.
+
+use crate::workloads::Op;
+
+/// One library baseline for one workload, set up once (plans, weight reorders) and then
+/// called repeatedly in the timed rounds.
+pub trait Baseline {
+    /// The column's name, with the library's version where it says it.
+    fn name(&self) -> String;
+    /// One timed call: reads `inputs` (the kernel's inputs in parameter order) and writes
+    /// the result into `out`, or into the baseline's own buffer (see [`Baseline::fetch`]).
+    fn run(&mut self, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), String>;
+    /// After [`Baseline::run`], the result in the kernel's output layout into `out`
+    /// (untimed). The default does nothing: `run` already wrote `out`.
+    fn fetch(&mut self, _out: &mut [f32]) -> Result<(), String> {
+        Ok(())
+    }
+    /// Seconds to wait after a round of its calls before the next contender runs (its idle
+    /// threads' spinning must not be charged to the next one).
+    fn settle(&self) -> f64 {
+        0.0
+    }
+}
+
+/// A baseline column: set up, or why it is skipped.
+pub enum Column {
+    Ready {
+        library: &'static str,
+        baseline: Box<dyn Baseline>,
+    },
+    Skipped {
+        library: &'static str,
+        name: String,
+        reason: String,
+    },
+}
+
+/// Prints `bench: <what> skipped: <why>` once per process per library.
+fn say_skipped(what: &str, reason: &str) {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static SAID: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if said
+        .get_or_insert_with(HashSet::new)
+        .insert(what.to_string())
+    {
+        eprintln!("bench: {what} baseline skipped: {reason}");
+    }
+}
+
+fn column(library: &'static str, name: String, made: Result<Box<dyn Baseline>, String>) -> Column {
+    match made {
+        Ok(baseline) => Column::Ready { library, baseline },
+        Err(reason) => {
+            say_skipped(library, &reason);
+            Column::Skipped {
+                library,
+                name,
+                reason,
+            }
+        }
+    }
+}
+
+/// Every library baseline for `op`, set up on `inputs` (the kernel's inputs in parameter
+/// order): OpenBLAS, then oneDNN (matmul; or convolution in its own layouts without and
+/// with the NCHW reorders).
+pub fn for_op(op: &Op, inputs: &[&[f32]]) -> Vec<Column> {
+    let mut columns = vec![column(
+        "OpenBLAS",
+        crate::openblas::name(op),
+        crate::openblas::Baseline::new(op).map(|b| Box::new(b) as Box<dyn Baseline>),
+    )];
+    match op {
+        Op::Matmul { .. } | Op::BatchMatmul { .. } => columns.push(column(
+            "oneDNN",
+            "oneDNN matmul".into(),
+            crate::onednn::Matmul::new(op).map(|b| Box::new(b) as Box<dyn Baseline>),
+        )),
+        Op::Conv2d(cv) => {
+            for with_reorders in [false, true] {
+                columns.push(column(
+                    "oneDNN",
+                    crate::onednn::conv_name(with_reorders, None),
+                    crate::onednn::Conv::new(cv, inputs, with_reorders)
+                        .map(|b| Box::new(b) as Box<dyn Baseline>),
+                ));
+            }
+        }
+    }
+    columns
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::baseline::testing::{assert_close, cases, reference};
+
+    /// Every library baseline that is installed agrees with the reference interpreter on
+    /// small awkward shapes (run twice: set-up state must not leak between calls); a
+    /// missing library is reported and skipped.
+    #[test]
+    fn library_baselines_match_the_reference() {
+        let mut ran = std::collections::BTreeMap::<String, usize>::new();
+        let mut names = std::collections::BTreeSet::new();
+        for op in cases() {
+            let (data, want) = reference(&op);
+            let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+            for column in for_op(&op, &refs) {
+                match column {
+                    Column::Ready {
+                        library,
+                        mut baseline,
+                    } => {
+                        let name = baseline.name();
+                        for _ in 0..2 {
+                            let mut got = vec![f32::NAN; want.len()];
+                            baseline.run(&refs, &mut got).unwrap();
+                            baseline.fetch(&mut got).unwrap();
+                            assert_close(&name, &op, &got, &want);
+                        }
+                        *ran.entry(library.to_string()).or_default() += 1;
+                        names.insert(name);
+                    }
+                    Column::Skipped { name, reason, .. } => {
+                        eprintln!("skipped {name}: {reason}");
+                    }
+                }
+            }
+        }
+        eprintln!("checked: {ran:?}\n{names:#?}");
+    }
+}

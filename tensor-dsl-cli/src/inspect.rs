@@ -1,0 +1,67 @@
+//! `tensor-dsl inspect`: a static profile of one GPU configuration's machine code, without a
+//! GPU — NVRTC, `ptxas -v` and `nvdisasm` (see `tensor_dsl::runtime::sass`): registers,
+//! spills, shared memory, estimated occupancy and the hot loop's instruction mix.
+
+use crate::args::{parse_target, problem, Target};
+use crate::KernelArgs;
+use std::process::ExitCode;
+use tensor_dsl::runtime::sass;
+use tensor_dsl::template::gpu::{GpuTarget, GpuTemplate};
+
+/// Profiles the configuration `config` (`default`, or a config's text as records and
+/// `emit` write it) of the kernel on `target` (`cuda:sm_XY`).
+pub fn run(args: &KernelArgs, target: &str, config: &str, json: bool) -> Result<ExitCode, String> {
+    let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
+    let sm = match parse_target(target)? {
+        Target::Cuda { sm } => sm,
+        Target::Cpu => return Err("inspect profiles GPU code: use --target cuda:sm_XY".into()),
+    };
+    let target = GpuTarget {
+        sm,
+        ..GpuTarget::h100()
+    };
+    let t = GpuTemplate::new(&p.kernel, &p.extents, &target)?;
+    let point = match config.trim() {
+        "default" => t.default_config()?,
+        text => t.space().parse(text).map_err(|e| e.to_string())?,
+    };
+    let schedule = t.decode(&point)?;
+    let text = t.space().format(&point).map_err(|e| e.to_string())?;
+    let src =
+        tensor_dsl::codegen::cuda::generate(&p.kernel, &p.extents, &p.shape_refs(), &schedule);
+    let prof = sass::profile_cuda(&src, &target)?;
+    if json {
+        crate::output::line(serde_json::json!({
+            "config": text,
+            "grid": src.grid,
+            "block": src.block,
+            "profile": prof,
+            "ffma_share": prof.ffma_share(),
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("config      {text}");
+    println!("launch      grid {:?} block {:?}", src.grid, src.block);
+    println!("registers   {}", prof.ptxas.registers);
+    println!(
+        "spills      {} bytes stored, {} bytes loaded (stack frame {} bytes)",
+        prof.ptxas.spill_stores, prof.ptxas.spill_loads, prof.ptxas.stack_bytes
+    );
+    println!("shared      {} bytes", prof.ptxas.shared_bytes);
+    println!(
+        "occupancy   {:.2} ({} threads per block, sm_{sm})",
+        prof.occupancy, prof.threads
+    );
+    match &prof.hot_loop {
+        None => println!("hot loop    none (the kernel has no loop)"),
+        Some(h) => {
+            let m = &h.mix;
+            println!(
+                "hot loop    /*{:04x}*/../*{:04x}*/: {} instructions: FFMA {} LDS {} LDG {} STS {} BAR {} other {}",
+                h.start, h.end, m.total(), m.ffma, m.lds, m.ldg, m.sts, m.bar, m.other
+            );
+            println!("FFMA share  {:.3}", m.ffma_share());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,8 @@
+use tensor_dsl::{tensor_kernel, Tensor};
+
+#[tensor_kernel]
+fn scale(alpha: f64, x: &Tensor<f32>, y: &mut Tensor<f32>) {
+    y[[i]] = alpha * x[[i]];
+}
+
+fn main() {}

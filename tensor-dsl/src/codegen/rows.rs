@@ -1,0 +1,652 @@
+//! C and CUDA C for the row template ([`crate::template::rows`]): kernels of several
+//! stages (softmax, layer norm, RMS norm, pooling, row reductions).
+//!
+//! These are printed directly rather than through [`crate::lower::Nest`]: a row's
+//! intermediates are scalars carried from one statement's loop to the next, and the GPU
+//! form reduces across the threads of a row (warp shuffles, then shared memory), neither of
+//! which the nest has a statement for yet. The scalar arithmetic, tensor reads and element
+//! type conversions are the shared ones of [`super::ExprPrinter`], so both backends compute
+//! exactly what the one-statement kernels compute.
+//!
+//! Both entry points follow the conventions of the other generators: C exports
+//! `void td_kernel(const void *const *args, void *out)`; CUDA exports
+//! `extern "C" __global__ void td_kernel(inputs..., out)` on a one-dimensional grid.
+//!
+//! ```
+//! use tensor_dsl::codegen::rows;
+//! use tensor_dsl::ir::parse_text;
+//! use tensor_dsl::template::rows::{RowPlan, RowsCpuConfig, RowsGpuConfig};
+//! let k = parse_text("softmax", "m[[i]] = max(x[[i, j]]); s[[i]] = sum(exp(x[[i, j]] - m[[i]])); \
+//!                                y[[i, j]] = exp(x[[i, j]] - m[[i]]) / s[[i]];", None).unwrap();
+//! let shapes: [&[usize]; 2] = [&[4, 10], &[4, 10]];
+//! let plan = RowPlan::new(&k, &[4, 10]).unwrap();
+//! let c = rows::generate_c(&k, &[4, 10], &shapes, &RowsCpuConfig::heuristic(&plan)).unwrap();
+//! assert!(c.contains("reduction(max:td_acc)"));
+//! let g = rows::generate_cuda(&k, &[4, 10], &shapes, &RowsGpuConfig::heuristic(&plan)).unwrap();
+//! assert!(g.source.contains("__shfl_xor_sync"));
+//! ```
+
+use super::cuda::CudaSource;
+use super::{
+    bound_checks, builtin_prelude, dtype_prelude, float_lit, index_name, load_as_f32, offset_expr,
+    storage_type, store_from_f32, used_builtins_prelude, Coord, ExprPrinter,
+};
+use crate::ir::{Access, Expr, Func, Kernel, Reducer};
+use crate::template::rows::{RowPlan, RowStmt, RowsCpuConfig, RowsGpuConfig, Target};
+use std::fmt::Write as _;
+
+/// Version of the row template's generated code; part of compiled-artifact keys.
+pub const CODEGEN_VERSION: u32 = 1;
+
+/// Name of the entry point (as in the other generators).
+pub const ENTRY: &str = "td_kernel";
+
+struct Printer<'a> {
+    kernel: &'a Kernel,
+    shapes: &'a [&'a [usize]],
+    extents: &'a [usize],
+    expr: ExprPrinter<'a>,
+}
+
+impl<'a> Printer<'a> {
+    fn new(kernel: &'a Kernel, extents: &'a [usize], shapes: &'a [&'a [usize]]) -> Self {
+        let expr = ExprPrinter {
+            kernel,
+            shapes,
+            extents,
+            index: (0..kernel.indices.len())
+                .map(|i| index_name(kernel, i))
+                .collect(),
+            tensor: (0..kernel.params.len()).map(|p| format!("t{p}")).collect(),
+            output: "td_v".into(),
+            packed: None,
+        };
+        Printer {
+            kernel,
+            shapes,
+            extents,
+            expr,
+        }
+    }
+
+    fn coords(&self, a: &Access) -> Vec<Coord> {
+        a.dims
+            .iter()
+            .map(|map| {
+                let (lo, hi) = map.range(self.extents);
+                let mut expr = String::new();
+                map.write(&mut expr, &|v| index_name(self.kernel, v));
+                Coord {
+                    expr,
+                    simple: map.as_var().is_some() || map.terms.is_empty(),
+                    lo,
+                    hi,
+                }
+            })
+            .collect()
+    }
+
+    /// The conditions under which every access of `body` is inside its tensor (empty when
+    /// none can fall outside).
+    fn inside(&self, body: &Expr) -> Vec<String> {
+        let mut conds: Vec<String> = Vec::new();
+        body.visit_accesses(&mut |a| {
+            for c in bound_checks(self.shapes[a.tensor], &self.coords(a)) {
+                if !conds.contains(&c) {
+                    conds.push(c);
+                }
+            }
+        });
+        conds
+    }
+
+    /// `body` with reads not checked (the caller checked [`Printer::inside`]).
+    fn unchecked(&self, body: &Expr) -> String {
+        self.expr.expr_with(body, &|a| {
+            Some(load_as_f32(
+                self.kernel.params[a.tensor].dtype,
+                &format!(
+                    "t{}[{}]",
+                    a.tensor,
+                    offset_expr(self.shapes[a.tensor], &self.coords(a))
+                ),
+            ))
+        })
+    }
+
+    /// `td_v = epilogue(td_v); ...; out[offset] = td_v;` (the output's indices are set).
+    fn store(&self, s: &mut String, ind: &str) {
+        for e in &self.kernel.epilogue {
+            let _ = writeln!(s, "{ind}td_v = {};", self.expr.expr(e));
+        }
+        let out = self.kernel.output;
+        let coords: Vec<Coord> = self
+            .kernel
+            .spatial()
+            .iter()
+            .map(|&v| Coord {
+                expr: index_name(self.kernel, v),
+                simple: true,
+                lo: 0,
+                hi: self.extents[v] as i64 - 1,
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "{ind}out[{}] = {};",
+            offset_expr(self.shapes[out], &coords),
+            store_from_f32(self.kernel.params[out].dtype, "td_v")
+        );
+    }
+
+    fn points(&self, ids: &[usize]) -> usize {
+        ids.iter().map(|&i| self.extents[i]).product()
+    }
+
+    /// `const long i_j = td_p / 7 % 5;` for each of `ids`, decomposing the flat `flat`.
+    fn decompose(&self, s: &mut String, ind: &str, ids: &[usize], flat: &str) {
+        let mut stride = self.points(ids);
+        for (n, &v) in ids.iter().enumerate() {
+            stride /= self.extents[v].max(1);
+            let mut e = flat.to_string();
+            if stride > 1 {
+                let _ = write!(e, " / {stride}");
+            }
+            if n > 0 {
+                let _ = write!(e, " % {}", self.extents[v]);
+            }
+            let _ = writeln!(s, "{ind}const long {} = {e};", index_name(self.kernel, v));
+        }
+    }
+}
+
+/// `expf` as straight-line code the compiler can vectorize (glibc's vector `expf` is only
+/// declared under `-ffast-math`, so `expf` in a loop is a scalar call per element): Cephes'
+/// range reduction and degree-6 polynomial, within 2 ulp on the normal range. Below −86.5 it
+/// gives 0 (exp(−86.5) < 3e−38), above 88.72 +∞; NaN stays NaN. GCC if-converts its
+/// selects only without trapping math, which the pragma turns off for this file (no
+/// floating-point trap is ever enabled, so results do not change).
+pub const VECTOR_EXP_PRELUDE: &str = "\
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize(\"no-trapping-math\")
+#endif
+static inline float td_vexpf(float x) {
+    float c = x < -86.5f ? -86.5f : (x > 88.72283f ? 88.72283f : x);
+    float n = floorf(c * 1.44269504088896341f + 0.5f);
+    float r = c - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int i; float f; } u;
+    u.i = ((int)n + 126) << 23; /* 2^(n-1): n - 1 + 127 stays in 1..254 */
+    float y = p * u.f * 2.0f;
+    y = x > 88.72283f ? INFINITY : y;
+    y = x < -86.5f ? 0.0f : y;
+    return x != x ? x : y;
+}
+";
+
+/// The accumulator update `acc = combine(acc, x)` (NaN values are skipped by `max`/`min`,
+/// as `fmaxf` does).
+fn combine(r: Reducer, acc: &str, x: &str) -> String {
+    match r {
+        Reducer::Sum | Reducer::Mean => format!("{acc} += {x};"),
+        Reducer::Prod => format!("{acc} *= {x};"),
+        Reducer::Max => {
+            format!("{{ const float td_x = {x}; {acc} = td_x > {acc} ? td_x : {acc}; }}")
+        }
+        Reducer::Min => {
+            format!("{{ const float td_x = {x}; {acc} = td_x < {acc} ? td_x : {acc}; }}")
+        }
+    }
+}
+
+/// Two accumulators combined (the cross-thread step on the GPU).
+fn merge(r: Reducer, a: &str, b: &str) -> String {
+    match r {
+        Reducer::Sum | Reducer::Mean => format!("{a} + {b}"),
+        Reducer::Prod => format!("{a} * {b}"),
+        Reducer::Max => format!("({b} > {a} ? {b} : {a})"),
+        Reducer::Min => format!("({b} < {a} ? {b} : {a})"),
+    }
+}
+
+fn omp_op(r: Reducer) -> &'static str {
+    match r {
+        Reducer::Sum | Reducer::Mean => "+",
+        Reducer::Prod => "*",
+        Reducer::Max => "max",
+        Reducer::Min => "min",
+    }
+}
+
+/// The reduced value of `td_acc` (the mean divides by the number of points).
+fn finish(r: Reducer, count: usize) -> String {
+    match r {
+        Reducer::Mean => format!("td_acc * {}", float_lit(1.0 / count as f64)),
+        _ => "td_acc".into(),
+    }
+}
+
+fn header(s: &mut String, kernel: &Kernel, extents: &[usize], what: &str, schedule: &str) {
+    let _ = writeln!(
+        s,
+        "/* tensor-dsl generated {what} (row template, codegen v{CODEGEN_VERSION})"
+    );
+    let _ = writeln!(
+        s,
+        " * kernel `{}` fingerprint {}",
+        kernel.name,
+        kernel.fingerprint()
+    );
+    let _ = writeln!(s, " *   {}", kernel.to_string().replace("*/", "* /"));
+    let _ = writeln!(s, " * extents: {}", super::extents_text(kernel, extents));
+    let _ = writeln!(s, " * schedule: {schedule}");
+    let _ = writeln!(s, " */");
+}
+
+fn temps_decl(s: &mut String, ind: &str, plan: &RowPlan<'_>) {
+    let temps: Vec<String> = plan
+        .stmts
+        .iter()
+        .filter_map(|st| match st.target {
+            Target::Temp(t) => Some(format!("td_t{t} = 0.0f")),
+            Target::Output => None,
+        })
+        .collect();
+    if !temps.is_empty() {
+        let _ = writeln!(s, "{ind}float {};", temps.join(", "));
+    }
+}
+
+/// C for the CPU: rows in an (optionally parallel) loop, one loop nest per statement in a
+/// row, vectorized with `omp simd` when `config.vector`.
+pub fn generate_c(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    config: &RowsCpuConfig,
+) -> Result<String, String> {
+    let plan = RowPlan::new(kernel, extents)?;
+    let p = Printer::new(kernel, extents, shapes);
+    let mut s = String::new();
+    header(
+        &mut s,
+        kernel,
+        extents,
+        "C",
+        &format!(
+            "{} rows {}, {}",
+            plan.rows,
+            if config.parallel {
+                "in parallel"
+            } else {
+                "in order"
+            },
+            if config.vector {
+                "vectorized"
+            } else {
+                "scalar"
+            }
+        ),
+    );
+    s.push_str("#include <math.h>\n\n");
+    s.push_str(&builtin_prelude(""));
+    s.push_str(&used_builtins_prelude(kernel, ""));
+    s.push_str(&dtype_prelude(kernel, ""));
+    let uses_exp = {
+        let mut uses = false;
+        let mut check = |e: &Expr| uses |= calls(e, Func::Exp);
+        kernel.stages().iter().for_each(|st| check(&st.body));
+        check(&kernel.body);
+        kernel.epilogue.iter().for_each(&mut check);
+        uses
+    };
+    if uses_exp && config.vector {
+        s.push_str(VECTOR_EXP_PRELUDE);
+    }
+    let body_start = s.len();
+    s.push_str("\nvoid td_kernel(const void *const *args, void *td_out) {\n");
+    for p_id in kernel.inputs() {
+        let ty = storage_type(kernel.params[p_id].dtype);
+        let _ = writeln!(
+            s,
+            "    const {ty} *restrict t{p_id} = (const {ty} *)args[{p_id}];"
+        );
+    }
+    let _ = writeln!(
+        s,
+        "    {ty} *restrict out = ({ty} *)td_out;",
+        ty = storage_type(kernel.params[kernel.output].dtype)
+    );
+    if config.parallel && plan.rows > 1 {
+        s.push_str("    #pragma omp parallel for schedule(static)\n");
+    }
+    let _ = writeln!(
+        s,
+        "    for (long td_row = 0; td_row < {}; ++td_row) {{",
+        plan.rows
+    );
+    let ind = "        ";
+    p.decompose(&mut s, ind, &plan.outer, "td_row");
+    temps_decl(&mut s, ind, &plan);
+    for st in &plan.stmts {
+        c_stmt(&mut s, &p, st, config);
+    }
+    s.push_str("    }\n}\n");
+    if uses_exp && config.vector {
+        // The shared expression printer spells `exp` as `expf`; in a vectorized row it is
+        // the vectorizable one.
+        let body = s.split_off(body_start).replace("expf(", "td_vexpf(");
+        s.push_str(&body);
+    }
+    Ok(s)
+}
+
+/// Whether `e` calls `f`.
+fn calls(e: &Expr, f: Func) -> bool {
+    match e {
+        Expr::Lit(_) | Expr::Access(_) | Expr::Output | Expr::Temp(_) => false,
+        Expr::Neg(a) => calls(a, f),
+        Expr::Bin(_, a, b) => calls(a, f) || calls(b, f),
+        Expr::Call(g, args) => *g == f || args.iter().any(|a| calls(a, f)),
+    }
+}
+
+/// The row template's C for a kernel of several stages reached through the einsum CPU
+/// template's entry points ([`super::c::generate`], so tools written against them work):
+/// rows in parallel as `config.parallel` says, vectorized unless `config.vector` is 1.
+pub fn c_for_einsum_config(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    config: &crate::template::cpu::CpuConfig,
+) -> Result<String, String> {
+    let rows = RowsCpuConfig {
+        parallel: config.parallel,
+        vector: config.vector > 1,
+    };
+    generate_c(kernel, extents, shapes, &rows)
+}
+
+/// The row template's CUDA with its heuristic knobs, for a kernel of several stages reached
+/// through [`super::cuda::generate`] (whose GPU schedule does not apply to it).
+pub fn cuda_with_heuristic(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+) -> Result<CudaSource, String> {
+    let plan = RowPlan::new(kernel, extents)?;
+    generate_cuda(kernel, extents, shapes, &RowsGpuConfig::heuristic(&plan))
+}
+
+/// Opens `for` loops over `ids` (the last one `omp simd` with `clause` when `vector`);
+/// returns the indentation inside.
+fn open_loops(
+    s: &mut String,
+    p: &Printer<'_>,
+    ids: &[usize],
+    vector: bool,
+    clause: &str,
+    depth: usize,
+) -> usize {
+    let mut d = depth;
+    for (n, &v) in ids.iter().enumerate() {
+        let ind = "    ".repeat(d);
+        if vector && n + 1 == ids.len() {
+            let _ = writeln!(s, "{ind}#pragma omp simd{clause}");
+        }
+        let name = index_name(p.kernel, v);
+        let _ = writeln!(
+            s,
+            "{ind}for (long {name} = 0; {name} < {}; ++{name}) {{",
+            p.extents[v]
+        );
+        d += 1;
+    }
+    d
+}
+
+fn close_loops(s: &mut String, from: usize, to: usize) {
+    for d in (to..from).rev() {
+        let _ = writeln!(s, "{}}}", "    ".repeat(d));
+    }
+}
+
+fn c_stmt(s: &mut String, p: &Printer<'_>, st: &RowStmt<'_>, config: &RowsCpuConfig) {
+    let base = 2;
+    let ind = "    ".repeat(base);
+    match st.reducer {
+        Some(r) => {
+            let _ = writeln!(
+                s,
+                "{ind}{{ /* {} over {} */",
+                r.name(),
+                names(p.kernel, &st.over)
+            );
+            let _ = writeln!(s, "{ind}    float td_acc = {};", float_lit(r.identity()));
+            let clause = format!(" reduction({}:td_acc)", omp_op(r));
+            let d = open_loops(s, p, &st.over, config.vector, &clause, base + 1);
+            let inner = "    ".repeat(d);
+            let conds = p.inside(st.body);
+            let update = combine(r, "td_acc", &p.unchecked(st.body));
+            if conds.is_empty() {
+                let _ = writeln!(s, "{inner}{update}");
+            } else {
+                let _ = writeln!(s, "{inner}if ({}) {update}", conds.join(" && "));
+            }
+            close_loops(s, d, base + 1);
+            let value = finish(r, p.points(&st.over));
+            match st.target {
+                Target::Temp(t) => {
+                    let _ = writeln!(s, "{ind}    td_t{t} = {value};");
+                }
+                Target::Output => {
+                    let _ = writeln!(s, "{ind}    float td_v = {value};");
+                    p.store(s, &format!("{ind}    "));
+                }
+            }
+            let _ = writeln!(s, "{ind}}}");
+        }
+        None => match st.target {
+            Target::Temp(t) => {
+                let _ = writeln!(s, "{ind}td_t{t} = {};", p.expr.expr(st.body));
+            }
+            Target::Output => {
+                let d = open_loops(s, p, &st.inner, config.vector, "", base);
+                let inner = "    ".repeat(d);
+                let _ = writeln!(s, "{inner}{{");
+                let _ = writeln!(s, "{inner}    float td_v = {};", p.expr.expr(st.body));
+                p.store(s, &format!("{inner}    "));
+                let _ = writeln!(s, "{inner}}}");
+                close_loops(s, d, base);
+            }
+        },
+    }
+}
+
+fn names(kernel: &Kernel, ids: &[usize]) -> String {
+    let n: Vec<&str> = ids
+        .iter()
+        .map(|&i| kernel.indices[i].name.as_str())
+        .collect();
+    n.join(", ")
+}
+
+/// CUDA C: `config.rows_per_block` rows per block, `config.threads_per_row` threads per
+/// row striding over each statement's points; reductions combine across a row's threads
+/// with `__shfl_xor_sync` and, beyond a warp, through shared memory.
+pub fn generate_cuda(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    config: &RowsGpuConfig,
+) -> Result<CudaSource, String> {
+    config.validate()?;
+    let plan = RowPlan::new(kernel, extents)?;
+    let p = Printer::new(kernel, extents, shapes);
+    let t = config.threads_per_row;
+    let rpb = config.rows_per_block;
+    let block = config.block();
+    let grid = plan.rows.div_ceil(rpb as usize);
+    let grid = u32::try_from(grid).map_err(|_| format!("{grid} blocks do not fit a grid"))?;
+    let warps_per_row = t / 32;
+
+    let mut s = String::new();
+    header(
+        &mut s,
+        kernel,
+        extents,
+        "CUDA C",
+        &format!(
+            "{} rows, {t} threads per row, {rpb} rows per block ({grid} blocks of {block})",
+            plan.rows
+        ),
+    );
+    s.push_str("#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n\n");
+    s.push_str(&builtin_prelude("__device__ "));
+    s.push_str(&used_builtins_prelude(kernel, "__device__ "));
+    s.push_str(&dtype_prelude(kernel, "__device__ "));
+    let mut params: Vec<String> = kernel
+        .inputs()
+        .into_iter()
+        .map(|q| {
+            format!(
+                "const {} *__restrict__ t{q}",
+                storage_type(kernel.params[q].dtype)
+            )
+        })
+        .collect();
+    params.push(format!(
+        "{} *__restrict__ out",
+        storage_type(kernel.params[kernel.output].dtype)
+    ));
+    let _ = writeln!(
+        s,
+        "\nextern \"C\" __global__ void __launch_bounds__({block}) {ENTRY}({}) {{",
+        params.join(", ")
+    );
+    let ind = "    ";
+    if warps_per_row > 1 {
+        let _ = writeln!(s, "{ind}__shared__ float td_red[{}];", warps_per_row * rpb);
+    }
+    let _ = writeln!(s, "{ind}const long td_lane = threadIdx.x % {t};");
+    let _ = writeln!(
+        s,
+        "{ind}const long td_first = (long)blockIdx.x * {rpb} + threadIdx.x / {t};"
+    );
+    let _ = writeln!(
+        s,
+        "{ind}/* A thread past the last row works on row 0 and stores nothing: every thread \
+         takes part in the shuffles and barriers. */"
+    );
+    let _ = writeln!(s, "{ind}const bool td_valid = td_first < {};", plan.rows);
+    let _ = writeln!(s, "{ind}const long td_row = td_valid ? td_first : 0;");
+    p.decompose(&mut s, ind, &plan.outer, "td_row");
+    temps_decl(&mut s, ind, &plan);
+    for st in &plan.stmts {
+        cuda_stmt(&mut s, &p, st, t);
+    }
+    s.push_str("}\n");
+    Ok(CudaSource {
+        source: s,
+        entry: ENTRY.into(),
+        grid: [grid, 1, 1],
+        block: [block, 1, 1],
+        shared_bytes: 0,
+    })
+}
+
+/// Combines `td_acc` across the `t` threads of a row; every thread gets the result.
+fn row_reduce(s: &mut String, ind: &str, r: Reducer, t: u32) {
+    let mut o = t.min(32) / 2;
+    while o > 0 {
+        // The partner's value first: every thread shuffles exactly once per step.
+        let _ = writeln!(
+            s,
+            "{ind}{{ const float td_o = __shfl_xor_sync(0xffffffffu, td_acc, {o}); td_acc = {}; }}",
+            merge(r, "td_acc", "td_o")
+        );
+        o /= 2;
+    }
+    if t > 32 {
+        let w = t / 32;
+        let _ = writeln!(
+            s,
+            "{ind}if (threadIdx.x % 32 == 0) td_red[threadIdx.x / 32] = td_acc;"
+        );
+        let _ = writeln!(s, "{ind}__syncthreads();");
+        let _ = writeln!(s, "{ind}td_acc = td_red[threadIdx.x / {t} * {w}];");
+        let _ = writeln!(s, "{ind}for (int td_w = 1; td_w < {w}; ++td_w) {{");
+        let _ = writeln!(
+            s,
+            "{ind}    const float td_o = td_red[threadIdx.x / {t} * {w} + td_w];"
+        );
+        let _ = writeln!(s, "{ind}    td_acc = {};", merge(r, "td_acc", "td_o"));
+        let _ = writeln!(s, "{ind}}}");
+        let _ = writeln!(s, "{ind}__syncthreads();");
+    }
+}
+
+fn cuda_stmt(s: &mut String, p: &Printer<'_>, st: &RowStmt<'_>, t: u32) {
+    let ind = "    ";
+    match st.reducer {
+        Some(r) => {
+            let _ = writeln!(
+                s,
+                "{ind}{{ /* {} over {} */",
+                r.name(),
+                names(p.kernel, &st.over)
+            );
+            let _ = writeln!(s, "{ind}    float td_acc = {};", float_lit(r.identity()));
+            let n = p.points(&st.over);
+            let _ = writeln!(
+                s,
+                "{ind}    for (long td_p = td_lane; td_p < {n}; td_p += {t}) {{"
+            );
+            p.decompose(s, "            ", &st.over, "td_p");
+            let conds = p.inside(st.body);
+            let update = combine(r, "td_acc", &p.unchecked(st.body));
+            if conds.is_empty() {
+                let _ = writeln!(s, "{ind}        {update}");
+            } else {
+                let _ = writeln!(s, "{ind}        if ({}) {update}", conds.join(" && "));
+            }
+            let _ = writeln!(s, "{ind}    }}");
+            row_reduce(s, "        ", r, t);
+            let value = finish(r, n);
+            match st.target {
+                Target::Temp(tt) => {
+                    let _ = writeln!(s, "{ind}    td_t{tt} = {value};");
+                }
+                Target::Output => {
+                    let _ = writeln!(s, "{ind}    if (td_valid && td_lane == 0) {{");
+                    let _ = writeln!(s, "{ind}        float td_v = {value};");
+                    p.store(s, "            ");
+                    let _ = writeln!(s, "{ind}    }}");
+                }
+            }
+            let _ = writeln!(s, "{ind}}}");
+        }
+        None => match st.target {
+            Target::Temp(tt) => {
+                let _ = writeln!(s, "{ind}td_t{tt} = {};", p.expr.expr(st.body));
+            }
+            Target::Output => {
+                let n = p.points(&st.inner);
+                let _ = writeln!(
+                    s,
+                    "{ind}if (td_valid) for (long td_p = td_lane; td_p < {n}; td_p += {t}) {{"
+                );
+                p.decompose(s, "        ", &st.inner, "td_p");
+                let _ = writeln!(s, "{ind}    float td_v = {};", p.expr.expr(st.body));
+                p.store(s, "        ");
+                let _ = writeln!(s, "{ind}}}");
+            }
+        },
+    }
+}

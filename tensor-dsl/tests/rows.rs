@@ -1,0 +1,571 @@
+//! The row template (kernels of several stages: softmax, layer norm, RMS norm, pooling,
+//! row reductions) against the reference interpreter:
+//!
+//! * the C code, with every CPU configuration, on awkward shapes;
+//! * the CUDA code on the CPU emulator (`tests/cuda_emu.h`, needs `g++`), with threads per
+//!   row from 1 to 1024 (shuffles within a warp, shared memory beyond);
+//! * the CUDA code through the real NVRTC and `ptxas` at the bench's shapes (skipped
+//!   without them unless `TENSOR_DSL_REQUIRE_NVRTC=1`);
+//! * snapshots of the generated code.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::Case;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tensor_dsl::codegen::{rows, storage_type};
+use tensor_dsl::ir::DType;
+use tensor_dsl::runtime::rows as run_rows;
+use tensor_dsl::template::rows::{RowPlan, RowsCpuConfig, RowsGpuConfig};
+use tensor_dsl::Buffer;
+
+const SOFTMAX: &str = "m[[i]] = max(x[[i, j]]); s[[i]] = sum(exp(x[[i, j]] - m[[i]])); \
+                       y[[i, j]] = exp(x[[i, j]] - m[[i]]) / s[[i]]";
+const LAYER_NORM: &str = "mu[[i]] = mean(x[[i, j]]); \
+                          var[[i]] = mean((x[[i, j]] - mu[[i]]) * (x[[i, j]] - mu[[i]])); \
+                          y[[i, j]] = (x[[i, j]] - mu[[i]]) * rsqrt(var[[i]] + 1e-5) * g[[j]] + b[[j]]";
+const RMS_NORM: &str =
+    "ms[[i]] = mean(x[[i, j]] * x[[i, j]]); y[[i, j]] = x[[i, j]] * rsqrt(ms[[i]] + 1e-6) * g[[j]]";
+const MAX_POOL: &str =
+    "let r = 0..3; let s = 0..3; y[[n, c, p, q]] = max(x[[n, c, 2 * p + r - 1, 2 * q + s - 1]])";
+const ROW_MIN: &str = "y[[i]] = min(x[[i, j]])";
+
+/// (name, statements, shapes at which to test, element types).
+fn cases() -> Vec<(&'static str, &'static str, Vec<String>, &'static str)> {
+    let rc = |sh: &dyn Fn(usize, usize) -> String| -> Vec<String> {
+        [(1, 1), (3, 1), (1, 7), (5, 33), (2, 1000), (3, 1537)]
+            .iter()
+            .map(|&(r, c)| sh(r, c))
+            .collect()
+    };
+    vec![
+        ("softmax", SOFTMAX, rc(&|r, c| format!("x={r}x{c} y={r}x{c}")), ""),
+        ("softmax_f16", SOFTMAX, rc(&|r, c| format!("x={r}x{c} y={r}x{c}")), "x=f16,y=f16"),
+        ("layer_norm", LAYER_NORM, rc(&|r, c| format!("x={r}x{c} g={c} b={c} y={r}x{c}")), ""),
+        ("layer_norm_bf16", LAYER_NORM, rc(&|r, c| format!("x={r}x{c} g={c} b={c} y={r}x{c}")), "x=bf16,y=bf16"),
+        ("rms_norm", RMS_NORM, rc(&|r, c| format!("x={r}x{c} g={c} y={r}x{c}")), ""),
+        ("row_min", ROW_MIN, rc(&|r, c| format!("x={r}x{c} y={r}")), ""),
+        (
+            "max_pool",
+            MAX_POOL,
+            vec!["x=1x1x1x1 y=1x1x1x1".into(), "x=2x3x7x5 y=2x3x4x3".into(), "x=1x2x12x9 y=1x2x6x5".into()],
+            "",
+        ),
+        (
+            "heads_softmax_relu",
+            "m[[b, i]] = max(x[[b, i, j]]); e[[b, i]] = sum(exp(x[[b, i, j]] - m[[b, i]])); \
+             y[[b, i, j]] = exp(x[[b, i, j]] - m[[b, i]]) / e[[b, i]]; y[[b, i, j]] = relu(y[[b, i, j]] - 0.01)",
+            vec!["x=2x3x17 y=2x3x17".into(), "x=1x1x300 y=1x1x300".into()],
+            "",
+        ),
+        (
+            "logsumexp",
+            "m[[i]] = max(x[[i, j]]); y[[i]] = sum(exp(x[[i, j]] - m[[i]]))",
+            rc(&|r, c| format!("x={r}x{c} y={r}")),
+            "",
+        ),
+        (
+            "prod_and_scalar",
+            "t[[]] = mean(x[[i, j]]); y[[i, j]] = x[[i, j]] - t[[]]",
+            vec!["x=1x1 y=1x1".into(), "x=13x70 y=13x70".into()],
+            "",
+        ),
+        (
+            "product",
+            "y[[i]] = prod(1.0 + 0.01 * x[[i, j]])",
+            rc(&|r, c| format!("x={r}x{c} y={r}")),
+            "",
+        ),
+    ]
+}
+
+struct Prepared {
+    name: String,
+    case: Case,
+    extents: Vec<usize>,
+    data: Vec<Buffer>,
+    want: Vec<f32>,
+}
+
+fn prepare() -> Vec<Prepared> {
+    let mut rng = StdRng::seed_from_u64(16);
+    let mut out = Vec::new();
+    for (name, src, shapes, dtypes) in cases() {
+        for shape in shapes {
+            let case = Case::new(name, src, &shape, dtypes);
+            let extents = case.extents();
+            let k = &case.kernel;
+            let data: Vec<Buffer> = case
+                .shapes
+                .iter()
+                .enumerate()
+                .map(|(p, s)| {
+                    let n = if p == k.output { 0 } else { s.iter().product() };
+                    let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                    Buffer::from_f32(k.params[p].dtype, &v)
+                })
+                .collect();
+            let refs: Vec<tensor_dsl::Data> = data.iter().map(Buffer::view).collect();
+            let out_dtype = k.params[k.output].dtype;
+            let mut want = Buffer::zeros(out_dtype, case.shapes[k.output].iter().product());
+            tensor_dsl::reference::run(k, &extents, &case.shape_refs(), &refs, want.view_mut());
+            out.push(Prepared {
+                name: format!("{name} {shape}"),
+                case,
+                extents,
+                data,
+                want: want.to_f32(),
+            });
+        }
+    }
+    out
+}
+
+fn close(got: f32, want: f32, dtype: DType) -> bool {
+    let tol = match dtype {
+        DType::F32 => 1e-4,
+        other => tensor_dsl::measure::tolerance(other),
+    };
+    (got.is_nan() && want.is_nan()) || got == want || (got - want).abs() <= tol * (1.0 + want.abs())
+}
+
+#[test]
+fn every_kernel_is_of_the_row_form() {
+    for p in prepare() {
+        let plan = RowPlan::new(&p.case.kernel, &p.extents).unwrap();
+        assert!(plan.rows >= 1, "{}", p.name);
+    }
+    // Intermediates that keep different indices are not: the CPU runs them on the reference.
+    let k = tensor_dsl::ir::parse_text(
+        "k",
+        "a[[i]] = sum(x[[i, j]]); b[[j]] = sum(x[[i, j]]); y[[i, j]] = x[[i, j]] - a[[i]] - b[[j]]",
+        None,
+    )
+    .unwrap();
+    assert!(RowPlan::new(&k, &[3, 4]).is_err());
+    let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let mut got = vec![0.0f32; 12];
+    let mut want = vec![0.0f32; 12];
+    let shapes: [&[usize]; 2] = [&[3, 4], &[3, 4]];
+    let data = [(&x).into(), Default::default()];
+    run_rows::run_cpu(&k, &[3, 4], &shapes, &data, (&mut got).into()).unwrap();
+    tensor_dsl::reference::run(&k, &[3, 4], &shapes, &data, (&mut want).into());
+    assert_eq!(got, want);
+}
+
+#[test]
+fn cpu_matches_reference_with_every_config() {
+    if tensor_dsl::runtime::cpu::compiler().is_err() {
+        println!("skipped: no C compiler");
+        return;
+    }
+    for p in prepare() {
+        let k = &p.case.kernel;
+        let out_dtype = k.params[k.output].dtype;
+        for config in RowsCpuConfig::all() {
+            let refs: Vec<tensor_dsl::Data> = p.data.iter().map(Buffer::view).collect();
+            let mut got = Buffer::zeros(out_dtype, p.want.len());
+            run_rows::run_cpu_with(
+                k,
+                &p.extents,
+                &p.case.shape_refs(),
+                &refs,
+                got.view_mut(),
+                &config,
+            )
+            .map_err(|e| format!("{e:?}"))
+            .unwrap();
+            for (e, (g, w)) in got.to_f32().into_iter().zip(&p.want).enumerate() {
+                assert!(
+                    close(g, *w, out_dtype),
+                    "{} {config:?}: element {e}: C {g} vs reference {w}",
+                    p.name
+                );
+            }
+        }
+    }
+}
+
+/// GPU configurations to emulate: 1 to 1024 threads per row.
+fn gpu_configs(plan: &RowPlan<'_>) -> Vec<RowsGpuConfig> {
+    let mut v = vec![RowsGpuConfig::heuristic(plan)];
+    for (t, r) in [(1, 32), (4, 8), (32, 1), (64, 2), (256, 1), (1024, 1)] {
+        let c = RowsGpuConfig {
+            threads_per_row: t,
+            rows_per_block: r,
+        };
+        if c.validate().is_ok() && !v.contains(&c) {
+            v.push(c);
+        }
+    }
+    v
+}
+
+fn gxx() -> Option<PathBuf> {
+    let cxx = std::env::var_os("CXX").map_or_else(|| PathBuf::from("g++"), PathBuf::from);
+    Command::new(&cxx)
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|_| cxx)
+}
+
+fn emulate(cxx: &Path, dir: &Path, n: usize, p: &Prepared) {
+    let k = &p.case.kernel;
+    let plan = RowPlan::new(k, &p.extents).unwrap();
+    let configs = gpu_configs(&plan);
+    let out_dtype = k.params[k.output].dtype;
+    let n_out = p.want.len();
+    let mut cpp = String::from("#include \"cuda_emu.h\"\n");
+    let mut main = String::from(
+        "int main(int argc, char **argv) {\n    (void)argc;\n    FILE *f = fopen(argv[1], \"rb\");\n    FILE *o = fopen(argv[2], \"wb\");\n",
+    );
+    for &q in &k.inputs() {
+        let ty = storage_type(k.params[q].dtype);
+        let _ = writeln!(
+            main,
+            "    {ty} *t{q} = ({ty} *)td_read_bytes(f, {});",
+            p.data[q].view().bytes().len()
+        );
+    }
+    for (id, config) in configs.iter().enumerate() {
+        let src = rows::generate_cuda(k, &p.extents, &p.case.shape_refs(), config).unwrap();
+        let _ = writeln!(
+            cpp,
+            "namespace cfg{id} {{\n{}}}\n",
+            src.source.replace("extern \"C\" ", "")
+        );
+        let args: Vec<String> = k
+            .inputs()
+            .iter()
+            .map(|q| format!("t{q}"))
+            .chain(["out".into()])
+            .collect();
+        let (ty, bytes) = (storage_type(out_dtype), n_out * out_dtype.size());
+        let _ = writeln!(
+            main,
+            "    {{\n        {ty} *out = ({ty} *)td_alloc_nan_bytes({bytes});\n        \
+             fprintf(stderr, \"config {id}\\n\");\n        \
+             td_launch({}, {}, [&] {{ cfg{id}::{}({}); }});\n        \
+             fwrite(out, 1, {bytes}, o);\n        free(out);\n    }}",
+            src.grid[0],
+            src.block[0],
+            src.entry,
+            args.join(", ")
+        );
+    }
+    main.push_str("    fclose(o);\n    fclose(f);\n    return 0;\n}\n");
+    cpp.push_str(&main);
+    let base = dir.join(format!("rows{n}"));
+    let cpp_path = base.with_extension("cpp");
+    std::fs::write(&cpp_path, &cpp).unwrap();
+    let exe = base.with_extension("exe");
+    let out = Command::new(cxx)
+        .args(["-std=c++17", "-O1", "-w", "-I"])
+        .arg(dir)
+        .arg(&cpp_path)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}: g++ failed on {}:\n{}",
+        p.name,
+        cpp_path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let input = base.with_extension("in");
+    let bytes: Vec<u8> = k
+        .inputs()
+        .iter()
+        .flat_map(|&q| p.data[q].view().bytes().to_vec())
+        .collect();
+    std::fs::write(&input, bytes).unwrap();
+    let output = base.with_extension("out");
+    let run = Command::new(&exe)
+        .arg(&input)
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}: emulated kernel failed ({}) in {}:\n{}",
+        p.name,
+        run.status,
+        cpp_path.display(),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let bytes = std::fs::read(&output).unwrap();
+    let size = out_dtype.size() * n_out;
+    for (id, config) in configs.iter().enumerate() {
+        let got = Buffer::from_bytes(out_dtype, &bytes[id * size..(id + 1) * size]);
+        for (e, (g, w)) in got.to_f32().into_iter().zip(&p.want).enumerate() {
+            assert!(
+                close(g, *w, out_dtype),
+                "{} {config:?} (cfg{id} in {}): element {e}: emulated CUDA {g} vs reference {w}",
+                p.name,
+                cpp_path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn emulated_cuda_matches_reference() {
+    let Some(cxx) = gxx() else {
+        println!("skipped: g++ not found (install the `g++` package, or set CXX)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-rows-emu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("cuda_emu.h"), include_str!("cuda_emu.h")).unwrap();
+    let prepared = prepare();
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(4);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let (cxx, dir, prepared) = (&cxx, &dir, &prepared);
+                scope.spawn(move || {
+                    for (n, p) in prepared
+                        .iter()
+                        .enumerate()
+                        .filter(|(n, _)| n % workers == w)
+                    {
+                        emulate(cxx, dir, n, p);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The bench's shapes: softmax over 512x1024 and 4096x4096, layer norm over 512x768, 3x3
+/// stride-2 max pooling on 112x112x64, a row minimum and an `f16` softmax.
+const NVRTC_CASES: &[(&str, &str, &str, &str)] = &[
+    ("softmax_512x1024", SOFTMAX, "x=512x1024 y=512x1024", ""),
+    ("softmax_4096x4096", SOFTMAX, "x=4096x4096 y=4096x4096", ""),
+    (
+        "layer_norm_512x768",
+        LAYER_NORM,
+        "x=512x768 g=768 b=768 y=512x768",
+        "",
+    ),
+    (
+        "rms_norm_512x768",
+        RMS_NORM,
+        "x=512x768 g=768 y=512x768",
+        "",
+    ),
+    ("max_pool_112", MAX_POOL, "x=1x64x112x112 y=1x64x56x56", ""),
+    ("row_min", ROW_MIN, "x=1000x1001 y=1000", ""),
+    (
+        "softmax_f16",
+        SOFTMAX,
+        "x=512x1024 y=512x1024",
+        "x=f16,y=f16",
+    ),
+    (
+        "layer_norm_bf16",
+        LAYER_NORM,
+        "x=512x768 g=768 b=768 y=512x768",
+        "x=bf16,g=bf16,b=bf16,y=bf16",
+    ),
+];
+
+#[test]
+fn cuda_compiles_with_nvrtc_and_ptxas() {
+    #[cfg(feature = "cuda")]
+    let why = if !tensor_dsl::runtime::nvrtc::available() {
+        Some("NVRTC (libnvrtc.so.13) is not on the library path")
+    } else if tensor_dsl::runtime::ptxas::find().is_none() {
+        Some("ptxas is not on PATH (or TENSOR_DSL_PTXAS)")
+    } else {
+        None
+    };
+    #[cfg(not(feature = "cuda"))]
+    let why = Some("the `cuda` feature is off");
+    if let Some(why) = why {
+        if std::env::var("TENSOR_DSL_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+            panic!("TENSOR_DSL_REQUIRE_NVRTC=1 but {why}");
+        }
+        println!("skipped: {why}");
+        return;
+    }
+    #[cfg(feature = "cuda")]
+    for &(name, src, shapes, dtypes) in NVRTC_CASES {
+        let case = Case::new(name, src, shapes, dtypes);
+        let extents = case.extents();
+        let plan = RowPlan::new(&case.kernel, &extents).unwrap();
+        for config in gpu_configs(&plan) {
+            let gen =
+                rows::generate_cuda(&case.kernel, &extents, &case.shape_refs(), &config).unwrap();
+            assert!(!gen.source.contains("#include"), "{name}");
+            let ptx = tensor_dsl::runtime::nvrtc::compile_ptx(name, &gen.source, "compute_90")
+                .unwrap_or_else(|e| panic!("{name} {config:?}: NVRTC: {e}\n{}", gen.source));
+            let report = tensor_dsl::runtime::ptxas::assemble(&ptx, "sm_90")
+                .unwrap_or_else(|e| panic!("{name} {config:?}: ptxas: {e}"));
+            assert_eq!(report.spill_stores, 0, "{name} {config:?}: spills");
+            let shared = 4 * (config.threads_per_row / 32) * config.rows_per_block;
+            assert!(
+                report.shared_bytes <= shared + 16,
+                "{name} {config:?}: {report:?}"
+            );
+            println!("{name} {config:?}: {report:?}");
+        }
+    }
+}
+
+#[test]
+fn generated_code_snapshots() {
+    for (name, src, shapes) in [
+        ("softmax", SOFTMAX, "x=4x10 y=4x10"),
+        ("layer_norm", LAYER_NORM, "x=4x10 g=10 b=10 y=4x10"),
+        ("max_pool", MAX_POOL, "x=2x3x7x5 y=2x3x4x3"),
+        ("row_min", ROW_MIN, "x=5x7 y=5"),
+    ] {
+        let case = Case::new(name, src, shapes, "");
+        let extents = case.extents();
+        let plan = RowPlan::new(&case.kernel, &extents).unwrap();
+        let c = rows::generate_c(
+            &case.kernel,
+            &extents,
+            &case.shape_refs(),
+            &RowsCpuConfig::heuristic(&plan),
+        )
+        .unwrap();
+        insta::assert_snapshot!(format!("rows_c_{name}"), c);
+        let g = RowsGpuConfig {
+            threads_per_row: 64,
+            rows_per_block: 2,
+        };
+        let cu = rows::generate_cuda(&case.kernel, &extents, &case.shape_refs(), &g).unwrap();
+        insta::assert_snapshot!(format!("rows_cuda_{name}"), cu.source);
+    }
+}
+
+/// The vectorizable `exp` of the C row template: within 2 ulp of the exact value on the
+/// normal range, 0 below it, +inf above, NaN for NaN (checked through a one-column sum).
+#[test]
+fn vector_exp_is_accurate() {
+    if tensor_dsl::runtime::cpu::compiler().is_err() {
+        println!("skipped: no C compiler");
+        return;
+    }
+    let k = tensor_dsl::ir::parse_text("e", "y[[i]] = sum(exp(x[[i, j]]))", None).unwrap();
+    let mut x: Vec<f32> = (0..20001).map(|n| -100.0 + n as f32 * 0.01).collect();
+    x.extend([
+        0.0,
+        -0.0,
+        1e-30,
+        -1e-30,
+        88.7,
+        88.72,
+        -86.9,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ]);
+    let n = x.len();
+    let mut y = vec![0.0f32; n];
+    let shapes: [&[usize]; 2] = [&[n, 1], &[n]];
+    let config = RowsCpuConfig {
+        parallel: false,
+        vector: true,
+    };
+    let src = rows::generate_c(&k, &[n, 1], &shapes, &config).unwrap();
+    assert!(src.contains("td_vexpf("), "{src}");
+    run_rows::run_cpu_with(
+        &k,
+        &[n, 1],
+        &shapes,
+        &[(&x).into(), Default::default()],
+        (&mut y).into(),
+        &config,
+    )
+    .map_err(|e| format!("{e:?}"))
+    .unwrap();
+    for (&v, &got) in x.iter().zip(&y) {
+        let want = f64::from(v).exp();
+        if v.is_nan() {
+            assert!(got.is_nan(), "exp({v}) = {got}");
+        } else if v < -86.5 {
+            assert!(f64::from(got) <= 3e-38 && got >= 0.0, "exp({v}) = {got}");
+        } else if want > f64::from(f32::MAX) {
+            assert_eq!(got, f32::INFINITY, "exp({v})");
+        } else {
+            let err = (f64::from(got) - want).abs() / want;
+            assert!(
+                err <= 2.5e-7,
+                "exp({v}) = {got}, exact {want}, relative error {err:e}"
+            );
+        }
+    }
+}
+
+/// Tools written against the einsum templates' entry points (`CpuTemplate`,
+/// `runtime::cpu::run_with`, `GpuTemplate`, `codegen::cuda::generate`) get the row
+/// template's code for a kernel of several stages.
+#[test]
+fn einsum_entry_points_give_the_row_template() {
+    use tensor_dsl::template::cpu::{CpuConfig, CpuTemplate};
+    use tensor_dsl::template::gpu::{default_schedule, GpuTarget, GpuTemplate};
+    let have_cc = tensor_dsl::runtime::cpu::compiler().is_ok();
+    let mut rng = StdRng::seed_from_u64(7);
+    for p in prepare().iter().step_by(3) {
+        let k = &p.case.kernel;
+        let shapes = p.case.shape_refs();
+        let t = CpuTemplate::new(k, &p.extents, 8).unwrap();
+        let point = t.space().sample_uniform(&mut rng).unwrap();
+        for config in [
+            CpuConfig::heuristic(k, &p.extents, 8),
+            t.decode(&point).unwrap(),
+        ] {
+            let src = tensor_dsl::codegen::c::generate(k, &p.extents, &shapes, &config);
+            assert!(src.contains("row template"), "{}: {src}", p.name);
+            if have_cc {
+                let out_dtype = k.params[k.output].dtype;
+                let refs: Vec<tensor_dsl::Data> = p.data.iter().map(Buffer::view).collect();
+                let mut got = Buffer::zeros(out_dtype, p.want.len());
+                tensor_dsl::runtime::cpu::run_with(
+                    k,
+                    &p.extents,
+                    &shapes,
+                    &refs,
+                    got.view_mut(),
+                    &config,
+                )
+                .map_err(|e| format!("{e:?}"))
+                .unwrap();
+                for (g, w) in got.to_f32().into_iter().zip(&p.want) {
+                    assert!(close(g, *w, out_dtype), "{}: {g} vs {w}", p.name);
+                }
+            }
+        }
+        let target = GpuTarget::h100();
+        let g = GpuTemplate::new(k, &p.extents, &target).unwrap();
+        let point = g.space().sample_uniform(&mut rng).unwrap();
+        for s in [
+            default_schedule(k, &p.extents, &target),
+            g.decode(&point).unwrap(),
+        ] {
+            let src = tensor_dsl::codegen::cuda::generate(k, &p.extents, &shapes, &s);
+            assert!(
+                src.source.contains("row template"),
+                "{}: {}",
+                p.name,
+                src.source
+            );
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The static SASS profile of default GPU schedules, without a GPU: each workload's default
+//! schedule goes through the real NVRTC (`compute_90`), `ptxas -arch=sm_90 -v` and
+//! `nvdisasm`, and must not spill and must spend at least [`MIN_FFMA_SHARE`] of its hot loop's
+//! instructions on FFMA (what a SIMT SGEMM at cuBLAS speed does: 0.85–0.92). The profiles
+//! are written to `target/sass-profile.json`.
+//!
+//! Without NVRTC, `ptxas` or `nvdisasm` the test prints why and passes, unless
+//! `TENSOR_DSL_REQUIRE_NVRTC=1` (CI) makes that a failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use tensor_dsl::codegen::cuda;
+use tensor_dsl::ir::{bind, parse_text};
+use tensor_dsl::runtime::{nvrtc, ptxas, sass};
+use tensor_dsl::template::gpu::{default_schedule, GpuTarget};
+
+/// The least hot-loop FFMA share a default schedule may have.
+const MIN_FFMA_SHARE: f64 = 0.85;
+
+/// (name, statements, shapes in parameter order, output last, element types).
+const WORKLOADS: &[(&str, &str, &str, &str)] = &[
+    (
+        "square_4096",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=4096x4096 b=4096x4096 c=4096x4096",
+        "",
+    ),
+    (
+        "tall_skinny_384x64x1536",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=384x1536 b=1536x64 c=384x64",
+        "",
+    ),
+    (
+        "tall_skinny_512x64x1024",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=512x1024 b=1024x64 c=512x64",
+        "",
+    ),
+    (
+        "bias_gelu_512x768x3072",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]; c[[i, j]] = gelu(c[[i, j]] + bias[[j]])",
+        "a=512x3072 b=3072x768 bias=768 c=512x768",
+        "",
+    ),
+    (
+        "batched_16x256x256x64",
+        "z[[b, m, n]] += x[[b, m, k]] * y[[b, k, n]]",
+        "x=16x256x64 y=16x64x256 z=16x256x256",
+        "",
+    ),
+    (
+        "batched_transposed",
+        "z[[b, m, n]] += x[[b, k, m]] * y[[b, k, n]]",
+        "x=8x256x256 y=8x256x256 z=8x256x256",
+        "",
+    ),
+    (
+        "conv3x3_14x14x256_pad1",
+        "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
+        "x=1x256x14x14 w=256x256x3x3 y=1x256x14x14",
+        "",
+    ),
+    (
+        "conv3x3_stride2_bias_relu",
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 1, 2 * q + s - 1]] * w[[f, c, r, s]]; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        "x=8x64x56x56 w=128x64x3x3 bias=128 y=8x128x28x28",
+        "",
+    ),
+    (
+        "conv1x1_14x14",
+        "y[[n, f, p, q]] += x[[n, c, p, q]] * w[[f, c]]",
+        "x=8x256x14x14 w=1024x256 y=8x1024x14x14",
+        "",
+    ),
+    (
+        "awkward_1000x777x1021",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=1000x1021 b=1021x777 c=1000x777",
+        "",
+    ),
+    (
+        "nt_128x4096x4096",
+        "c[[i, j]] += a[[i, k]] * b[[j, k]]",
+        "a=128x4096 b=4096x4096 c=128x4096",
+        "",
+    ),
+];
+
+fn shapes(text: &str) -> Vec<(String, Vec<usize>)> {
+    text.split_whitespace()
+        .map(|t| {
+            let (name, dims) = t.split_once('=').unwrap();
+            let dims = if dims.is_empty() {
+                Vec::new()
+            } else {
+                dims.split('x').map(|d| d.parse().unwrap()).collect()
+            };
+            (name.to_string(), dims)
+        })
+        .collect()
+}
+
+/// Why the profile cannot run here, if it cannot.
+fn missing_tools() -> Option<String> {
+    if !nvrtc::available() {
+        return Some("NVRTC (libnvrtc.so.13) is not on the library path".into());
+    }
+    if ptxas::find().is_none() {
+        return Some("ptxas is not on PATH (or TENSOR_DSL_PTXAS)".into());
+    }
+    if sass::find_nvdisasm().is_none() {
+        return Some(
+            "nvdisasm is not on PATH (or TENSOR_DSL_NVDISASM); pip install nvidia-cuda-nvdisasm"
+                .into(),
+        );
+    }
+    None
+}
+
+#[test]
+fn default_schedules_do_not_spill_and_their_hot_loops_are_ffma() {
+    if let Some(why) = missing_tools() {
+        assert!(
+            std::env::var("TENSOR_DSL_REQUIRE_NVRTC").as_deref() != Ok("1"),
+            "TENSOR_DSL_REQUIRE_NVRTC=1 but {why}"
+        );
+        println!("skipped: {why}");
+        return;
+    }
+    let target = GpuTarget::h100();
+    let mut report = Vec::new();
+    let mut failures = Vec::new();
+    for &(name, src, shape_text, dtypes) in WORKLOADS {
+        let named = shapes(shape_text);
+        let decl: Vec<(String, bool)> = named
+            .iter()
+            .enumerate()
+            .map(|(n, (t, _))| (t.clone(), n + 1 == named.len()))
+            .collect();
+        let kernel = parse_text(name, src, Some(&decl))
+            .unwrap()
+            .with_dtypes(dtypes)
+            .unwrap();
+        let dims: Vec<Vec<usize>> = named.into_iter().map(|(_, d)| d).collect();
+        let refs: Vec<&[usize]> = dims.iter().map(Vec::as_slice).collect();
+        let extents = bind(&kernel, &refs).unwrap();
+        let schedule = default_schedule(&kernel, &extents, &target);
+        let source = cuda::generate(&kernel, &extents, &refs, &schedule);
+        let profile = sass::profile_cuda(&source, &target)
+            .unwrap_or_else(|e| panic!("{name}: {e}\n{}", source.source));
+        let share = profile.ffma_share();
+        println!(
+            "{name}: {} registers, {} spilled bytes, {} bytes shared, occupancy {:.2}, hot loop {:?}, FFMA share {share:.3}",
+            profile.ptxas.registers,
+            profile.spills(),
+            profile.ptxas.shared_bytes,
+            profile.occupancy,
+            profile.hot_loop.as_ref().map(|h| h.mix),
+        );
+        if profile.spills() > 0 || profile.ptxas.stack_bytes > 0 {
+            failures.push(format!("{name} spills ({:?})", profile.ptxas));
+        }
+        if share < MIN_FFMA_SHARE {
+            failures.push(format!(
+                "{name}: hot-loop FFMA share {share:.3} < {MIN_FFMA_SHARE}"
+            ));
+        }
+        report.push(serde_json::json!({
+            "workload": name,
+            "kernel": src,
+            "shapes": shape_text,
+            "schedule": schedule,
+            "profile": profile,
+            "ffma_share": share,
+        }));
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let _ = std::fs::write(
+            dir.join("sass-profile.json"),
+            serde_json::to_string_pretty(&report).unwrap(),
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
