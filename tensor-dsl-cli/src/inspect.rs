@@ -6,10 +6,12 @@ use crate::args::{parse_target, problem, Target};
 use crate::KernelArgs;
 use std::process::ExitCode;
 use tensor_dsl::runtime::sass;
-use tensor_dsl::template::gpu::{GpuTarget, GpuTemplate};
+use tensor_dsl::template::cuda::CudaSpace;
+use tensor_dsl::template::gpu::GpuTarget;
 
 /// Profiles the configuration `config` (`default`, or a config's text as records and
-/// `emit` write it) of the kernel on `target` (`cuda:sm_XY`).
+/// `emit` write it) of the kernel on `target` (`cuda:sm_XY`), in the call's CUDA space
+/// (tensor cores for half-precision GEMMs on sm_80+, else SIMT).
 pub fn run(args: &KernelArgs, target: &str, config: &str, json: bool) -> Result<ExitCode, String> {
     let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
     let sm = match parse_target(target)? {
@@ -20,19 +22,20 @@ pub fn run(args: &KernelArgs, target: &str, config: &str, json: bool) -> Result<
         sm,
         ..GpuTarget::h100()
     };
-    let t = GpuTemplate::new(&p.kernel, &p.extents, &target)?;
+    let t = CudaSpace::new(&p.kernel, &p.extents, &p.shape_refs(), &target)?;
     let point = match config.trim() {
-        "default" => t.default_config()?,
+        "default" => t.default_point()?,
         text => t.space().parse(text).map_err(|e| e.to_string())?,
     };
     let schedule = t.decode(&point)?;
     let text = t.space().format(&point).map_err(|e| e.to_string())?;
     let src =
-        tensor_dsl::codegen::cuda::generate(&p.kernel, &p.extents, &p.shape_refs(), &schedule);
+        tensor_dsl::template::cuda::generate(&p.kernel, &p.extents, &p.shape_refs(), &schedule);
     let prof = sass::profile_cuda(&src, &target)?;
     if json {
         crate::output::line(serde_json::json!({
             "config": text,
+            "template": t.name(),
             "grid": src.grid,
             "block": src.block,
             "profile": prof,
@@ -40,7 +43,7 @@ pub fn run(args: &KernelArgs, target: &str, config: &str, json: bool) -> Result<
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("config      {text}");
+    println!("config      {text} ({})", t.name());
     println!("launch      grid {:?} block {:?}", src.grid, src.block);
     println!("registers   {}", prof.ptxas.registers);
     println!(
@@ -57,8 +60,8 @@ pub fn run(args: &KernelArgs, target: &str, config: &str, json: bool) -> Result<
         Some(h) => {
             let m = &h.mix;
             println!(
-                "hot loop    /*{:04x}*/../*{:04x}*/: {} instructions: FFMA {} LDS {} LDG {} STS {} BAR {} other {}",
-                h.start, h.end, m.total(), m.ffma, m.lds, m.ldg, m.sts, m.bar, m.other
+                "hot loop    /*{:04x}*/../*{:04x}*/: {} instructions: FFMA {} MMA {} LDS {} LDG {} STS {} BAR {} other {}",
+                h.start, h.end, m.total(), m.ffma, m.mma, m.lds, m.ldg, m.sts, m.bar, m.other
             );
             println!("FFMA share  {:.3}", m.ffma_share());
         }

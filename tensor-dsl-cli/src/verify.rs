@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use tensor_dsl::ir::DType;
 use tensor_dsl::runtime::cpu;
 use tensor_dsl::template::cpu::CpuTemplate;
-use tensor_dsl::template::gpu::{GpuTarget, GpuTemplate};
+use tensor_dsl::template::cuda::CudaSpace;
+use tensor_dsl::template::gpu::GpuTarget;
 use tensor_dsl::{Buffer, Data};
 
 /// Random inputs (by parameter id; the output's slot empty) and the reference output (as
@@ -111,7 +112,8 @@ pub fn run(args: &KernelArgs, device: &str, configs: &str, seed: u64) -> Result<
 }
 
 /// Writes CUDA sources (and config JSON with the launch geometry) for the selected GPU
-/// configurations; returns how many.
+/// configurations of the call's CUDA space (tensor cores for half-precision GEMMs on sm_80+,
+/// else SIMT); returns how many.
 pub fn emit_cuda(
     p: &Problem,
     sm: u32,
@@ -123,18 +125,19 @@ pub fn emit_cuda(
         sm,
         ..GpuTarget::h100()
     };
-    let t = GpuTemplate::new(&p.kernel, &p.extents, &target)?;
     let shapes = p.shape_refs();
-    let points = pick(t.space(), &t.default_config()?, selection, seed)?;
+    let t = CudaSpace::new(&p.kernel, &p.extents, &shapes, &target)?;
+    let points = pick(t.space(), &t.default_point()?, selection, seed)?;
     for (n, c) in points.iter().enumerate() {
         let schedule = t.decode(c)?;
-        let src = tensor_dsl::codegen::cuda::generate(&p.kernel, &p.extents, &shapes, &schedule);
+        let src = tensor_dsl::template::cuda::generate(&p.kernel, &p.extents, &shapes, &schedule);
         let meta = serde_json::json!({
             "kernel": p.kernel.to_string(),
             "fingerprint": p.kernel.fingerprint(),
             "dtypes": p.kernel.dtypes_text(),
             "shapes": p.shapes,
             "target": format!("cuda:sm_{sm}"),
+            "template": t.name(),
             "config": t.space().format(c).map_err(|e| e.to_string())?,
             "schedule": schedule,
             "entry": src.entry,
@@ -158,15 +161,15 @@ fn verify_cuda(
     let out_dtype = p.kernel.params[p.kernel.output].dtype;
     let info = tensor_dsl::runtime::cuda::available()
         .map_err(|r| format!("the CUDA device is not available: {r}"))?;
-    let t = GpuTemplate::new(&p.kernel, &p.extents, &info.target())?;
     let shapes = p.shape_refs();
-    let points = pick(t.space(), &t.default_config()?, selection, seed)?;
+    let t = CudaSpace::new(&p.kernel, &p.extents, &shapes, &info.target())?;
+    let points = pick(t.space(), &t.default_point()?, selection, seed)?;
     let mut failed = Vec::new();
     for c in &points {
         let text = t.space().format(c).map_err(|e| e.to_string())?;
         let schedule = t.decode(c)?;
         let mut got = Buffer::from_f32(out_dtype, &vec![f32::NAN; want.len()]);
-        let error = match tensor_dsl::runtime::cuda::run_with(
+        let error = match tensor_dsl::runtime::cuda::run_schedule(
             &p.kernel,
             &p.extents,
             &shapes,

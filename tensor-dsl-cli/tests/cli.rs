@@ -133,6 +133,62 @@ fn bad_input_is_a_clear_error() {
     }
 }
 
+/// A bf16-input GEMM (`--dtypes a=bf16,b=bf16,c=f32`, 1000×1000×1000) emits the
+/// tensor-core kernel (`mma.sync`, no `#include`), default and random points; with NVRTC and
+/// ptxas each compiles and assembles without spills.
+#[test]
+fn emit_bf16_gemm_uses_tensor_cores() {
+    for configs in ["default", "random:3"] {
+        let dir = std::env::temp_dir().join(format!(
+            "tensor-dsl-cli-tc-{}-{}",
+            std::process::id(),
+            configs.replace(':', "")
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (code, out, err) = tensor_dsl(&[
+            "emit",
+            "--kernel",
+            "c[[i,j]] += a[[i,k]] * b[[k,j]]",
+            "--shapes",
+            "a=1000x1000,b=1000x1000,c=1000x1000",
+            "--dtypes",
+            "a=bf16,b=bf16,c=f32",
+            "--target",
+            "cuda:sm_90",
+            "--configs",
+            configs,
+            "--out",
+            dir.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{out}{err}");
+        let sources: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "cu"))
+            .collect();
+        assert_eq!(sources.len(), if configs == "default" { 1 } else { 3 });
+        for src in sources {
+            let text = std::fs::read_to_string(&src).unwrap();
+            assert!(!text.contains("#include"), "{}", src.display());
+            assert!(text.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+            let meta: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(src.with_extension("json")).unwrap())
+                    .unwrap();
+            assert_eq!(meta["template"], "tensor_core");
+            if tensor_dsl::runtime::nvrtc::available()
+                && tensor_dsl::runtime::ptxas::find().is_some()
+            {
+                let ptx = tensor_dsl::runtime::nvrtc::compile_ptx("mm", &text, "compute_90")
+                    .unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+                let r = tensor_dsl::runtime::ptxas::assemble(&ptx, "sm_90")
+                    .unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+                assert_eq!((r.spill_stores, r.spill_loads), (0, 0), "{}", src.display());
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// `emit --target cuda:sm_90` writes self-contained CUDA: every file compiles with NVRTC
 /// (compute_90) and assembles with ptxas (sm_90). Skips without NVRTC/ptxas unless
 /// TENSOR_DSL_REQUIRE_NVRTC=1 (CI).

@@ -124,7 +124,7 @@ impl Default for TuneOptions {
 }
 
 /// What a tuning run found: `S` is the schedule type (`CpuConfig` for [`tune_cpu`],
-/// `GpuSchedule` for `tune_cuda`).
+/// `CudaSchedule` for `tune_cuda`).
 #[derive(Clone, Debug)]
 pub struct TuneOutcome<S = CpuConfig> {
     /// The fastest valid schedule and its text form in the template's space.
@@ -374,10 +374,11 @@ fn records_of(
 
 /// What a GPU tuning run found (records with target `cuda`, the GPU's name and `sm_XY`).
 #[cfg(feature = "cuda")]
-pub type CudaTuneOutcome = TuneOutcome<crate::template::gpu::GpuSchedule>;
+pub type CudaTuneOutcome = TuneOutcome<crate::template::cuda::CudaSchedule>;
 
 /// Tunes `kernel` at `shapes` (by parameter, output included) on the GPU the CUDA runtime
-/// uses: the GPU template's space, [`crate::measure::cuda::CudaMeasurer`], the strategy
+/// uses: the CUDA space of the call ([`crate::template::cuda::CudaSpace`]: tensor cores for
+/// half-precision GEMMs, else SIMT), [`crate::measure::cuda::CudaMeasurer`], the strategy
 /// behind the default schedule as its first trial, the forest cost model on knob features
 /// plus the analytic GPU features. `on_trial(n)` is called after each measurement.
 ///
@@ -392,7 +393,7 @@ pub fn tune_cuda(
 ) -> Result<CudaTuneOutcome, Error> {
     use crate::features::{gpu_features, GpuFeatures};
     use crate::measure::cuda::CudaMeasurer;
-    use crate::template::gpu::GpuTemplate;
+    use crate::template::cuda::{CudaSchedule, CudaSpace};
 
     let info = crate::runtime::cuda::available().map_err(|reason| Error::DeviceUnavailable {
         device: "cuda".into(),
@@ -406,13 +407,18 @@ pub fn tune_cuda(
         kernel: kernel.name.clone(),
         message,
     };
-    let template = GpuTemplate::new(kernel, &extents, &gpu).map_err(backend)?;
+    let template = CudaSpace::new(kernel, &extents, &refs, &gpu).map_err(backend)?;
     let space = template.space().clone();
-    let default = template.default_config().map_err(backend)?;
-    let mut measurer = CudaMeasurer::new(kernel, shapes, template.clone())?;
+    let default = template.default_point().map_err(backend)?;
+    let mut measurer = CudaMeasurer::with_space(kernel, shapes, template.clone())?;
+    // The analytic features read the SIMT nest; tensor-core points have knob features only.
     let features = combined_features(&space, GpuFeatures::NAMES.len(), |c| {
-        let s = template.decode(c).ok()?;
-        Some(gpu_features(kernel, &extents, shapes, &s, &gpu, None).to_vec())
+        match template.decode(c).ok()? {
+            CudaSchedule::Simt(s) => {
+                Some(gpu_features(kernel, &extents, shapes, &s, &gpu, None).to_vec())
+            }
+            CudaSchedule::TensorCore(_) => None,
+        }
     });
     let (result, seconds) = search(
         &space,

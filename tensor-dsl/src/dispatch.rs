@@ -188,7 +188,10 @@ fn run_cuda(
     crate::runtime::cuda::run_host(kernel, shapes, data, out, |inputs, output| {
         let mut buffers = crate::backend::cuda::GpuBuffers { inputs, output };
         let decision = backend::run(&gpu, kernel, extents, shapes, &mut buffers, opts)?;
-        Ok(crate::runtime::cuda::compile(kernel, extents, shapes, &decision.schedule)?.describe())
+        Ok(
+            crate::runtime::cuda::compile_schedule(kernel, extents, shapes, &decision.schedule)?
+                .describe(),
+        )
     })
 }
 
@@ -214,7 +217,7 @@ pub(crate) fn run_on_gpu(
 
 /// The schedule chosen for a (kernel, shapes) on the GPU, and where it came from.
 #[cfg(feature = "cuda")]
-pub type CudaDecision = Decision<crate::template::gpu::GpuSchedule>;
+pub type CudaDecision = Decision<crate::template::cuda::CudaSchedule>;
 
 /// The GPU schedule for this call, decided once per kernel and shapes in the documented
 /// order ([`crate::backend::decide`]); `inputs` (declaration order) and `output` are the

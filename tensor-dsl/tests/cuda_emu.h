@@ -17,9 +17,11 @@
 #include <ucontext.h>
 
 #include <functional>
+#include <vector>
 
 #define __global__
 #define __device__
+#define __forceinline__ inline
 #define __launch_bounds__(n)
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static
@@ -56,8 +58,11 @@ static void fail(const char *what) {
     exit(3);
 }
 
+static void check_cp_async_done();
+
 static void entry() {
     (*body)();
+    check_cp_async_done();
     fibers[current].state = DONE;
 }
 }  // namespace td_emu
@@ -86,6 +91,172 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
     float r = shuffle_slot[other];
     __syncthreads();
     return r;
+}
+
+// ---- Tensor-core warp collectives (PTX ISA 8.x, "Matrix Fragments for mma.m16n8k16"):
+// mma.sync m16n8k16 (f16/bf16 in, f32 accumulate), ldmatrix m8n8 .x1/.x2/.x4 (.trans), and
+// cp.async with commit/wait groups. Like the shuffles, each is a warp-wide rendezvous built
+// on the block barrier (generated code calls them uniformly across the block): every lane
+// posts its operands, a barrier, every lane computes its own fragment from its warp's
+// posts, a barrier. cp.async copies are queued per thread and land only at
+// cp.async.wait_group, so a pipeline that reads a stage before waiting reads stale data.
+namespace td_emu {
+struct WarpSlot {
+    unsigned a[4], b[2];
+    float c[4];
+    const unsigned short *p;
+};
+static WarpSlot warp_slot[1024];
+struct AsyncCopy {
+    void *dst;
+    const void *src;
+    int bytes, src_bytes;
+};
+static std::vector<AsyncCopy> copies[1024];
+static std::vector<size_t> groups[1024];
+
+static float half_to_float(unsigned short h, bool bf16) {
+    unsigned u;
+    if (bf16) {
+        u = (unsigned)h << 16;
+    } else {
+        unsigned s = (unsigned)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+        if (e == 0x1fu)
+            u = s | 0x7f800000u | (m << 13);
+        else if (e != 0)
+            u = s | ((e + 112u) << 23) | (m << 13);
+        else if (m == 0)
+            u = s;
+        else {
+            e = 113u;
+            while (!(m & 0x400u)) {
+                m <<= 1;
+                --e;
+            }
+            u = s | (e << 23) | ((m & 0x3ffu) << 13);
+        }
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void check_warp() {
+    if (blockDim.x % 32 != 0)
+        fail("a warp collective in a block of a partial warp");
+}
+
+static void check_cp_async_done() {
+    unsigned t = current;
+    if (!copies[t].empty() || !groups[t].empty())
+        fail("the thread exited with cp.async copies it never waited for");
+}
+}  // namespace td_emu
+
+// d += a * b for the warp: A 16x16 row-major (4 regs of 2 halves), B 16x8 column-major
+// (2 regs), C/D 16x8 f32 (4 regs). groupID = lane / 4, tig = lane % 4:
+//   a[i]: row groupID + 8 * (i % 2), columns tig * 2 + {0,1} + 8 * (i / 2);
+//   b[i]: rows (k) tig * 2 + {0,1} + 8 * i, column groupID;
+//   d[i]: row groupID + 8 * (i / 2), column tig * 2 + i % 2.
+static void td_emu_mma_m16n8k16(float *d, const unsigned *a, const unsigned *b, int bf16) {
+    using namespace td_emu;
+    check_warp();
+    unsigned me = threadIdx.x, base = me / 32 * 32, lane = me % 32;
+    WarpSlot &s = warp_slot[me];
+    for (int i = 0; i < 4; ++i) {
+        s.a[i] = a[i];
+        s.c[i] = d[i];
+    }
+    s.b[0] = b[0];
+    s.b[1] = b[1];
+    __syncthreads();
+    float r[4];
+    for (int i = 0; i < 4; ++i) {
+        unsigned row = lane / 4 + 8 * (i / 2), col = lane % 4 * 2 + i % 2;
+        float sum = s.c[i];
+        for (unsigned k = 0; k < 16; ++k) {
+            // A[row][k]: lane (row % 8) * 4 + (k % 8) / 2, register row / 8 + 2 * (k / 8).
+            const WarpSlot &sa = warp_slot[base + row % 8 * 4 + k % 8 / 2];
+            unsigned wa = sa.a[row / 8 + 2 * (k / 8)];
+            unsigned short ha = (unsigned short)(k % 2 ? wa >> 16 : wa & 0xffffu);
+            // B[k][col]: lane col * 4 + (k % 8) / 2, register k / 8.
+            const WarpSlot &sb = warp_slot[base + col * 4 + k % 8 / 2];
+            unsigned wb = sb.b[k / 8];
+            unsigned short hb = (unsigned short)(k % 2 ? wb >> 16 : wb & 0xffffu);
+            sum += half_to_float(ha, bf16) * half_to_float(hb, bf16);
+        }
+        r[i] = sum;
+    }
+    __syncthreads();
+    for (int i = 0; i < 4; ++i)
+        d[i] = r[i];
+}
+
+// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16: lanes 8j..8j+7 give the row
+// addresses of matrix j (16 bytes each, 16-byte aligned); register j of each lane gets
+// row lane / 4, columns (lane % 4) * 2 + {0,1} of matrix j (with .trans: column lane / 4,
+// rows (lane % 4) * 2 + {0,1}).
+static void td_emu_ldmatrix(unsigned *r, const unsigned short *p, int num, int trans) {
+    using namespace td_emu;
+    check_warp();
+    unsigned me = threadIdx.x, base = me / 32 * 32, lane = me % 32;
+    if (num != 1 && num != 2 && num != 4)
+        fail("ldmatrix: .num is not x1, x2 or x4");
+    if (lane < (unsigned)num * 8 && ((size_t)p % 16) != 0)
+        fail("ldmatrix: a row address is not 16-byte aligned");
+    warp_slot[me].p = p;
+    __syncthreads();
+    unsigned v[4];
+    for (int j = 0; j < num; ++j) {
+        unsigned short h[2];
+        for (unsigned e = 0; e < 2; ++e) {
+            unsigned row = trans ? lane % 4 * 2 + e : lane / 4;
+            unsigned col = trans ? lane / 4 : lane % 4 * 2 + e;
+            h[e] = warp_slot[base + j * 8 + row].p[col];
+        }
+        v[j] = (unsigned)h[0] | ((unsigned)h[1] << 16);
+    }
+    __syncthreads();
+    for (int j = 0; j < num; ++j)
+        r[j] = v[j];
+}
+
+// cp.async.{ca,cg}.shared.global [dst], [src], bytes, src_bytes: queued; the first
+// src_bytes come from src, the rest are zeros. Both addresses must be `bytes`-aligned.
+static void td_emu_cp_async(void *dst, const void *src, int bytes, int src_bytes) {
+    using namespace td_emu;
+    if (bytes != 4 && bytes != 8 && bytes != 16)
+        fail("cp.async: size is not 4, 8 or 16 bytes");
+    if ((size_t)dst % bytes || (size_t)src % bytes)
+        fail("cp.async: misaligned address");
+    if (src_bytes < 0 || src_bytes > bytes)
+        fail("cp.async: bad source size");
+    copies[threadIdx.x].push_back({dst, src, bytes, src_bytes});
+}
+
+static void td_emu_cp_async_commit() {
+    using namespace td_emu;
+    groups[threadIdx.x].push_back(copies[threadIdx.x].size());
+}
+
+// Lands the thread's committed groups until at most `n` are pending.
+static void td_emu_cp_async_wait(int n) {
+    using namespace td_emu;
+    std::vector<AsyncCopy> &c = copies[threadIdx.x];
+    std::vector<size_t> &g = groups[threadIdx.x];
+    size_t land = 0;
+    while (g.size() > (size_t)n) {
+        land = g.front();
+        g.erase(g.begin());
+    }
+    for (size_t i = 0; i < land; ++i) {
+        memset(c[i].dst, 0, c[i].bytes);
+        if (c[i].src_bytes)
+            memcpy(c[i].dst, c[i].src, c[i].src_bytes);
+    }
+    c.erase(c.begin(), c.begin() + land);
+    for (size_t &e : g)
+        e -= land;
 }
 
 // Runs `kernel` on a grid x block launch. Returns the number of fiber switches.

@@ -180,7 +180,7 @@ fn on_a_gpu_dispatch_uses_an_embedded_record() {
     let input_refs: Vec<&DeviceBuffer> = inputs.iter().collect();
     let d = cuda_decision(&kernel, &extents, &refs, &input_refs, &mut out).unwrap();
     assert_eq!(d.source, Source::Embedded);
-    assert_eq!(d.schedule, template.decode(&config).unwrap());
+    assert_eq!(d.schedule, template.decode(&config).unwrap().into());
     // Another shape has no record of its own: the nearest shape's schedule if it is valid
     // there and measured no slower, else the default.
     let other_shapes = vec![vec![64, 72], vec![72, 136], vec![64, 136]];

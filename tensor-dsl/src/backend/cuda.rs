@@ -1,13 +1,14 @@
 //! The CUDA backend: generated CUDA C, compiled with NVRTC and launched through `cudarc`
-//! ([`crate::runtime::cuda`]), with schedules of [`GpuTemplate`], keyed by the GPU's name
-//! and compute capability.
+//! ([`crate::runtime::cuda`]), with schedules of the call's [`CudaSpace`] (the tensor-core
+//! template for half-precision GEMMs on sm_80+, else the SIMT [`GpuTemplate`](crate::template::gpu::GpuTemplate)),
+//! keyed by the GPU's name and compute capability.
 
 use super::{Backend, Decision};
 use crate::autotune::{tune_cuda, TuneOptions, TuneOutcome};
 use crate::ir::Kernel;
 use crate::records::{Key, Record, Target};
 use crate::runtime::cuda::{self, DeviceBuffer, DeviceInfo};
-use crate::template::gpu::{default_schedule, GpuSchedule, GpuTemplate};
+use crate::template::cuda::{default_schedule, CudaSchedule, CudaSpace};
 use crate::tuned::{self, Memo};
 use crate::{Device, Error};
 use std::sync::OnceLock;
@@ -37,21 +38,21 @@ pub struct GpuBuffers<'a> {
 }
 
 impl Backend for CudaBackend {
-    type Schedule = GpuSchedule;
+    type Schedule = CudaSchedule;
     type Buffers<'a> = GpuBuffers<'a>;
     const NAME: &'static str = "cuda";
 
-    fn memo(&self) -> &'static Memo<Decision<GpuSchedule>> {
-        static M: OnceLock<Memo<Decision<GpuSchedule>>> = OnceLock::new();
+    fn memo(&self) -> &'static Memo<Decision<CudaSchedule>> {
+        static M: OnceLock<Memo<Decision<CudaSchedule>>> = OnceLock::new();
         M.get_or_init(Memo::default)
     }
 
-    fn default_schedule(&self, kernel: &Kernel, extents: &[usize]) -> GpuSchedule {
+    fn default_schedule(&self, kernel: &Kernel, extents: &[usize]) -> CudaSchedule {
         default_schedule(kernel, extents, &self.info.target())
     }
 
     fn has_space(&self, kernel: &Kernel, extents: &[usize]) -> bool {
-        GpuTemplate::new(kernel, extents, &self.info.target()).is_ok()
+        CudaSpace::from_extents(kernel, extents, &self.info.target()).is_ok()
     }
 
     fn key(&self, kernel: &Kernel, shapes: &[&[usize]]) -> Result<Key, Error> {
@@ -68,10 +69,11 @@ impl Backend for CudaBackend {
         kernel: &Kernel,
         extents: &[usize],
         record: &Record,
-    ) -> Option<GpuSchedule> {
+    ) -> Option<CudaSchedule> {
         let target = self.info.target();
-        let template = GpuTemplate::new(kernel, extents, &target).ok()?;
-        crate::dispatch::gpu_schedule_from_record(&template, kernel, extents, &target, record)
+        CudaSpace::from_extents(kernel, extents, &target)
+            .ok()?
+            .schedule_from_text(kernel, extents, &target, &record.config)
     }
 
     fn can_tune(&self) -> bool {
@@ -84,7 +86,7 @@ impl Backend for CudaBackend {
         shapes: &[Vec<usize>],
         opts: &TuneOptions,
         progress: &mut dyn FnMut(usize),
-    ) -> Result<TuneOutcome<GpuSchedule>, Error> {
+    ) -> Result<TuneOutcome<CudaSchedule>, Error> {
         tune_cuda(kernel, shapes, opts, progress)
     }
 
@@ -95,9 +97,9 @@ impl Backend for CudaBackend {
         extents: &[usize],
         shapes: &[&[usize]],
         buffers: &mut GpuBuffers<'_>,
-        schedule: &GpuSchedule,
+        schedule: &CudaSchedule,
     ) -> Result<(), Error> {
-        let compiled = cuda::compile(kernel, extents, shapes, schedule)?;
+        let compiled = cuda::compile_schedule(kernel, extents, shapes, schedule)?;
         compiled.launch(buffers.inputs, buffers.output)
     }
 
@@ -108,12 +110,12 @@ impl Backend for CudaBackend {
         extents: &[usize],
         shapes: &[&[usize]],
         buffers: &mut GpuBuffers<'_>,
-        candidate: &GpuSchedule,
-        default: &GpuSchedule,
+        candidate: &CudaSchedule,
+        default: &CudaSchedule,
     ) -> Result<bool, Error> {
         let compiled = [
-            cuda::compile(kernel, extents, shapes, default)?,
-            cuda::compile(kernel, extents, shapes, candidate)?,
+            cuda::compile_schedule(kernel, extents, shapes, default)?,
+            cuda::compile_schedule(kernel, extents, shapes, candidate)?,
         ];
         let mut best = [f64::INFINITY; 2];
         for _ in 0..2 {

@@ -49,6 +49,7 @@
 pub mod cpu;
 pub mod gpu;
 pub mod gpu_simt;
+pub mod tensorcore;
 
 use crate::ir::{Access, DType, Expr, Kernel};
 

@@ -1,5 +1,6 @@
-//! Measuring GPU schedules: points of a [`GpuTemplate`] compiled, checked and timed on the
-//! GPU the CUDA runtime uses.
+//! Measuring GPU schedules: points of a [`GpuTemplate`] (or, through
+//! [`CudaMeasurer::with_space`], of either CUDA template: [`CudaSpace`]) compiled, checked and
+//! timed on the GPU the CUDA runtime uses.
 //!
 //! A batch is compiled on every core first (NVRTC, one program per thread; the PTX lands in
 //! the runtime's caches), then each candidate in turn is loaded, launched once on seeded
@@ -34,16 +35,17 @@ use crate::ir::{bind, Kernel};
 use crate::runtime::cuda::{self, DeviceBuffer};
 use crate::runtime::{cpu, nvrtc};
 use crate::template::cpu::CpuTemplate;
+use crate::template::cuda::{CudaSchedule, CudaSpace};
 use crate::template::gpu::{GpuSchedule, GpuTarget, GpuTemplate};
 use crate::Error;
 use tuner::{Config, Measurer, Outcome};
 
-/// Measures points of a [`GpuTemplate`] for one kernel at one shape.
+/// Measures points of a CUDA schedule space for one kernel at one shape.
 pub struct CudaMeasurer {
     kernel: Kernel,
     shapes: Vec<Vec<usize>>,
     extents: Vec<usize>,
-    template: GpuTemplate,
+    space: CudaSpace,
     target: GpuTarget,
     /// The kernel's inputs on the GPU, in declaration order.
     inputs: Vec<DeviceBuffer>,
@@ -99,12 +101,49 @@ pub fn compile_batch(
     target: &GpuTarget,
     batch: &[Config],
 ) -> Vec<Result<GpuSchedule, String>> {
+    compile_points(kernel, target, batch, &|config: &Config| {
+        prepare(kernel, extents, shapes, template, target, config)
+    })
+}
+
+/// [`compile_batch`] for the points of either CUDA template.
+pub fn compile_batch_space(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    space: &CudaSpace,
+    target: &GpuTarget,
+    batch: &[Config],
+) -> Vec<Result<CudaSchedule, String>> {
+    match space {
+        CudaSpace::Simt(t) => compile_batch(kernel, extents, shapes, t, target, batch)
+            .into_iter()
+            .map(|r| r.map(CudaSchedule::Simt))
+            .collect(),
+        CudaSpace::TensorCore(_) => compile_points(kernel, target, batch, &|config: &Config| {
+            let schedule = space.decode(config)?;
+            let generated = crate::template::cuda::generate(kernel, extents, shapes, &schedule);
+            Ok((schedule, generated.source))
+        }),
+    }
+}
+
+/// What a point becomes before it is compiled: its schedule and source, or why not.
+type Prepare<'a, S> = dyn Fn(&Config) -> Result<(S, String), String> + Sync + 'a;
+
+/// Compiles the source `prepare` makes of each point on all cores.
+fn compile_points<S: Clone + Send>(
+    kernel: &Kernel,
+    target: &GpuTarget,
+    batch: &[Config],
+    prepare: &Prepare<'_, S>,
+) -> Vec<Result<S, String>> {
     let arch = target.virtual_arch();
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .clamp(1, batch.len().max(1));
-    let one = |config: &Config| -> Result<GpuSchedule, String> {
-        let (schedule, source) = prepare(kernel, extents, shapes, template, target, config)?;
+    let one = |config: &Config| -> Result<S, String> {
+        let (schedule, source) = prepare(config)?;
         nvrtc::compile_ptx_cached(&kernel.name, &source, &arch).map_err(|e| match e {
             Error::Compile { log, .. } => format!(
                 "does not compile: {}",
@@ -114,7 +153,7 @@ pub fn compile_batch(
         })?;
         Ok(schedule)
     };
-    let mut results: Vec<Option<Result<GpuSchedule, String>>> = vec![None; batch.len()];
+    let mut results: Vec<Option<Result<S, String>>> = vec![None; batch.len()];
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
@@ -154,6 +193,15 @@ impl CudaMeasurer {
         shapes: &[Vec<usize>],
         template: GpuTemplate,
     ) -> Result<CudaMeasurer, Error> {
+        CudaMeasurer::with_space(kernel, shapes, CudaSpace::Simt(template))
+    }
+
+    /// [`CudaMeasurer::new`] for the points of either CUDA template.
+    pub fn with_space(
+        kernel: &Kernel,
+        shapes: &[Vec<usize>],
+        space: CudaSpace,
+    ) -> Result<CudaMeasurer, Error> {
         let info = cuda::available().map_err(|reason| Error::DeviceUnavailable {
             device: "cuda".into(),
             reason,
@@ -173,13 +221,13 @@ impl CudaMeasurer {
             Ok(found) => found,
             Err(_no_compiler) => {
                 let mut reference = crate::Buffer::zeros(out_dtype, out_len);
-                cuda::run_with(
+                cuda::run_schedule(
                     kernel,
                     &extents,
                     &refs,
                     &data_refs,
                     reference.view_mut(),
-                    &template.default_schedule(),
+                    &space.default_schedule(),
                 )?;
                 (
                     reference.to_f32(),
@@ -197,7 +245,7 @@ impl CudaMeasurer {
             kernel: kernel.clone(),
             shapes: shapes.to_vec(),
             extents,
-            template,
+            space,
             target,
             inputs,
             output,
@@ -209,9 +257,9 @@ impl CudaMeasurer {
         })
     }
 
-    /// The template whose points this measures.
-    pub fn template(&self) -> &GpuTemplate {
-        &self.template
+    /// The space whose points this measures.
+    pub fn space(&self) -> &CudaSpace {
+        &self.space
     }
 
     /// The GPU it measures on.
@@ -225,9 +273,9 @@ impl CudaMeasurer {
     }
 
     /// Loads, checks and times one compiled candidate.
-    fn run_one(&mut self, schedule: &GpuSchedule) -> Result<Vec<f64>, String> {
+    fn run_one(&mut self, schedule: &CudaSchedule) -> Result<Vec<f64>, String> {
         let shapes: Vec<&[usize]> = self.shapes.iter().map(Vec::as_slice).collect();
-        let compiled = cuda::compile(&self.kernel, &self.extents, &shapes, schedule)
+        let compiled = cuda::compile_schedule(&self.kernel, &self.extents, &shapes, schedule)
             .map_err(|e| e.to_string())?;
         let inputs: Vec<&DeviceBuffer> = self.inputs.iter().collect();
         // Poison the output: an element the kernel forgets to write fails the check.
@@ -265,11 +313,11 @@ impl CudaMeasurer {
 impl Measurer for CudaMeasurer {
     fn measure(&mut self, batch: &[Config]) -> Vec<Outcome> {
         let shapes: Vec<&[usize]> = self.shapes.iter().map(Vec::as_slice).collect();
-        let built = compile_batch(
+        let built = compile_batch_space(
             &self.kernel,
             &self.extents,
             &shapes,
-            &self.template,
+            &self.space,
             &self.target,
             batch,
         );

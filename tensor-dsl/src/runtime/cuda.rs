@@ -1029,6 +1029,32 @@ pub fn compile(
     shapes: &[&[usize]],
     schedule: &GpuSchedule,
 ) -> Result<Arc<CompiledKernel>, Error> {
+    compile_memo(kernel, extents, shapes, &format!("{schedule:?}"), || {
+        codegen::generate(kernel, extents, shapes, schedule)
+    })
+}
+
+/// [`compile`] for a schedule of either CUDA template (SIMT or tensor cores).
+pub fn compile_schedule(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    schedule: &crate::template::cuda::CudaSchedule,
+) -> Result<Arc<CompiledKernel>, Error> {
+    compile_memo(kernel, extents, shapes, &format!("{schedule:?}"), || {
+        crate::template::cuda::generate(kernel, extents, shapes, schedule)
+    })
+}
+
+/// The memoized compile of [`compile`]: `schedule` (its text) is part of the key, `generate`
+/// makes the source on a miss.
+fn compile_memo(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    schedule: &str,
+    generate: impl FnOnce() -> CudaSource,
+) -> Result<Arc<CompiledKernel>, Error> {
     let rt = runtime()?;
     check_shapes(kernel, extents, shapes)?;
     rt.alive().map_err(|message| Error::Backend {
@@ -1049,7 +1075,7 @@ pub fn compile(
         let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
         map.get_or_insert_with(key, Slot::default).clone()
     };
-    slot.get_or_init(|| build(rt, kernel, extents, shapes, schedule).map(Arc::new))
+    slot.get_or_init(|| load(rt, kernel, shapes, generate(), schedule.to_string()).map(Arc::new))
         .clone()
         .map_err(|e| e.into_error(kernel))
 }
@@ -1072,17 +1098,6 @@ pub fn compile_source(
     load(rt, kernel, shapes, source, "(hand-written source)".into())
         .map(Arc::new)
         .map_err(|e| e.into_error(kernel))
-}
-
-fn build(
-    rt: &'static Runtime,
-    kernel: &Kernel,
-    extents: &[usize],
-    shapes: &[&[usize]],
-    schedule: &GpuSchedule,
-) -> Result<CompiledKernel, BuildError> {
-    let generated = codegen::generate(kernel, extents, shapes, schedule);
-    load(rt, kernel, shapes, generated, format!("{schedule:?}"))
 }
 
 /// NVRTC, then the driver: module, function, attributes, launch-geometry checks.
@@ -1259,6 +1274,24 @@ pub fn run_with(
     check_shapes(kernel, extents, shapes)?;
     run_host(kernel, shapes, data, out, |inputs, output| {
         let compiled = compile(kernel, extents, shapes, schedule)?;
+        compiled.launch(inputs, output)?;
+        Ok(compiled.describe())
+    })
+}
+
+/// [`run_with`] for a schedule of either CUDA template (SIMT or tensor cores).
+pub fn run_schedule(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    data: &[Data<'_>],
+    out: DataMut<'_>,
+    schedule: &crate::template::cuda::CudaSchedule,
+) -> Result<(), Error> {
+    runtime()?;
+    check_shapes(kernel, extents, shapes)?;
+    run_host(kernel, shapes, data, out, |inputs, output| {
+        let compiled = compile_schedule(kernel, extents, shapes, schedule)?;
         compiled.launch(inputs, output)?;
         Ok(compiled.describe())
     })

@@ -34,6 +34,9 @@ use std::process::Command;
 pub struct InstructionMix {
     /// `FFMA` (fused multiply-add, f32).
     pub ffma: usize,
+    /// Tensor-core MMAs (`HMMA`, `HGMMA`).
+    #[serde(default)]
+    pub mma: usize,
     /// Shared-memory loads (`LDS`, `LDSM`).
     pub lds: usize,
     /// Global loads (`LDG`, `LDGSTS`).
@@ -49,7 +52,7 @@ pub struct InstructionMix {
 impl InstructionMix {
     /// All instructions counted.
     pub fn total(&self) -> usize {
-        self.ffma + self.lds + self.ldg + self.sts + self.bar + self.other
+        self.ffma + self.mma + self.lds + self.ldg + self.sts + self.bar + self.other
     }
 
     /// FFMA / all instructions (0 when empty).
@@ -65,6 +68,7 @@ impl InstructionMix {
         let base = opcode.split('.').next().unwrap_or(opcode);
         match base {
             "FFMA" => self.ffma += 1,
+            "HMMA" | "HGMMA" => self.mma += 1,
             "LDS" | "LDSM" => self.lds += 1,
             "LDG" | "LDGSTS" => self.ldg += 1,
             "STS" => self.sts += 1,

@@ -16,9 +16,11 @@
 //! assert_eq!(schedule, t.decode(&t.default_config()).unwrap());
 //! ```
 pub mod cpu;
+pub mod cuda;
 pub mod gpu;
 pub mod gpu_simt;
 pub mod rows;
+pub mod tensorcore;
 
 use crate::ir::Kernel;
 use crate::lower::Nest;

@@ -1,0 +1,382 @@
+//! The tensor-core template (Bolt-like, sm_80+): half-precision contractions that map onto
+//! `mma.sync.aligned.m16n8k16` — GEMMs, batched GEMMs and convolutions as implicit GEMMs
+//! (see [`crate::lower::tensorcore::Gemm`] for which do) —, with
+//! `f32` accumulators, `ldmatrix` fragment loads and a multi-stage `cp.async` pipeline.
+//!
+//! Knobs (all discrete):
+//! * `warp_m`, `warp_n` ∈ {16, 32, 64}: one warp's tile (`warp_m/16 × warp_n/8` MMAs per
+//!   16-deep step);
+//! * `warps_m`, `warps_n` ∈ {1, 2, 4}: warps per block along `m` and `n` (the block tile is
+//!   their product with the warp tile);
+//! * `block_k` ∈ {16, 32, 64}: depth of one pipeline stage;
+//! * `split_k` ∈ {1, 2, 4}: warp groups that share each stage's 16-deep steps (sliced K,
+//!   for problems with few output tiles and a long reduction); their partial sums are added
+//!   through shared memory (reusing the pipeline's) before the epilogue;
+//! * `stages` ∈ {2, 3, 4}: shared-memory stages in flight;
+//! * `swizzle` ∈ {0, 1}: shared rows padded by 16 bytes, or 16-byte chunks XOR-swizzled.
+//!
+//! Constraints: at most 8 warps (all groups), `split_k` divides the 16-deep steps of a stage, at most 128 accumulators per thread (64 with a 64-deep
+//! stage), static shared memory
+//! within the target's limit. Extents that no tile divides are zero-filled on load and
+//! predicated on store, so every point runs every shape.
+//!
+//! ```
+//! use tensor_dsl::ir::parse_text;
+//! use tensor_dsl::template::{gpu::GpuTarget, tensorcore::TcTemplate, Template};
+//! let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap()
+//!     .with_dtypes("a=bf16,b=bf16").unwrap();
+//! let shapes: [&[usize]; 3] = [&[1000, 1000], &[1000, 1000], &[1000, 1000]];
+//! let t = TcTemplate::new(&k, &[1000; 3], &shapes, &GpuTarget::h100()).unwrap();
+//! let s = Template::decode(&t, &Template::default_point(&t).unwrap()).unwrap();
+//! assert_eq!((s.block_m(), s.block_n(), s.stages), (64, 64, 3));
+//! let text = t.space().format(&t.encode(&s).unwrap()).unwrap();
+//! assert_eq!(tensor_dsl::template::schedule_from_text(&t, &text), Some(s));
+//! ```
+
+use crate::ir::Kernel;
+use crate::lower::tensorcore::{Gemm, TcSchedule};
+use crate::template::gpu::GpuTarget;
+use tuner::{Config, Discrete, SearchSpace, Value};
+
+/// Values of the `warp_m` and `warp_n` knobs.
+pub const WARP_TILES: [i64; 3] = [16, 32, 64];
+/// Values of the `warps_m` and `warps_n` knobs.
+pub const WARPS: [i64; 3] = [1, 2, 4];
+/// Values of the `block_k` knob.
+pub const BLOCK_K: [i64; 3] = [16, 32, 64];
+/// Values of the `split_k` knob.
+pub const SPLIT_K: [i64; 3] = [1, 2, 4];
+/// Values of the `stages` knob.
+pub const STAGES: [i64; 3] = [2, 3, 4];
+/// Most `f32` accumulators per thread (a 64×64 warp tile).
+pub const MAX_ACCUMULATORS: usize = 128;
+/// Most warps per block.
+pub const MAX_WARPS: usize = 8;
+
+const KNOBS: [(&str, &[i64]); 8] = [
+    ("warp_m", &WARP_TILES),
+    ("warp_n", &WARP_TILES),
+    ("warps_m", &WARPS),
+    ("warps_n", &WARPS),
+    ("block_k", &BLOCK_K),
+    ("stages", &STAGES),
+    ("swizzle", &[0, 1]),
+    ("split_k", &SPLIT_K),
+];
+
+/// The tensor-core schedule space of one half-precision GEMM-like kernel at one shape.
+#[derive(Debug, Clone)]
+pub struct TcTemplate {
+    gemm: Gemm,
+    space: SearchSpace,
+    max_shared: usize,
+    sm_count: usize,
+}
+
+fn decode_values(c: &Config) -> Result<TcSchedule, String> {
+    let v = |n: usize| -> Result<usize, String> {
+        let (name, list) = KNOBS[n];
+        c.index(n)
+            .and_then(|i| list.get(i).copied())
+            .map(|x| x as usize)
+            .ok_or_else(|| format!("the config has no valid `{name}` value"))
+    };
+    Ok(TcSchedule {
+        warp_m: v(0)?,
+        warp_n: v(1)?,
+        warps_m: v(2)?,
+        warps_n: v(3)?,
+        block_k: v(4)?,
+        stages: v(5)?,
+        swizzle: v(6)? == 1,
+        split_k: v(7)?,
+    })
+}
+
+impl TcTemplate {
+    /// The space for `kernel` at `extents` and `shapes` on `target`; an error (why) when the
+    /// kernel has no tensor-core form or the target has no `mma.sync` (below sm_80).
+    pub fn new(
+        kernel: &Kernel,
+        extents: &[usize],
+        shapes: &[&[usize]],
+        target: &GpuTarget,
+    ) -> Result<TcTemplate, String> {
+        if target.sm < 80 {
+            return Err(format!(
+                "sm_{} has no bf16/f16 mma.sync m16n8k16",
+                target.sm
+            ));
+        }
+        let gemm = Gemm::analyze(kernel, extents, shapes)?;
+        let mut b = SearchSpace::builder();
+        for (name, list) in KNOBS {
+            b.add(name, Discrete::new(list.to_vec()));
+        }
+        b.constraint(&format!("warps per block <= {MAX_WARPS}"), |c| {
+            decode_values(c).is_ok_and(|s| s.warps_m * s.warps_n * s.split_k <= MAX_WARPS)
+        });
+        b.constraint("split_k divides the 16-deep steps of a stage", |c| {
+            decode_values(c).is_ok_and(|s| (s.block_k / 16).is_multiple_of(s.split_k))
+        });
+        b.constraint(
+            &format!("accumulators per thread <= {MAX_ACCUMULATORS}"),
+            |c| decode_values(c).is_ok_and(|s| s.accumulators() <= MAX_ACCUMULATORS),
+        );
+        // With 128 accumulators and a 64-deep stage, the fragments of the unrolled stage
+        // no longer fit the 255 registers (ptxas spills).
+        b.constraint(
+            &format!("accumulators x block_k <= {}", MAX_ACCUMULATORS * 32),
+            |c| {
+                decode_values(c)
+                    .is_ok_and(|s| s.accumulators() * s.block_k <= MAX_ACCUMULATORS * 32)
+            },
+        );
+        let max_shared = target.max_shared_per_block as usize;
+        let g = gemm.clone();
+        b.constraint(
+            &format!("shared memory per block <= {max_shared} bytes"),
+            move |c| decode_values(c).is_ok_and(|s| g.shared_bytes(&s) <= max_shared),
+        );
+        let space = b.build().map_err(|e| e.to_string())?;
+        Ok(TcTemplate {
+            gemm,
+            space,
+            max_shared,
+            sm_count: target.sm_count as usize,
+        })
+    }
+
+    /// The search space.
+    pub fn space(&self) -> &SearchSpace {
+        &self.space
+    }
+
+    /// The GEMM view of the kernel.
+    pub fn gemm(&self) -> &Gemm {
+        &self.gemm
+    }
+
+    /// The schedule a point stands for (errors name the knob or constraint).
+    pub fn decode(&self, c: &Config) -> Result<TcSchedule, String> {
+        self.space.check(c).map_err(|e| e.to_string())?;
+        decode_values(c)
+    }
+
+    /// The point a schedule stands for.
+    pub fn encode(&self, s: &TcSchedule) -> Result<Config, String> {
+        let fields = [
+            s.warp_m,
+            s.warp_n,
+            s.warps_m,
+            s.warps_n,
+            s.block_k,
+            s.stages,
+            usize::from(s.swizzle),
+            s.split_k,
+        ];
+        let values = KNOBS
+            .iter()
+            .zip(fields)
+            .map(|((name, list), v)| {
+                list.iter()
+                    .position(|&x| x == v as i64)
+                    .map(Value::Discrete)
+                    .ok_or_else(|| format!("{name} {v} is not a value of the knob"))
+            })
+            .collect::<Result<Vec<Value>, String>>()?;
+        let c = Config::new(values);
+        self.space.check(&c).map_err(|e| e.to_string())?;
+        Ok(c)
+    }
+
+    /// The default: CUTLASS's 128×128×32 block of 2×2 warps (64×64 each), 3 stages,
+    /// swizzled, shrunk to 64 or 32 along an axis that is that small, and to fewer stages
+    /// if the target's shared memory asks for it. While that leaves SMs idle (fewer blocks
+    /// than SMs), the warp tile is halved along the longer block side, down to 32×32
+    /// (1000×1000 on an H100's 132 SMs: 256 blocks of 64×64 rather than 64 of 128×128, which
+    /// several blocks per SM can run at once); if half the
+    /// SMs are still idle and the reduction has at least 8 stages, two warp groups split
+    /// each stage (sliced K). A heuristic from occupancy, not from measurements.
+    pub fn default_schedule(&self) -> TcSchedule {
+        let shrink = |e: usize| -> (usize, usize) {
+            if e <= 16 {
+                (16, 1)
+            } else if e <= 32 {
+                (32, 1)
+            } else if e <= 64 {
+                (32, 2)
+            } else {
+                (64, 2)
+            }
+        };
+        let (warp_m, warps_m) = shrink(self.gemm.m_extent);
+        let (warp_n, warps_n) = shrink(self.gemm.n_extent);
+        let block_k = if self.gemm.k_extent <= 16 { 16 } else { 32 };
+        let mut s = TcSchedule {
+            warp_m,
+            warp_n,
+            warps_m,
+            warps_n,
+            block_k,
+            stages: 3,
+            swizzle: true,
+            split_k: 1,
+        };
+        let blocks = |s: &TcSchedule| {
+            self.gemm.batch_count_of()
+                * self.gemm.m_extent.div_ceil(s.block_m())
+                * self.gemm.n_extent.div_ceil(s.block_n())
+        };
+        while blocks(&s) < self.sm_count && s.warp_m.max(s.warp_n) > 32 {
+            if s.block_m() >= s.block_n() && s.warp_m > 32 {
+                s.warp_m /= 2;
+            } else if s.warp_n > 32 {
+                s.warp_n /= 2;
+            } else {
+                s.warp_m /= 2;
+            }
+        }
+        if blocks(&s) * 2 <= self.sm_count
+            && self.gemm.k_extent >= 8 * s.block_k
+            && s.warps_m * s.warps_n * 2 <= MAX_WARPS
+        {
+            s.split_k = 2;
+        }
+        while s.stages > 2 && self.gemm.shared_bytes(&s) > self.max_shared {
+            s.stages -= 1;
+        }
+        s
+    }
+}
+
+impl crate::template::Template for TcTemplate {
+    type Schedule = TcSchedule;
+
+    fn space(&self) -> &SearchSpace {
+        &self.space
+    }
+
+    fn default_point(&self) -> Result<Config, String> {
+        self.encode(&self.default_schedule())
+    }
+
+    fn decode(&self, point: &Config) -> Result<TcSchedule, String> {
+        TcTemplate::decode(self, point)
+    }
+
+    /// The tensor-core code is printed from [`Gemm`] and the schedule directly (see
+    /// [`crate::lower::tensorcore`] for why), so there is no loop nest to return.
+    fn lower<'a>(
+        &self,
+        _kernel: &'a Kernel,
+        _extents: &[usize],
+        _shapes: &'a [&'a [usize]],
+        _schedule: &TcSchedule,
+    ) -> Result<crate::lower::Nest<'a>, String> {
+        Err("the tensor-core template is printed from its GEMM plan, not a loop nest".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::parse_text;
+    use rand::{rngs::StdRng, SeedableRng};
+
+    #[test]
+    fn qualifying_kernels_and_round_trips() {
+        let target = GpuTarget::h100();
+        let mut rng = StdRng::seed_from_u64(5);
+        for (src, dtypes, shapes, extents) in [
+            (
+                "c[[i,j]] += a[[i,k]] * b[[k,j]]",
+                "a=bf16,b=bf16",
+                vec![vec![67, 93], vec![93, 45], vec![67, 45]],
+                vec![67, 45, 93],
+            ),
+            (
+                "c[[b,i,j]] += x[[b,k,i]] * y[[b,j,k]]",
+                "x=f16,y=f16,c=f16",
+                vec![vec![3, 24, 40], vec![3, 17, 24], vec![3, 40, 17]],
+                vec![3, 40, 17, 24],
+            ),
+        ] {
+            let k = parse_text("k", src, None)
+                .unwrap()
+                .with_dtypes(dtypes)
+                .unwrap();
+            let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+            let t = TcTemplate::new(&k, &extents, &refs, &target).unwrap();
+            let d = t.default_schedule();
+            assert_eq!(t.decode(&t.encode(&d).unwrap()).unwrap(), d);
+            for _ in 0..20 {
+                let c = t.space().sample_uniform(&mut rng).unwrap();
+                let s = t.decode(&c).unwrap();
+                assert!(s.validate().is_ok());
+                assert!(t.gemm().shared_bytes(&s) <= 48 * 1024);
+                assert_eq!(t.encode(&s).unwrap(), c);
+            }
+        }
+    }
+
+    #[test]
+    fn the_default_fills_the_gpu() {
+        let target = GpuTarget::h100();
+        let k = parse_text("k", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None)
+            .unwrap()
+            .with_dtypes("a=bf16,b=bf16")
+            .unwrap();
+        for (m, n, kk, block, split_k) in [
+            (4096, 4096, 4096, (128, 128), 1),
+            (1000, 1000, 1000, (64, 64), 1),
+            (128, 128, 8192, (64, 64), 2),
+            (20, 24, 40, (32, 32), 1),
+        ] {
+            let shapes = [vec![m, kk], vec![kk, n], vec![m, n]];
+            let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+            let t = TcTemplate::new(&k, &[m, n, kk], &refs, &target).unwrap();
+            let s = t.default_schedule();
+            assert_eq!(
+                (s.block_m(), s.block_n(), s.split_k),
+                (block.0, block.1, split_k)
+            );
+            assert!(t.encode(&s).is_ok(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn other_kernels_fall_back() {
+        let target = GpuTarget::h100();
+        for (src, dtypes, shapes, extents) in [
+            (
+                "c[[i,j]] += a[[i,k]] * b[[k,j]]",
+                "",
+                vec![vec![8, 8], vec![8, 8], vec![8, 8]],
+                vec![8, 8, 8],
+            ),
+            (
+                "c[[i,j]] += a[[i,k]] * b[[k,j]]",
+                "a=bf16,b=f16",
+                vec![vec![8, 8], vec![8, 8], vec![8, 8]],
+                vec![8, 8, 8],
+            ),
+            (
+                "o[[i]] += a[[i,k]] * b[[k]]",
+                "a=bf16,b=bf16",
+                vec![vec![8, 8], vec![8], vec![8]],
+                vec![8, 8],
+            ),
+        ] {
+            let k = parse_text("k", src, None)
+                .unwrap()
+                .with_dtypes(dtypes)
+                .unwrap();
+            let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+            assert!(
+                TcTemplate::new(&k, &extents, &refs, &target).is_err(),
+                "{src}"
+            );
+        }
+    }
+}

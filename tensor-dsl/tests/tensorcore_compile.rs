@@ -1,0 +1,304 @@
+//! Tensor-core kernels through the real NVRTC (`compute_90`) and `ptxas -arch=sm_90 -v`,
+//! then `nvdisasm` on the cubin: bf16- and f16-input GEMMs (including 1000×1000×1000, a
+//! prime-sized one, a batched one, transposed operands and a fused bias + ReLU), the default
+//! and random points of the template. Each must compile with no `#include`, assemble with no
+//! spills and the shared memory the schedule computes, and its SASS must issue `HMMA`
+//! (tensor-core MMA) inside the main loop, with `LDSM` (ldmatrix) and, where rows are
+//! aligned, `LDGSTS` (cp.async).
+//!
+//! Without NVRTC, `ptxas` or `nvdisasm` the test prints why and passes, unless
+//! `TENSOR_DSL_REQUIRE_NVRTC=1` makes that a failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use rand::{rngs::StdRng, SeedableRng};
+use std::path::PathBuf;
+use std::process::Command;
+use tensor_dsl::codegen::tensorcore;
+use tensor_dsl::lower::tensorcore::TcSchedule;
+use tensor_dsl::template::{gpu::GpuTarget, tensorcore::TcTemplate};
+
+/// (name, statements, shapes, element types).
+const CASES: &[(&str, &str, &str, &str)] = &[
+    (
+        "matmul_bf16_1000",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=1000x1000 b=1000x1000 c=1000x1000",
+        "a=bf16,b=bf16,c=f32",
+    ),
+    (
+        "matmul_f16_1000",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=1000x1000 b=1000x1000 c=1000x1000",
+        "a=f16,b=f16,c=f32",
+    ),
+    (
+        "matmul_bf16_prime",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=127x131 b=131x137 c=127x137",
+        "a=bf16,b=bf16",
+    ),
+    (
+        "matmul_f16_nt",
+        "c[[i, j]] += a[[k, i]] * b[[j, k]]",
+        "a=512x768 b=1024x512 c=768x1024",
+        "a=f16,b=f16,c=f16",
+    ),
+    (
+        "batch_matmul_bf16",
+        "z[[b, m, n]] += x[[b, m, k]] * y[[b, k, n]]",
+        "x=12x128x64 y=12x64x128 z=12x128x128",
+        "x=bf16,y=bf16",
+    ),
+    (
+        "conv_bias_relu_bf16",
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 1, 2 * q + s - 1]] * w[[f, c, r, s]]; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        "x=8x64x56x56 w=128x64x3x3 bias=128 y=8x128x28x28",
+        "x=bf16,w=bf16,y=bf16",
+    ),
+    (
+        "conv_nhwc_f16",
+        "y[[n, p, q, f]] += x[[n, p + r - 1, q + s - 1, c]] * w[[f, r, s, c]]",
+        "x=4x56x56x64 w=64x3x3x64 y=4x56x56x64",
+        "x=f16,w=f16",
+    ),
+    (
+        "gemm_bias_relu_bf16",
+        "o[[i, j]] += a[[i, k]] * b[[k, j]]; o[[i, j]] = relu(o[[i, j]] + bias[[j]])",
+        "a=512x768 b=768x3072 bias=3072 o=512x3072",
+        "a=bf16,b=bf16,o=bf16",
+    ),
+];
+
+const RANDOM_POINTS: usize = 8;
+
+fn tool(name: &str) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn unavailable() -> Option<String> {
+    if cfg!(not(feature = "cuda")) {
+        return Some("the `cuda` feature is off".into());
+    }
+    #[cfg(feature = "cuda")]
+    if !tensor_dsl::runtime::nvrtc::available() {
+        return Some("NVRTC (libnvrtc.so.13) is not on the library path".into());
+    }
+    if tensor_dsl::runtime::ptxas::find().is_none() {
+        return Some("ptxas is not on PATH (or TENSOR_DSL_PTXAS)".into());
+    }
+    if tool("nvdisasm").is_none() {
+        return Some("nvdisasm is not on PATH".into());
+    }
+    None
+}
+
+#[cfg(feature = "cuda")]
+fn ptx_of(name: &str, source: &str, arch: &str) -> Result<String, String> {
+    tensor_dsl::runtime::nvrtc::compile_ptx(name, source, arch).map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn ptx_of(_: &str, _: &str, _: &str) -> Result<String, String> {
+    Err("the `cuda` feature is off".into())
+}
+
+/// ptxas with the cubin kept: (report, SASS text).
+fn assemble(
+    ptx: &str,
+    arch: &str,
+    dir: &std::path::Path,
+    n: usize,
+) -> Result<(String, String), String> {
+    let ptxas = tensor_dsl::runtime::ptxas::find().unwrap();
+    let input = dir.join(format!("k{n}.ptx"));
+    let cubin = dir.join(format!("k{n}.cubin"));
+    std::fs::write(&input, ptx).unwrap();
+    let out = Command::new(ptxas)
+        .arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg("-o")
+        .arg(&cubin)
+        .arg(&input)
+        .output()
+        .unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        return Err(log);
+    }
+    let sass = Command::new(tool("nvdisasm").unwrap())
+        .arg(&cubin)
+        .output()
+        .unwrap();
+    if !sass.status.success() {
+        return Err(String::from_utf8_lossy(&sass.stderr).into_owned());
+    }
+    Ok((log, String::from_utf8_lossy(&sass.stdout).into_owned()))
+}
+
+/// The instructions between the first backward branch's target and the branch: the main
+/// (k-tile) loop, the only loop left after unrolling.
+fn hot_loop(sass: &str) -> Vec<&str> {
+    let lines: Vec<&str> = sass.lines().collect();
+    let mut best: Vec<&str> = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        let Some(pos) = line.find("BRA") else {
+            continue;
+        };
+        let Some(label) = line[pos..].split_whitespace().nth(1) else {
+            continue;
+        };
+        let label = label
+            .trim_end_matches(';')
+            .trim_start_matches('`')
+            .trim_start_matches('(');
+        let label = label.trim_end_matches(')');
+        let target = lines[..n].iter().position(|l| {
+            l.trim_start().starts_with(&format!("{label}:")) || l.contains(&format!("{label}:"))
+        });
+        if let Some(t) = target {
+            let body: Vec<&str> = lines[t..=n].to_vec();
+            if body.len() > best.len() {
+                best = body;
+            }
+        }
+    }
+    best
+}
+
+#[test]
+fn tensor_core_kernels_compile_assemble_and_issue_hmma() {
+    if let Some(why) = unavailable() {
+        if std::env::var("TENSOR_DSL_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+            panic!("TENSOR_DSL_REQUIRE_NVRTC=1 but {why}");
+        }
+        println!("skipped: {why}");
+        return;
+    }
+    let target = GpuTarget::h100();
+    let dir = std::env::temp_dir().join(format!("td-tc-sass-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = StdRng::seed_from_u64(90);
+    let mut failures = Vec::new();
+    let mut n = 0;
+    for &(name, src, shapes, dtypes) in CASES {
+        let case = common::Case::new(name, src, shapes, dtypes);
+        let extents = case.extents();
+        let refs = case.shape_refs();
+        let t = TcTemplate::new(&case.kernel, &extents, &refs, &target)
+            .unwrap_or_else(|e| panic!("{name}: no tensor-core form: {e}"));
+        let mut points: Vec<(String, TcSchedule)> = vec![("default".into(), t.default_schedule())];
+        for _ in 0..RANDOM_POINTS {
+            let c = t.space().sample_uniform(&mut rng).unwrap();
+            points.push((t.space().format(&c).unwrap(), t.decode(&c).unwrap()));
+        }
+        // CUTLASS's 128x128x32 block of four 64x64 warps: the most accumulators.
+        let big = TcSchedule {
+            warp_m: 64,
+            warp_n: 64,
+            warps_m: 2,
+            warps_n: 2,
+            block_k: 32,
+            stages: 3,
+            swizzle: true,
+            split_k: 1,
+        };
+        let c = t.encode(&big).unwrap();
+        points.push((t.space().format(&c).unwrap(), big));
+        // Sliced K over two warp groups.
+        let d = t.default_schedule();
+        let split = TcSchedule {
+            split_k: 2,
+            warps_n: 1,
+            ..d
+        };
+        let c = t.encode(&split).unwrap();
+        points.push((t.space().format(&c).unwrap(), split));
+        for (config, s) in points {
+            n += 1;
+            let gen = tensorcore::generate(&case.kernel, &extents, &refs, &s);
+            assert!(!gen.source.contains("#include"), "{name}: #include");
+            let result = ptx_of(name, &gen.source, &target.virtual_arch())
+                .and_then(|ptx| assemble(&ptx, &target.real_arch(), &dir, n));
+            let (log, sass) = match result {
+                Ok(x) => x,
+                Err(e) => {
+                    failures.push(format!("{name} {config}: {e}\n{}", gen.source));
+                    continue;
+                }
+            };
+            if let Some(d) = std::env::var_os("TD_TC_SASS_DIR") {
+                let d = PathBuf::from(d);
+                let _ = std::fs::write(d.join(format!("{name}-{n}.sass")), &sass);
+                let _ = std::fs::write(d.join(format!("{name}-{n}.cu")), &gen.source);
+            }
+            let r = tensor_dsl::runtime::ptxas::parse_report(&log);
+            // One k tile: the main loop runs once and is gone; the whole kernel is "hot".
+            let hot = if t.gemm().k_extent <= s.block_k {
+                sass.lines().collect()
+            } else {
+                hot_loop(&sass)
+            };
+            let count = |lines: &[&str], op: &str| lines.iter().filter(|l| l.contains(op)).count();
+            let mmas = s.warp_m / 16 * (s.warp_n / 8) * (s.block_k / 16 / s.split_k);
+            let g = t.gemm();
+            let mut problems = Vec::new();
+            if r.spill_stores > 0 || r.spill_loads > 0 {
+                problems.push(format!(
+                    "spills ({} B stores, {} B loads)",
+                    r.spill_stores, r.spill_loads
+                ));
+            }
+            if r.shared_bytes as usize != g.shared_bytes(&s) {
+                problems.push(format!(
+                    "ptxas reports {} bytes of shared memory, the schedule {}",
+                    r.shared_bytes,
+                    g.shared_bytes(&s)
+                ));
+            }
+            if count(&hot, "HMMA.16816.F32") < mmas {
+                problems.push(format!(
+                    "{} HMMA.16816.F32 in the hot loop ({} lines), want {mmas}",
+                    count(&hot, "HMMA.16816.F32"),
+                    hot.len()
+                ));
+            }
+            if count(&hot, "LDSM") == 0 {
+                problems.push("no LDSM (ldmatrix) in the hot loop".into());
+            }
+            // Prefetches happen in the loop only when there are more k tiles than stages in
+            // flight.
+            let k_tiles = g.k_extent.div_ceil(s.block_k);
+            let all: Vec<&str> = sass.lines().collect();
+            let copies = if k_tiles > s.stages - 1 { &hot } else { &all };
+            if (g.a.width > 1 || g.b.width > 1) && count(copies, "LDGSTS") == 0 {
+                problems.push("no LDGSTS (cp.async) where the tiles are copied".into());
+            }
+            println!(
+                "{name} {config}: {} registers, {} B shared, {} HMMA of {} SASS lines in the hot loop",
+                r.registers,
+                r.shared_bytes,
+                count(&hot, "HMMA"),
+                hot.len()
+            );
+            if !problems.is_empty() {
+                failures.push(format!("{name} {config} {s:?}: {}", problems.join("; ")));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        failures.is_empty(),
+        "{} of {n} configs failed:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
