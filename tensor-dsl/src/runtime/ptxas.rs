@@ -70,13 +70,25 @@ pub fn parse_report(log: &str) -> PtxasReport {
 /// Assembles `ptx` for a real architecture such as `sm_90` and returns the report, or
 /// ptxas's error output.
 pub fn assemble(ptx: &str, arch: &str) -> Result<PtxasReport, String> {
-    let ptxas = find().ok_or("ptxas not found: set TENSOR_DSL_PTXAS or put it on PATH")?;
+    assemble_cubin(ptx, arch).map(|(_, report)| report)
+}
+
+/// A fresh file path `k<n>.<ext>` in this process's scratch folder for ptxas and nvdisasm
+/// (the caller removes the file).
+pub(crate) fn scratch(ext: &str) -> Result<PathBuf, String> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!("tensor-dsl-ptxas-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let input = dir.join(format!("k{n}.ptx"));
-    let output = dir.join(format!("k{n}.cubin"));
+    Ok(dir.join(format!("k{n}.{ext}")))
+}
+
+/// Assembles `ptx` for a real architecture such as `sm_90` with `ptxas -v`: the cubin and
+/// the report, or ptxas's error output.
+pub fn assemble_cubin(ptx: &str, arch: &str) -> Result<(Vec<u8>, PtxasReport), String> {
+    let ptxas = find().ok_or("ptxas not found: set TENSOR_DSL_PTXAS or put it on PATH")?;
+    let input = scratch("ptx")?;
+    let output = input.with_extension("cubin");
     std::fs::write(&input, ptx).map_err(|e| e.to_string())?;
     let result = Command::new(&ptxas)
         .arg(format!("-arch={arch}"))
@@ -86,6 +98,7 @@ pub fn assemble(ptx: &str, arch: &str) -> Result<PtxasReport, String> {
         .arg(&input)
         .output();
     let _ = std::fs::remove_file(&input);
+    let cubin = std::fs::read(&output);
     let _ = std::fs::remove_file(&output);
     let out = result.map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
     let log = format!(
@@ -93,9 +106,9 @@ pub fn assemble(ptx: &str, arch: &str) -> Result<PtxasReport, String> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    if out.status.success() {
-        Ok(parse_report(&log))
-    } else {
-        Err(log)
+    if !out.status.success() {
+        return Err(log);
     }
+    let cubin = cubin.map_err(|e| format!("ptxas wrote no cubin: {e}"))?;
+    Ok((cubin, parse_report(&log)))
 }

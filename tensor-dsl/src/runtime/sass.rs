@@ -23,7 +23,7 @@
 //! assert_eq!(hot.mix.ffma_share(), 0.5);
 //! ```
 
-use super::ptxas::{parse_report, PtxasReport};
+use super::ptxas::PtxasReport;
 use crate::template::gpu::GpuTarget;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -135,51 +135,12 @@ pub fn find_nvdisasm() -> Option<PathBuf> {
     })
 }
 
-fn scratch(ext: &str) -> Result<PathBuf, String> {
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!("tensor-dsl-sass-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Ok(dir.join(format!("k{n}.{ext}")))
-}
-
-/// Assembles `ptx` for a real architecture such as `sm_90` with `ptxas -v`: the cubin and
-/// the report, or ptxas's error output.
-pub fn assemble_cubin(ptx: &str, arch: &str) -> Result<(Vec<u8>, PtxasReport), String> {
-    let ptxas =
-        super::ptxas::find().ok_or("ptxas not found: set TENSOR_DSL_PTXAS or put it on PATH")?;
-    let input = scratch("ptx")?;
-    let output = input.with_extension("cubin");
-    std::fs::write(&input, ptx).map_err(|e| e.to_string())?;
-    let result = Command::new(&ptxas)
-        .arg(format!("-arch={arch}"))
-        .arg("-v")
-        .arg("-o")
-        .arg(&output)
-        .arg(&input)
-        .output();
-    let _ = std::fs::remove_file(&input);
-    let cubin = std::fs::read(&output);
-    let _ = std::fs::remove_file(&output);
-    let out = result.map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
-    let log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() {
-        return Err(log);
-    }
-    let cubin = cubin.map_err(|e| format!("ptxas wrote no cubin: {e}"))?;
-    Ok((cubin, parse_report(&log)))
-}
-
 /// The SASS text of a cubin (`nvdisasm -c`).
 pub fn disassemble(cubin: &[u8]) -> Result<String, String> {
     let nvdisasm = find_nvdisasm().ok_or(
         "nvdisasm not found: set TENSOR_DSL_NVDISASM or put it on PATH (PyPI nvidia-cuda-nvdisasm)",
     )?;
-    let input = scratch("cubin")?;
+    let input = super::ptxas::scratch("cubin")?;
     std::fs::write(&input, cubin).map_err(|e| e.to_string())?;
     let result = Command::new(&nvdisasm).arg("-c").arg(&input).output();
     let _ = std::fs::remove_file(&input);
@@ -309,7 +270,7 @@ pub fn occupancy(registers: u32, shared_bytes: u32, threads: usize, target: &Gpu
 /// Assembles `ptx` for `target`, disassembles it and profiles it (see the module docs).
 /// `threads` is the block size the occupancy estimate assumes.
 pub fn profile_ptx(ptx: &str, target: &GpuTarget, threads: usize) -> Result<SassProfile, String> {
-    let (cubin, report) = assemble_cubin(ptx, &target.real_arch())?;
+    let (cubin, report) = super::ptxas::assemble_cubin(ptx, &target.real_arch())?;
     let text = disassemble(&cubin)?;
     let (ins, _) = parse(&text);
     Ok(SassProfile {
