@@ -12,7 +12,7 @@ mod common;
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use tensor_dsl::codegen::cuda;
 use tensor_dsl::codegen::storage_type;
@@ -130,21 +130,8 @@ fn random_case(
 }
 
 fn close(got: f32, want: f32, dtype: DType) -> bool {
-    let tol = match dtype {
-        DType::F32 => 1e-4,
-        other => tensor_dsl::measure::tolerance(other),
-    };
+    let tol = common::emulator_tolerance(dtype);
     (got.is_nan() && want.is_nan()) || (got - want).abs() <= tol * (1.0 + want.abs())
-}
-
-fn gxx() -> Option<PathBuf> {
-    let cxx = std::env::var_os("CXX").map_or_else(|| PathBuf::from("g++"), PathBuf::from);
-    Command::new(&cxx)
-        .arg("--version")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|_| cxx)
 }
 
 /// One shape of one kernel: its data, the expected output and the schedules to try.
@@ -440,7 +427,7 @@ fn check_kernel(
 
 #[test]
 fn emulated_cuda_matches_reference() {
-    let Some(cxx) = gxx() else {
+    let Some(cxx) = common::gxx() else {
         println!("skipped: g++ not found (install the `g++` package, or set CXX)");
         return;
     };

@@ -14,7 +14,7 @@ mod common;
 use common::Case;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use tensor_dsl::codegen::{rows, storage_type};
 use tensor_dsl::ir::DType;
@@ -125,10 +125,7 @@ fn prepare() -> Vec<Prepared> {
 }
 
 fn close(got: f32, want: f32, dtype: DType) -> bool {
-    let tol = match dtype {
-        DType::F32 => 1e-4,
-        other => tensor_dsl::measure::tolerance(other),
-    };
+    let tol = common::emulator_tolerance(dtype);
     (got.is_nan() && want.is_nan()) || got == want || (got - want).abs() <= tol * (1.0 + want.abs())
 }
 
@@ -202,16 +199,6 @@ fn gpu_configs(plan: &RowPlan<'_>) -> Vec<RowsGpuConfig> {
         }
     }
     v
-}
-
-fn gxx() -> Option<PathBuf> {
-    let cxx = std::env::var_os("CXX").map_or_else(|| PathBuf::from("g++"), PathBuf::from);
-    Command::new(&cxx)
-        .arg("--version")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|_| cxx)
 }
 
 fn emulate(cxx: &Path, dir: &Path, n: usize, p: &Prepared) {
@@ -317,7 +304,7 @@ fn emulate(cxx: &Path, dir: &Path, n: usize, p: &Prepared) {
 
 #[test]
 fn emulated_cuda_matches_reference() {
-    let Some(cxx) = gxx() else {
+    let Some(cxx) = common::gxx() else {
         println!("skipped: g++ not found (install the `g++` package, or set CXX)");
         return;
     };

@@ -11,7 +11,6 @@ mod common;
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::process::Command;
 use tensor_dsl::codegen::{storage_type, tensorcore};
 use tensor_dsl::ir::DType;
@@ -58,27 +57,14 @@ const CASES: &[(&str, &str, &str)] = &[
 
 const RANDOM_POINTS: usize = 4;
 
-fn gxx() -> Option<PathBuf> {
-    let cxx = std::env::var_os("CXX").map_or_else(|| PathBuf::from("g++"), PathBuf::from);
-    Command::new(&cxx)
-        .arg("--version")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|_| cxx)
-}
-
 fn close(got: f32, want: f32, dtype: DType) -> bool {
-    let tol = match dtype {
-        DType::F32 => 1e-4,
-        other => tensor_dsl::measure::tolerance(other),
-    };
+    let tol = common::emulator_tolerance(dtype);
     (got - want).abs() <= tol * (1.0 + want.abs())
 }
 
 #[test]
 fn tensor_core_points_match_the_reference_on_the_emulator() {
-    let Some(cxx) = gxx() else {
+    let Some(cxx) = common::gxx() else {
         eprintln!("skipping: no g++ to compile the emulated CUDA (install g++)");
         return;
     };
@@ -244,7 +230,7 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
 /// mma.m16n8k16" formulas (small values, so every sum is exact).
 #[test]
 fn warp_collectives_follow_the_ptx_layouts() {
-    let Some(cxx) = gxx() else {
+    let Some(cxx) = common::gxx() else {
         eprintln!("skipping: no g++ (install g++)");
         return;
     };

@@ -1,6 +1,8 @@
 //! Helpers shared by the backend-vs-reference tests.
 
-use tensor_dsl::ir::{bind, Kernel};
+use std::path::PathBuf;
+use std::process::Command;
+use tensor_dsl::ir::{bind, DType, Kernel};
 
 /// Kernels covering the language: many inputs, diagonals, scalars, outer products,
 /// transposes, affine (padded) accesses, epilogues with every built-in: every backend is
@@ -145,4 +147,27 @@ pub fn kernel_cases() -> Vec<Case> {
             )
         })
         .collect()
+}
+
+/// The C++ compiler that builds generated CUDA against `cuda_emu.h` (`$CXX`, else `g++`),
+/// if it runs.
+#[allow(dead_code)] // used by the emulator tests only
+pub fn gxx() -> Option<PathBuf> {
+    let cxx = std::env::var_os("CXX").map_or_else(|| PathBuf::from("g++"), PathBuf::from);
+    Command::new(&cxx)
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|_| cxx)
+}
+
+/// The relative tolerance of an emulated output against the reference: `1e-4` for `f32`,
+/// the measurer's half-precision tolerance otherwise.
+#[allow(dead_code)] // used by the emulator tests only
+pub fn emulator_tolerance(dtype: DType) -> f32 {
+    match dtype {
+        DType::F32 => 1e-4,
+        other => tensor_dsl::measure::tolerance(other),
+    }
 }
