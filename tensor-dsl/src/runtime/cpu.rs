@@ -329,7 +329,7 @@ pub fn run_with(
     extents: &[usize],
     shapes: &[&[usize]],
     data: &[Data<'_>],
-    mut out: DataMut<'_>,
+    out: DataMut<'_>,
     config: &CpuConfig,
 ) -> Result<(), CpuError> {
     let backend_err = |message: String| {
@@ -356,11 +356,27 @@ pub fn run_with(
         let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
         map.entry(key).or_default().clone()
     };
+    // SAFETY (of the call inside): the generated code reads parameter `p` only at offsets
+    // below the product of `shapes[p]` (plain indices range over the bound extents, affine
+    // ones are bounds-checked) and writes `out` only below the output's element count; both
+    // were checked against the buffers above.
+    call_compiled(kernel, data, out, &slot, || {
+        c::generate(kernel, extents, shapes, config)
+    })
+}
+
+/// Builds `slot`'s shared object from `source()` on first use (a compile error is kept and
+/// returned each time), then calls its entry point on `data` and `out`. Callers have checked
+/// the buffers against the shapes the source was generated for.
+fn call_compiled(
+    kernel: &Kernel,
+    data: &[Data<'_>],
+    mut out: DataMut<'_>,
+    slot: &Slot,
+    source: impl FnOnce() -> String,
+) -> Result<(), CpuError> {
     let loaded = slot
-        .get_or_init(|| {
-            let source = c::generate(kernel, extents, shapes, config);
-            build(kernel, &source).map(Arc::new)
-        })
+        .get_or_init(|| build(kernel, &source()).map(Arc::new))
         .as_ref()
         .map_err(|log| {
             CpuError::Other(Error::Compile {
@@ -370,10 +386,8 @@ pub fn run_with(
             })
         })?;
     let args: Vec<*const u8> = data.iter().map(Data::as_ptr).collect();
-    // SAFETY: the generated code reads parameter `p` only at offsets below the product of
-    // `shapes[p]` (plain indices range over the bound extents, affine ones are
-    // bounds-checked) and writes `out` only below the output's element count; both were
-    // checked against the buffers above.
+    // SAFETY: the callers checked the buffers against the shapes; the source stays inside
+    // them (see each caller).
     unsafe { (loaded.entry)(args.as_ptr(), out.as_mut_ptr()) };
     Ok(())
 }
@@ -386,7 +400,7 @@ pub fn run_source(
     kernel: &Kernel,
     shapes: &[&[usize]],
     data: &[Data<'_>],
-    mut out: DataMut<'_>,
+    out: DataMut<'_>,
     source: &str,
 ) -> Result<(), CpuError> {
     type SourceMap = Mutex<HashMap<String, Slot>>;
@@ -403,21 +417,9 @@ pub fn run_source(
         let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
         map.entry(source.to_string()).or_default().clone()
     };
-    let loaded = slot
-        .get_or_init(|| build(kernel, source).map(Arc::new))
-        .as_ref()
-        .map_err(|log| {
-            CpuError::Other(Error::Compile {
-                kernel: kernel.name.clone(),
-                compiler: compiler().map(|c| c.program.clone()).unwrap_or_default(),
-                log: log.clone(),
-            })
-        })?;
-    let args: Vec<*const u8> = data.iter().map(Data::as_ptr).collect();
-    // SAFETY: the buffers were checked against `shapes` above; the caller vouches that the
-    // source stays inside them.
-    unsafe { (loaded.entry)(args.as_ptr(), out.as_mut_ptr()) };
-    Ok(())
+    // The buffers were checked against `shapes` above; the caller vouches that the source
+    // stays inside them.
+    call_compiled(kernel, data, out, &slot, || source.to_string())
 }
 
 #[cfg(test)]
