@@ -32,7 +32,7 @@ fn generated_c_blocked() {
         let (kernel, shapes, extents) = (&case.kernel, case.shape_refs(), case.extents());
         let config = CpuConfig {
             k_block,
-            ..CpuConfig::heuristic(kernel, &extents, 16)
+            ..CpuConfig::einsum_heuristic(kernel, &extents, 16)
         };
         assert!(config.wide_simd);
         assert!(tensor_dsl::template::cpu::blocked_reduction(kernel, &extents, &config).is_some());

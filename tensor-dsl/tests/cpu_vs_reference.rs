@@ -280,7 +280,7 @@ fn blocked_reductions_match_reference() {
         Some(&id("c")),
         "c is the blocked index"
     );
-    let heuristic = CpuConfig::heuristic(&k, &e, lanes);
+    let heuristic = CpuConfig::einsum_heuristic(&k, &e, lanes);
     let mut configs = blocked_variants(&heuristic, &[1, 4]);
     // The channel axis vectorized instead (the weights are packed along f).
     let f_axis = CpuConfig {
@@ -337,6 +337,123 @@ fn mismatched_buffers_are_errors_not_panics() {
             ),
             Err(cpu::CpuError::NoCompiler(_)) => {}
             Ok(()) => panic!("accepted mismatched buffers"),
+        }
+    }
+}
+
+/// The convolution template (`template::cpu_conv`) on awkward convolutions: odd and prime
+/// channel counts, stride 2, padding, 1×1, 7×7 over 3 channels, a batch, an epilogue, and
+/// channel counts below, at and past the channel tile; in f32 and with half-precision
+/// inputs. Each runs its default, every border/parallel variant of it and random points of
+/// its space.
+#[test]
+fn convolution_template_matches_reference() {
+    let lanes = cpu::simd_lanes();
+    let conv = |stride: usize, pad: usize| {
+        format!(
+            "y[[n, f, p, q]] += x[[n, c, {stride} * p + r - {pad}, {stride} * q + s - {pad}]] \
+             * w[[f, c, r, s]]"
+        )
+    };
+    let epilogue = "; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])";
+    // (kernel, n f p q c r s)
+    let cases: Vec<(String, [usize; 7])> = vec![
+        (conv(1, 1), [1, 5, 7, 7, 3, 3, 3]),
+        (conv(2, 1), [2, 33, 5, 6, 13, 3, 3]),
+        (conv(1, 0), [1, 17, 7, 7, 31, 1, 1]),
+        (conv(2, 0), [1, 64, 4, 3, 8, 1, 1]),
+        (conv(2, 3), [1, 37, 8, 9, 3, 7, 7]),
+        (format!("{}{epilogue}", conv(1, 2)), [3, 16, 5, 5, 2, 5, 5]),
+        (format!("{}{epilogue}", conv(2, 1)), [1, 70, 3, 3, 11, 3, 3]),
+    ];
+    let types: [(DType, DType); 3] = [
+        (DType::F32, DType::F32),
+        (DType::F16, DType::F16),
+        (DType::BF16, DType::F32),
+    ];
+    let mut rng = StdRng::seed_from_u64(11);
+    for (src, named) in &cases {
+        for &(input, output) in &types {
+            let mut kernel = parse_text("k", src, None).unwrap();
+            for p in &mut kernel.params {
+                p.dtype = if p.is_output { output } else { input };
+            }
+            let id = |n: &str| kernel.indices.iter().position(|i| i.name == n).unwrap();
+            let mut e = vec![0; kernel.indices.len()];
+            for (name, &x) in ["n", "f", "p", "q", "c", "r", "s"].iter().zip(named) {
+                e[id(name)] = x;
+            }
+            let (extents, shapes) =
+                common::shapes_for(&kernel, &e, |hi| hi.max(0) as usize + 1).unwrap();
+            let default = CpuConfig::heuristic(&kernel, &extents, lanes);
+            assert!(
+                default.conv.is_some(),
+                "{src}: not the convolution template"
+            );
+            let template = CpuTemplate::new(&kernel, &extents, lanes).unwrap();
+            assert_eq!(
+                template.decode(&template.default_config()).unwrap(),
+                default
+            );
+            let mut configs = Vec::new();
+            for pad in [true, false] {
+                for parallel in [true, false] {
+                    let mut c = default.clone();
+                    c.parallel = parallel;
+                    if let Some(t) = c.conv.as_mut() {
+                        t.pad = pad;
+                    }
+                    configs.push(c);
+                }
+            }
+            for _ in 0..3 {
+                let point = template.space().sample_uniform(&mut rng).unwrap();
+                configs.push(template.decode(&point).unwrap());
+            }
+            let data: Vec<Buffer> = shapes
+                .iter()
+                .zip(&kernel.params)
+                .map(|(s, p)| {
+                    let values: Vec<f32> = (0..s.iter().product::<usize>())
+                        .map(|_| rng.gen_range(-1.0..1.0))
+                        .collect();
+                    Buffer::from_f32(p.dtype, &values)
+                })
+                .collect();
+            let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+            let data_refs: Vec<Data> = data.iter().map(Buffer::view).collect();
+            let n_out: usize = shapes[kernel.output].iter().product();
+            let mut want = Buffer::zeros(output, n_out);
+            tensor_dsl::reference::run(&kernel, &extents, &shape_refs, &data_refs, want.view_mut());
+            let want = want.to_f32();
+            let scale = tol(output, sum_scale(&kernel, &extents));
+            for cfg in &configs {
+                cfg.validate(&kernel).unwrap();
+                let mut got = Buffer::from_f32(output, &vec![f32::NAN; n_out]);
+                match cpu::run_with(
+                    &kernel,
+                    &extents,
+                    &shape_refs,
+                    &data_refs,
+                    got.view_mut(),
+                    cfg,
+                ) {
+                    Ok(()) => {}
+                    Err(cpu::CpuError::NoCompiler(e)) => {
+                        eprintln!("no C compiler ({e}): skipped");
+                        return;
+                    }
+                    Err(cpu::CpuError::Other(e)) => panic!("{src} {shapes:?} {cfg:?}: {e}"),
+                }
+                for (n, (g, w)) in got.to_f32().iter().zip(&want).enumerate() {
+                    assert!(
+                        close_within(*g, *w, scale),
+                        "{src} ({}) shapes {shapes:?} {cfg:?}: element {n}: cpu {g} vs \
+                         reference {w}",
+                        kernel.dtypes_text()
+                    );
+                }
+            }
         }
     }
 }

@@ -181,6 +181,7 @@ fn cpu_vector_utilisation_is_one_exactly_when_the_tile_divides() {
         unroll_outer: false,
         k_block: 0,
         wide_simd: true,
+        conv: None,
     };
     let f = cpu_features(&k, &[64, 64, 64], &[], &cfg, 16);
     assert_eq!(f.vector_utilisation, 1.0);

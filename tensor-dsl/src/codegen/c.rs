@@ -212,6 +212,18 @@ fn source(
             ""
         }
     );
+    if let Some(tile) = &config.conv {
+        let _ = writeln!(
+            s,
+            " *   convolution: output pixels fused, {} per tile, input {}",
+            tile.pixels,
+            if tile.pad {
+                "padded once"
+            } else {
+                "read in place"
+            }
+        );
+    }
     if let Some((r0, b)) = plan.block {
         let _ = writeln!(
             s,

@@ -86,6 +86,9 @@ pub fn lower<'a>(
     shapes: &'a [&'a [usize]],
     config: &CpuConfig,
 ) -> Result<Nest<'a>, String> {
+    if let Some(tile) = &config.conv {
+        return super::cpu_conv::lower(kernel, extents, shapes, config, tile);
+    }
     check(kernel, extents, shapes, config)?;
     let plan = Plan::new(kernel, extents, config);
     let mut buffers = super::param_buffers(kernel, shapes);

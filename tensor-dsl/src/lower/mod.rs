@@ -47,6 +47,7 @@
 //! ```
 
 pub mod cpu;
+pub mod cpu_conv;
 pub mod gpu;
 pub mod gpu_simt;
 pub mod tensorcore;

@@ -76,6 +76,11 @@ pub struct CpuConfig {
     /// the register file; with it, 2 `zmm`.
     #[serde(default)]
     pub wide_simd: bool,
+    /// A convolution's register tile ([`crate::template::cpu_conv`]): with it, the config
+    /// vectorizes the output channel (`vector_axis`, `vector`) over a tile of fused output
+    /// pixels, and the other tile knobs are unused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conv: Option<super::cpu_conv::ConvTile>,
 }
 
 /// Parallel work items a blocked reduction aims for: the unroll axis is cut into u-blocks
@@ -198,7 +203,19 @@ impl CpuConfig {
     /// matmuls at 0.92–0.93× `matrixmultiply`'s sgemm where the old one ran at 0.55–0.71×
     /// (same process, alternating); reduction blocking (`k_block` 128–512) was slower on
     /// every matmul tried, so the default leaves it to tuning.
+    ///
+    /// A convolution ([`super::cpu_conv::ConvShape`]) gets the convolution tile's analytic
+    /// default instead ([`super::cpu_conv::heuristic`]); [`CpuConfig::einsum_heuristic`]
+    /// is the einsum tile's default for every kernel.
     pub fn heuristic(kernel: &Kernel, extents: &[usize], lanes: usize) -> CpuConfig {
+        let machine = super::cpu_conv::Machine::with_lanes(lanes);
+        super::cpu_conv::heuristic(kernel, extents, machine)
+            .unwrap_or_else(|| CpuConfig::einsum_heuristic(kernel, extents, lanes))
+    }
+
+    /// The einsum register tile's default (see [`CpuConfig::heuristic`]), also for
+    /// convolutions.
+    pub fn einsum_heuristic(kernel: &Kernel, extents: &[usize], lanes: usize) -> CpuConfig {
         let spatial = kernel.spatial();
         let lanes = lanes.max(1);
         let vector_axis = spatial.last().copied();
@@ -235,6 +252,7 @@ impl CpuConfig {
             unroll_outer: false,
             k_block: 0,
             wide_simd,
+            conv: None,
         }
     }
 
@@ -251,12 +269,16 @@ impl CpuConfig {
             unroll_outer: false,
             k_block: 0,
             wide_simd: false,
+            conv: None,
         }
     }
 
     /// Checks the config fits the kernel: axes are distinct spatial indices, tiles are
     /// positive and the register tile is bounded.
     pub fn validate(&self, kernel: &Kernel) -> Result<(), String> {
+        if let Some(tile) = &self.conv {
+            return super::cpu_conv::validate(kernel, self, tile);
+        }
         let spatial = kernel.spatial();
         for (axis, what) in [(self.vector_axis, "vector"), (self.unroll_axis, "unroll")] {
             if let Some(a) = axis {
@@ -337,6 +359,9 @@ pub struct CpuTemplate {
     axes: Vec<Option<usize>>,
     default: Config,
     knobs: [usize; 9],
+    /// The convolution space ([`super::cpu_conv`]), which replaces this one for kernels of
+    /// the convolution form.
+    conv: Option<super::cpu_conv::ConvTemplate>,
 }
 
 fn axis_choices(kernel: &Kernel) -> (Vec<String>, Vec<Option<usize>>) {
@@ -360,6 +385,16 @@ fn axis_choices(kernel: &Kernel) -> (Vec<String>, Vec<Option<usize>>) {
 impl CpuTemplate {
     /// Builds the space; `lanes` is the SIMD width in f32 (for the default point).
     pub fn new(kernel: &Kernel, extents: &[usize], lanes: usize) -> Result<CpuTemplate, String> {
+        if let Some(conv) = super::cpu_conv::ConvTemplate::new(kernel, extents, lanes) {
+            let conv = conv?;
+            return Ok(CpuTemplate {
+                space: conv.space().clone(),
+                axes: Vec::new(),
+                default: conv.default_config(),
+                knobs: [0; 9],
+                conv: Some(conv),
+            });
+        }
         let (names, axes) = axis_choices(kernel);
         let choices: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut b = SearchSpace::builder();
@@ -437,6 +472,7 @@ impl CpuTemplate {
             axes,
             default: Config::new(Vec::new()),
             knobs,
+            conv: None,
         };
         let heuristic = CpuConfig::heuristic(kernel, extents, lanes);
         t.default = t
@@ -458,6 +494,9 @@ impl CpuTemplate {
 
     /// The schedule a point stands for.
     pub fn decode(&self, c: &Config) -> Result<CpuConfig, String> {
+        if let Some(conv) = &self.conv {
+            return conv.decode(c);
+        }
         self.space.check(c).map_err(|e| e.to_string())?;
         let [vaxis, vector, uaxis, unroll, parallel, pack, order, k_block, simd] = self.knobs;
         let axis = |k: usize| c.index(k).and_then(|i| self.axes.get(i).copied().flatten());
@@ -476,6 +515,7 @@ impl CpuTemplate {
                 .discrete_value(c, k_block)
                 .map_or(0, |v| v as usize),
             wide_simd: choice(simd),
+            conv: None,
         })
     }
 
@@ -483,6 +523,9 @@ impl CpuTemplate {
     /// the `k_block` and `simd` knobs existed (read as `k_block=0`, `simd=compiler`: the
     /// schedule they measured).
     pub fn parse(&self, text: &str) -> Result<Config, String> {
+        if self.conv.is_some() {
+            return self.space.parse(text).map_err(|e| e.to_string());
+        }
         let has = |knob: &str| {
             text.split(';')
                 .any(|e| e.split_once('=').is_some_and(|(n, _)| n.trim() == knob))
@@ -500,6 +543,9 @@ impl CpuTemplate {
 
     /// The point for a schedule, if the space has it.
     pub fn encode(&self, cfg: &CpuConfig) -> Option<Config> {
+        if let Some(conv) = &self.conv {
+            return conv.encode(cfg);
+        }
         let axis = |a: Option<usize>| self.axes.iter().position(|x| *x == a);
         let idx = |list: &[i64], v: usize| list.iter().position(|&x| x == v as i64);
         let c = Config::new(vec![

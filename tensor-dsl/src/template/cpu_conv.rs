@@ -1,0 +1,427 @@
+//! The CPU convolution schedule: a direct-convolution register tile that vectorizes the
+//! output channel and fuses every other output axis into one pixel axis.
+//!
+//! It is chosen for kernels of the convolution form `y[[.., f, ..]] += x[[...]] * w[[...]]`
+//! ([`ConvShape`]): one input (`x`) read through affine maps (strides, offsets, padding),
+//! one input (`w`) read with plain indices, and an output index `f` that `w` reads and `x`
+//! does not. The loop nest ([`crate::lower::cpu_conv`]) is
+//!
+//! ```text
+//! (pad) copy x once into a zero-padded scratch buffer (widened to float), so the hot loop
+//!       has no bounds checks
+//! parallel for f0 in steps of `vector`, pixel block p0 in steps of `pixels`:
+//!     when f0 changed: pack w[f0..f0+vector, every reduction point] into this thread's
+//!                      panel wp[reduction point][vector] (zeros past the last f)
+//!     acc[pixels][vector] = 0
+//!     for every reduction point (c, r, s, ...):
+//!         for each pixel m:  acc[m][:] += x[pixel m, point] * wp[point][:]   // broadcast-FMA
+//!     out[pixel m, f0 + v] = epilogue(acc[m][v])                            // one store each
+//! ```
+//!
+//! The pixel axis is every output index but `f`, fused in output order (for NCHW, `n·p·q`),
+//! so a 7×7 plane is 49 pixels cut in tiles of `pixels`, not a 7-wide vector. A 1×1
+//! convolution is then a matmul `F×C · C×PQ` with a `pixels × vector` register tile.
+//!
+//! ```
+//! use tensor_dsl::{ir::parse_text, template::cpu::CpuConfig};
+//! let k = parse_text("conv",
+//!     "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 1, 2 * q + s - 1]] * w[[f, c, r, s]]", None)
+//!     .unwrap();
+//! // n f p q c r s
+//! let cfg = CpuConfig::heuristic(&k, &[1, 64, 28, 28, 32, 3, 3], 16);
+//! let conv = cfg.conv.as_ref().unwrap();
+//! assert_eq!((cfg.vector_axis, cfg.vector), (Some(1), 32));
+//! assert!(conv.pixels >= 4 && conv.pixels <= 14);
+//! ```
+
+use crate::ir::{Access, BinOp, BodyKind, Expr, Kernel};
+use crate::template::cpu::CpuConfig;
+use serde::{Deserialize, Serialize};
+use tuner::{Config, SearchSpace, Value};
+
+/// The convolution knobs of a [`CpuConfig`] (its `conv` field); the output channel tile is
+/// the config's `vector` along `vector_axis`, and `parallel`/`wide_simd` mean what they
+/// mean for every CPU schedule.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConvTile {
+    /// Output pixels (the fused non-channel output axes) per register tile.
+    pub pixels: usize,
+    /// Copy the affine input once into a zero-padded scratch buffer (no bounds checks in
+    /// the hot loop); `false` reads it in place, each read guarded.
+    pub pad: bool,
+}
+
+/// What makes a kernel a convolution for this template.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvShape {
+    /// The input read through affine maps.
+    pub x: Access,
+    /// The input read with plain indices (the weights), packed per channel tile.
+    pub w: Access,
+    /// The vectorized output index: read by `w`, not by `x`.
+    pub f: usize,
+    /// The other output indices, in output order: the fused pixel axis.
+    pub pixels: Vec<usize>,
+    /// The reduction indices, in kernel order.
+    pub reduction: Vec<usize>,
+}
+
+impl ConvShape {
+    /// The convolution form of `kernel`, if it has one (see the module docs).
+    pub fn of(kernel: &Kernel) -> Option<ConvShape> {
+        if kernel.kind != BodyKind::Sum || kernel.is_staged() || kernel.reduction().is_empty() {
+            return None;
+        }
+        let Expr::Bin(BinOp::Mul, a, b) = &kernel.body else {
+            return None;
+        };
+        let (Expr::Access(a), Expr::Access(b)) = (a.as_ref(), b.as_ref()) else {
+            return None;
+        };
+        let plain = |acc: &Access| acc.dims.iter().all(|d| d.as_var().is_some());
+        let (x, w) = match (plain(a), plain(b)) {
+            (false, true) => (a.clone(), b.clone()),
+            (true, false) => (b.clone(), a.clone()),
+            _ => return None,
+        };
+        if x.tensor == w.tensor {
+            return None;
+        }
+        let uses = |acc: &Access, i: usize| {
+            acc.dims
+                .iter()
+                .any(|d| d.terms.iter().any(|&(v, _)| v == i))
+        };
+        let spatial = kernel.spatial();
+        let f = *spatial
+            .iter()
+            .rev()
+            .find(|&&s| uses(&w, s) && !uses(&x, s))?;
+        // The weights read only the channel and reduction indices; the output is the
+        // spatial indices in order.
+        if spatial.iter().any(|&s| s != f && uses(&w, s))
+            || kernel.params[kernel.output].rank != spatial.len()
+        {
+            return None;
+        }
+        Some(ConvShape {
+            pixels: spatial.iter().copied().filter(|&s| s != f).collect(),
+            reduction: kernel.reduction(),
+            f,
+            x,
+            w,
+        })
+    }
+
+    /// Output pixels: the product of the pixel axes' extents.
+    pub fn pixel_count(&self, extents: &[usize]) -> usize {
+        self.pixels.iter().map(|&p| extents[p]).product()
+    }
+
+    /// Reduction points: the product of the reduction extents.
+    pub fn points(&self, extents: &[usize]) -> usize {
+        self.reduction.iter().map(|&r| extents[r]).product()
+    }
+}
+
+/// What the default reads of the machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Machine {
+    /// `f32` lanes of a SIMD register.
+    pub lanes: usize,
+    /// SIMD registers (32 with AVX-512, else 16).
+    pub registers: usize,
+    /// Per-core L2 cache, bytes.
+    pub l2: usize,
+    /// Cores.
+    pub threads: usize,
+}
+
+impl Machine {
+    /// This machine with `lanes` f32 SIMD lanes: the register count follows from the lanes
+    /// (AVX-512: 32, else 16), the L2 size is read from
+    /// `/sys/devices/system/cpu/cpu0/cache/index*/` (1 MiB if absent).
+    pub fn with_lanes(lanes: usize) -> Machine {
+        Machine {
+            lanes: lanes.max(1),
+            registers: if lanes >= 16 { 32 } else { 16 },
+            l2: l2_bytes(),
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// This CPU's L2 size (read once), 1 MiB where sysfs does not say.
+fn l2_bytes() -> usize {
+    static L2: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *L2.get_or_init(|| cache_bytes(2).unwrap_or(1 << 20))
+}
+
+/// The size of this CPU's data or unified cache of `level`, from sysfs (Linux).
+pub fn cache_bytes(level: usize) -> Option<usize> {
+    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let read = |f: &str| std::fs::read_to_string(entry.path().join(f)).ok();
+        let lvl = read("level").and_then(|s| s.trim().parse::<usize>().ok());
+        let ty = read("type").unwrap_or_default();
+        if lvl != Some(level) || ty.trim() == "Instruction" {
+            continue;
+        }
+        let size = read("size")?;
+        let size = size.trim();
+        let (num, mult) = match size.strip_suffix('K') {
+            Some(n) => (n, 1 << 10),
+            None => match size.strip_suffix('M') {
+                Some(n) => (n, 1 << 20),
+                None => (size, 1),
+            },
+        };
+        return num.parse::<usize>().ok().map(|n| n * mult);
+    }
+    None
+}
+
+/// Pixel tiles the space offers.
+pub const PIXEL_CHOICES: [i64; 19] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 28,
+];
+/// Output-channel tiles the space offers.
+pub const CHANNEL_CHOICES: [i64; 8] = [1, 2, 4, 8, 16, 32, 48, 64];
+
+/// Registers the default gives the accumulators: 5/8 of the file (20 of 32). The rest
+/// hold the channel vectors of the panel and the broadcast inputs: GCC 12 schedules every
+/// broadcast of a tile before its FMAs, and at 12×32 (24 accumulators of 32 `zmm`) it
+/// spilled accumulators to the stack inside the hot loop, at 10×32 it did not.
+pub fn accumulator_registers(registers: usize) -> usize {
+    registers * 5 / 8
+}
+
+/// The analytic default for a convolution: the channel tile two SIMD registers wide (one
+/// when the channels are fewer), as many pixels as [`accumulator_registers`] allows, cut
+/// so that the pixel tiles cover the pixel axis with little waste (at least 95% of the
+/// computed pixels are real ones where a tile of at least half the size achieves it); the
+/// input padded once; parallel when there is work for the cores.
+pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option<CpuConfig> {
+    let shape = ConvShape::of(kernel)?;
+    let lanes = machine.lanes;
+    let fe = extents[shape.f];
+    let vector = if fe > lanes {
+        2 * lanes
+    } else {
+        lanes.min(fe.next_power_of_two())
+    };
+    let vregs = vector.div_ceil(lanes);
+    let most = (accumulator_registers(machine.registers) / vregs).clamp(1, 14);
+    let np = shape.pixel_count(extents);
+    // Largest tile whose tiles cover the pixels at >= 95% (else the best covering one).
+    let fill = |m: usize| np as f64 / (np.div_ceil(m) * m) as f64;
+    let candidates = (most.min(np).max(1) / 2).max(1)..=most.min(np).max(1);
+    let pixels = candidates
+        .clone()
+        .rev()
+        .find(|&m| fill(m) >= 0.95)
+        .or_else(|| candidates.max_by(|&a, &b| fill(a).total_cmp(&fill(b)).then(a.cmp(&b))))
+        .unwrap_or(1);
+    let base = CpuConfig::naive(kernel);
+    Some(CpuConfig {
+        vector_axis: Some(shape.f),
+        vector,
+        parallel: kernel.flops(extents) >= 65_536.0,
+        pack: true,
+        wide_simd: lanes >= 16,
+        conv: Some(ConvTile { pixels, pad: true }),
+        ..base
+    })
+}
+
+/// Checks a convolution config against its kernel.
+pub fn validate(kernel: &Kernel, config: &CpuConfig, tile: &ConvTile) -> Result<(), String> {
+    let shape = ConvShape::of(kernel).ok_or("a convolution schedule needs a convolution")?;
+    if config.vector_axis != Some(shape.f) {
+        return Err("a convolution tile vectorizes the output channel".into());
+    }
+    if config.unroll_axis.is_some() || config.unroll != 1 || config.k_block != 0 {
+        return Err("a convolution tile has no unroll axis and no k_block".into());
+    }
+    if tile.pixels == 0 || config.vector == 0 || tile.pixels * config.vector > 1024 {
+        return Err(format!(
+            "convolution tile {}x{} out of range",
+            tile.pixels, config.vector
+        ));
+    }
+    Ok(())
+}
+
+/// The convolution schedule space: channel tile, pixel tile, padding, parallelism and the
+/// vector width asked of the compiler.
+#[derive(Clone, Debug)]
+pub struct ConvTemplate {
+    space: SearchSpace,
+    default: Config,
+    base: CpuConfig,
+    knobs: [usize; 5],
+}
+
+impl ConvTemplate {
+    /// The space for `kernel` at `extents`, if it is a convolution ([`ConvShape`]).
+    pub fn new(
+        kernel: &Kernel,
+        extents: &[usize],
+        lanes: usize,
+    ) -> Option<Result<ConvTemplate, String>> {
+        let shape = ConvShape::of(kernel)?;
+        let heuristic = heuristic(kernel, extents, Machine::with_lanes(lanes))?;
+        Some(Self::build(kernel, extents, lanes, &shape, heuristic))
+    }
+
+    fn build(
+        kernel: &Kernel,
+        extents: &[usize],
+        lanes: usize,
+        shape: &ConvShape,
+        heuristic: CpuConfig,
+    ) -> Result<ConvTemplate, String> {
+        let mut b = SearchSpace::builder();
+        let vector = b.discrete("conv_channels", &CHANNEL_CHOICES);
+        let pixels = b.discrete("conv_pixels", &PIXEL_CHOICES);
+        let pad = b.categorical("conv_border", &["guard", "pad"]);
+        let parallel = b.categorical("parallel", &["serial", "parallel"]);
+        let simd = b.categorical("simd", &["compiler", "wide"]);
+        let value = |c: &Config, k: usize, list: &[i64]| {
+            c.index(k).and_then(|i| list.get(i)).map(|&v| v as usize)
+        };
+        let (fe, np) = (extents[shape.f], shape.pixel_count(extents));
+        let regs = if lanes >= 16 { 32 } else { 16 };
+        b.constraint("tiles fit their axes", move |c| {
+            value(c, vector, &CHANNEL_CHOICES).is_some_and(|v| v <= fe.next_power_of_two())
+                && value(c, pixels, &PIXEL_CHOICES).is_some_and(|m| m <= np)
+        });
+        b.constraint("accumulators fit the registers", move |c| {
+            let v = value(c, vector, &CHANNEL_CHOICES).unwrap_or(1);
+            let m = value(c, pixels, &PIXEL_CHOICES).unwrap_or(1);
+            m * v.div_ceil(lanes.max(1)) <= regs
+        });
+        let wide_ok = lanes >= 16;
+        b.constraint("wide vectors need AVX-512", move |c| {
+            wide_ok || c.index(simd) == Some(0)
+        });
+        let space = b.build().map_err(|e| e.to_string())?;
+        let mut t = ConvTemplate {
+            space,
+            default: Config::new(Vec::new()),
+            base: CpuConfig {
+                conv: None,
+                ..heuristic.clone()
+            },
+            knobs: [vector, pixels, pad, parallel, simd],
+        };
+        t.default = t
+            .encode(&heuristic)
+            .ok_or_else(|| "the convolution default is not in its space".to_string())?;
+        let _ = kernel;
+        Ok(t)
+    }
+
+    /// The knobs.
+    pub fn space(&self) -> &SearchSpace {
+        &self.space
+    }
+
+    /// The analytic default, as a point.
+    pub fn default_config(&self) -> Config {
+        self.default.clone()
+    }
+
+    /// The schedule a point stands for.
+    pub fn decode(&self, c: &Config) -> Result<CpuConfig, String> {
+        self.space.check(c).map_err(|e| e.to_string())?;
+        let [vector, pixels, pad, parallel, simd] = self.knobs;
+        let num = |k: usize| self.space.discrete_value(c, k).map_or(1, |v| v as usize);
+        let choice = |k: usize| c.index(k).unwrap_or(0) == 1;
+        Ok(CpuConfig {
+            vector: num(vector),
+            parallel: choice(parallel),
+            wide_simd: choice(simd),
+            conv: Some(ConvTile {
+                pixels: num(pixels),
+                pad: choice(pad),
+            }),
+            ..self.base.clone()
+        })
+    }
+
+    /// The point for a schedule, if the space has it.
+    pub fn encode(&self, cfg: &CpuConfig) -> Option<Config> {
+        let tile = cfg.conv.as_ref()?;
+        if cfg.vector_axis != self.base.vector_axis {
+            return None;
+        }
+        let idx = |list: &[i64], v: usize| list.iter().position(|&x| x == v as i64);
+        let c = Config::new(vec![
+            Value::Discrete(idx(&CHANNEL_CHOICES, cfg.vector)?),
+            Value::Discrete(idx(&PIXEL_CHOICES, tile.pixels)?),
+            Value::Categorical(usize::from(tile.pad)),
+            Value::Categorical(usize::from(cfg.parallel)),
+            Value::Categorical(usize::from(cfg.wide_simd)),
+        ]);
+        self.space.is_valid(&c).then_some(c)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::ir::parse_text;
+
+    const CONV: &str =
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 3, 2 * q + s - 3]] * w[[f, c, r, s]]";
+
+    #[test]
+    fn convolutions_are_recognised_and_matmuls_are_not() {
+        let k = parse_text("conv", CONV, None).unwrap();
+        let s = ConvShape::of(&k).unwrap();
+        assert_eq!(
+            (s.f, s.pixels.clone(), s.reduction.clone()),
+            (1, vec![0, 2, 3], vec![4, 5, 6])
+        );
+        let mm = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+        assert!(ConvShape::of(&mm).is_none());
+        // Depthwise (the channel is read by both) is not this template's.
+        let dw = parse_text("dw", "y[[c, p]] += x[[c, p + r]] * w[[c, r]]", None).unwrap();
+        assert!(ConvShape::of(&dw).is_none());
+    }
+
+    #[test]
+    fn the_default_fits_the_registers_and_round_trips() {
+        let k = parse_text("conv", CONV, None).unwrap();
+        for (e, lanes) in [
+            ([1, 64, 112, 112, 3, 7, 7], 16),
+            ([1, 512, 7, 7, 512, 3, 3], 16),
+            ([2, 5, 4, 5, 3, 3, 3], 8),
+        ] {
+            let t = ConvTemplate::new(&k, &e, lanes).unwrap().unwrap();
+            let d = t.decode(&t.default_config()).unwrap();
+            let tile = d.conv.clone().unwrap();
+            let regs = if lanes == 16 { 32 } else { 16 };
+            assert!(tile.pixels * d.vector.div_ceil(lanes) <= regs, "{e:?}");
+            assert_eq!(t.encode(&d), Some(t.default_config()));
+            let text = t.space().format(&t.default_config()).unwrap();
+            assert_eq!(t.space().parse(&text).unwrap(), t.default_config());
+        }
+        // A 7x7 plane is 49 pixels: tiles that cover it with little waste, not a 7-wide
+        // vector.
+        let m = Machine {
+            lanes: 16,
+            registers: 32,
+            l2: 1 << 20,
+            threads: 2,
+        };
+        let h = heuristic(&k, &[1, 512, 7, 7, 512, 3, 3], m).unwrap();
+        let px = h.conv.unwrap().pixels;
+        assert!(
+            px >= 7 && 49 * 100 / (49usize.div_ceil(px) * px) >= 95,
+            "{px}"
+        );
+    }
+}
