@@ -200,13 +200,19 @@ pub fn accumulator_registers(registers: usize) -> usize {
 /// when the channels are fewer), as many pixels as [`accumulator_registers`] allows, cut
 /// so that the pixel tiles cover the pixel axis with little waste (at least 95% of the
 /// computed pixels are real ones where a tile of at least half the size achieves it); the
-/// input padded once; parallel when there is work for the cores.
+/// input padded once; parallel when there are cores and work for them. The channel tile
+/// is one register wide where two would make a thread's weight panel larger than L2.
 pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option<CpuConfig> {
     let shape = ConvShape::of(kernel)?;
     let lanes = machine.lanes;
     let fe = extents[shape.f];
-    let vector = if fe > lanes {
+    // Two registers of channels, unless a thread's weight panel (every reduction point
+    // times the tile) would then outgrow L2: the hot loop streams it once per pixel tile.
+    let panel = |v: usize| shape.points(extents).saturating_mul(v * 4);
+    let vector = if fe > lanes && panel(2 * lanes) <= machine.l2 {
         2 * lanes
+    } else if fe > lanes {
+        lanes
     } else {
         lanes.min(fe.next_power_of_two())
     };
@@ -226,7 +232,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     Some(CpuConfig {
         vector_axis: Some(shape.f),
         vector,
-        parallel: kernel.flops(extents) >= 65_536.0,
+        parallel: machine.threads > 1 && kernel.flops(extents) >= 65_536.0,
         pack: true,
         wide_simd: lanes >= 16,
         conv: Some(ConvTile { pixels, pad: true }),
@@ -418,10 +424,29 @@ mod tests {
             threads: 2,
         };
         let h = heuristic(&k, &[1, 512, 7, 7, 512, 3, 3], m).unwrap();
+        assert_eq!(h.vector, 32);
         let px = h.conv.unwrap().pixels;
         assert!(
             px >= 7 && 49 * 100 / (49usize.div_ceil(px) * px) >= 95,
             "{px}"
         );
+        // A weight panel past L2 (4608 points x 32 channels x 4 bytes > 512 KiB): one
+        // register of channels. One core: serial.
+        let small = Machine {
+            l2: 512 << 10,
+            threads: 1,
+            ..m
+        };
+        let h = heuristic(&k, &[1, 512, 7, 7, 512, 3, 3], small).unwrap();
+        assert_eq!((h.vector, h.parallel), (16, false));
+        // AVX2: 16 registers, 10 for accumulators, 2 per pixel at 16 channels.
+        let avx2 = Machine {
+            lanes: 8,
+            registers: 16,
+            ..m
+        };
+        let h = heuristic(&k, &[1, 512, 7, 7, 512, 3, 3], avx2).unwrap();
+        assert_eq!(h.vector, 16);
+        assert!(h.conv.unwrap().pixels <= 5);
     }
 }
