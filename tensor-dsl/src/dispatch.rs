@@ -77,6 +77,25 @@ pub fn call(
     })
 }
 
+/// [`call`] of a kernel made by [`Kernel::accumulating`] (`#[tensor_kernel(accumulate)]`):
+/// `inputs` are the declared inputs, without the output's previous contents, which this
+/// copies from `output` and passes as the last input, so the output ends up holding its old
+/// value plus the kernel's result.
+pub fn call_accumulating(
+    kernel: &Kernel,
+    inputs: &[TensorRef<'_>],
+    output: TensorMut<'_>,
+    opts: &Options,
+) -> Result<(), Error> {
+    let prev = crate::tensor::Buffer::copy_of(output.data.as_data());
+    let mut all = inputs.to_vec();
+    all.push(TensorRef {
+        shape: output.shape,
+        data: prev.view(),
+    });
+    call(kernel, &all, output, opts)
+}
+
 fn call_in_cache(
     kernel: &Kernel,
     inputs: &[TensorRef<'_>],
