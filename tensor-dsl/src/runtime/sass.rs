@@ -238,24 +238,31 @@ fn mix_of(instructions: &[Instruction]) -> InstructionMix {
     m
 }
 
-/// The hot loop of `nvdisasm -c` text: among the innermost loops (no other loop inside)
-/// that do arithmetic (FFMA or tensor-core MMA), the one with the most of it (then the
-/// longest). `None` when no loop does: the reduction was unrolled whole, and the whole
-/// kernel is the hot path.
+/// The hot loop of `nvdisasm -c` text: among the loops that do arithmetic (FFMA or
+/// tensor-core MMA) and hold no other such loop, the one with the most of it (then the
+/// longest). A loop that only copies (an implicit-GEMM gather inside the reduction loop)
+/// does not hide the loop around it. `None` when no loop does arithmetic: the reduction
+/// was unrolled whole, and the whole kernel is the hot path.
 pub fn hot_loop(sass: &str) -> Option<HotLoop> {
     let (ins, labels) = parse(sass);
-    let all = loops(&ins, &labels);
-    let innermost = all.iter().filter(|&&(s, e)| {
-        !all.iter()
-            .any(|&(s2, e2)| (s2, e2) != (s, e) && s <= s2 && e2 <= e)
-    });
-    innermost
-        .map(|&(s, e)| HotLoop {
+    let math = |&(s, e): &(usize, usize)| {
+        let m = mix_of(&ins[s..=e]);
+        (m.ffma + m.mma > 0).then_some((s, e, m))
+    };
+    let loops: Vec<(usize, usize, InstructionMix)> =
+        loops(&ins, &labels).iter().filter_map(math).collect();
+    loops
+        .iter()
+        .filter(|&&(s, e, _)| {
+            !loops
+                .iter()
+                .any(|&(s2, e2, _)| (s2, e2) != (s, e) && s <= s2 && e2 <= e)
+        })
+        .map(|&(s, e, mix)| HotLoop {
             start: ins[s].offset,
             end: ins[e].offset,
-            mix: mix_of(&ins[s..=e]),
+            mix,
         })
-        .filter(|h| h.mix.ffma + h.mix.mma > 0)
         .max_by_key(|h| (h.mix.ffma + h.mix.mma, h.mix.total()))
 }
 
@@ -348,6 +355,22 @@ mod tests {
         let (ins, labels) = parse(sass);
         assert_eq!(loops(&ins, &labels), vec![(2, 3)]);
         assert!(hot_loop(sass).is_none());
+    }
+
+    #[test]
+    fn a_copy_loop_inside_the_reduction_loop_does_not_hide_it() {
+        let sass = "\
+.L_x_0:
+        /*0000*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+.L_x_1:
+        /*0010*/                   LDGSTS.E [R2], [R4.64] ;
+        /*0020*/               @P0 BRA `(.L_x_1) ;
+        /*0030*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0040*/               @P1 BRA `(.L_x_0) ;
+        /*0050*/                   EXIT ;
+";
+        let h = hot_loop(sass).unwrap();
+        assert_eq!((h.start, h.end, h.mix.mma), (0x0, 0x40, 2));
     }
 
     #[test]
