@@ -110,7 +110,8 @@ enum Command {
         /// Search strategy: random, evolutionary, opevo, dgd, droplet, combined, opevo-droplet.
         #[arg(long, default_value = tensor_dsl::autotune::CPU_DEFAULT_STRATEGY)]
         strategy: String,
-        /// Measurements (invalid ones count).
+        /// Measurements (invalid ones count); 0 takes the cost model's pick (learned from
+        /// the records at hand) without measuring.
         #[arg(long, default_value_t = 64)]
         trials: usize,
         /// Wall-clock limit in seconds.

@@ -224,6 +224,10 @@ impl CostModel for Forest {
         self.fit(online);
     }
 
+    fn learn_prior(&mut self, features: &[Vec<f64>], scores: &[f64], weights: &[f64]) {
+        self.warm_start_weighted(features, scores, weights);
+    }
+
     fn predict(&self, features: &[Vec<f64>]) -> Vec<f64> {
         if self.fitted.is_empty() || features.is_empty() {
             return vec![self.constant; features.len()];
