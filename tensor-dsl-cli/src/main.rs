@@ -15,6 +15,7 @@ mod landscape;
 mod output;
 mod records_cmd;
 mod rows;
+mod study;
 mod tune;
 mod verify;
 
@@ -170,6 +171,28 @@ enum Command {
         #[arg(long, default_value_t = 0.95)]
         share: f64,
     },
+    /// Replay every strategy over several seeds on recorded CPU landscapes (records files
+    /// from `landscape` or `bench --record-landscape`): trials to 95% of each landscape's
+    /// best, final-result spread across seeds, convergence SVGs; writes study.json,
+    /// study.md and the SVGs into --out.
+    Study {
+        /// Landscape files (records, JSON Lines; several problems per file are fine).
+        #[arg(required = true)]
+        landscapes: Vec<std::path::PathBuf>,
+        /// Comma-separated names, or `all`.
+        #[arg(long, default_value = "all")]
+        strategies: String,
+        #[arg(long, default_value_t = 64)]
+        trials: usize,
+        #[arg(long, default_value_t = 10)]
+        seeds: u64,
+        /// Target share of the best throughput.
+        #[arg(long, default_value_t = 0.95)]
+        share: f64,
+        /// Folder for study.json, study.md and the SVGs.
+        #[arg(long, default_value = "study")]
+        out: std::path::PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -273,6 +296,14 @@ fn main() -> ExitCode {
             seeds,
             share,
         } => landscape::replay(&kernel, &landscape, &strategies, trials, seeds, share),
+        Command::Study {
+            landscapes,
+            strategies,
+            trials,
+            seeds,
+            share,
+            out,
+        } => study::run(&landscapes, &strategies, trials, seeds, share, &out),
     };
     match result {
         Ok(code) => code,
