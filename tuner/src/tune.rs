@@ -38,6 +38,10 @@ use crate::{Config, SearchSpace};
 /// How many proposals in a row may bring nothing new before the loop gives up.
 const MAX_STALLS: usize = 3;
 
+/// The most trials of the first batch under a time budget (before the loop knows how
+/// long a trial takes, so that batch is the only one that can overrun).
+pub const FIRST_TIMED_BATCH: usize = 2;
+
 /// How far from the best point the cost model must see nothing better for an early stop.
 pub const EARLY_STOP_HOPS: u32 = 2;
 
@@ -52,7 +56,8 @@ pub struct Budget {
     /// Wall-clock seconds, measurement (compilation included) and model training included.
     /// Before each batch the loop predicts the batch's time from the seconds per trial of
     /// the batches so far and shrinks the batch to what fits, or stops when not even one
-    /// trial fits; only the first batch (no estimate yet) can overrun it.
+    /// trial fits; only the first batch (no estimate yet, so at most [`FIRST_TIMED_BATCH`]
+    /// trials) can overrun it.
     pub seconds: Option<f64>,
     /// The most configurations measured per batch (at least 1).
     pub batch: usize,
@@ -207,12 +212,16 @@ pub fn tune(
             if left <= 0.0 {
                 break StopReason::Time;
             }
-            if let Some(t) = per_trial.filter(|t| *t > 0.0) {
-                let fit = (left / t).floor() as usize;
-                if fit == 0 {
-                    break StopReason::Time;
+            match per_trial.filter(|t| *t > 0.0) {
+                Some(t) => {
+                    let fit = (left / t).floor() as usize;
+                    if fit == 0 {
+                        break StopReason::Time;
+                    }
+                    room = room.min(fit);
                 }
-                room = room.min(fit);
+                // No estimate yet: a small first batch makes one cheaply.
+                None => room = room.min(FIRST_TIMED_BATCH),
             }
         }
         let max = budget.batch.max(1).min(room);
