@@ -24,12 +24,19 @@ use tensor_dsl::template::cpu::CpuTemplate;
 use tensor_dsl::transfer::cpu_transfer_features;
 use tuner::{Budget, Config, Forest, Outcome, ReplayMeasurer};
 
+/// A point's feature vector for the cost model.
+type Features = Box<dyn Fn(&Config) -> Vec<f64>>;
+
+/// Per strategy over all landscapes: seeds that reached the target, runs, worst final
+/// share, largest spread.
+type Overall = (usize, usize, f64, f64);
+
 /// One landscape: a problem's points with pooled samples.
 struct Landscape {
     name: String,
     flops: f64,
     template: CpuTemplate,
-    features: Box<dyn Fn(&Config) -> Vec<f64>>,
+    features: Features,
     points: Vec<(Config, Outcome)>,
     /// Pooled median seconds per valid config.
     pooled: HashMap<Config, f64>,
@@ -272,9 +279,7 @@ pub fn run(
         "# Strategy study: {trials} trials, {seeds} seeds, target {:.0}% of each landscape's best\n\n",
         share * 100.0
     );
-    // Per strategy over all landscapes: seeds that reached the target, worst final share,
-    // largest spread.
-    let mut overall: HashMap<String, (usize, usize, f64, f64)> = HashMap::new();
+    let mut overall: HashMap<String, Overall> = HashMap::new();
     for file in files {
         for l in landscapes_of(file)? {
             md.push_str(&format!(
@@ -348,7 +353,7 @@ pub fn run(
         "## Over all landscapes\n\n| strategy | runs reaching {:.0}% | worst final share | largest spread |\n|---|---|---|---|\n",
         share * 100.0
     ));
-    let mut ranked: Vec<(&String, &(usize, usize, f64, f64))> = overall.iter().collect();
+    let mut ranked: Vec<(&String, &Overall)> = overall.iter().collect();
     ranked.sort_by(|a, b| {
         b.1 .0
             .cmp(&a.1 .0)

@@ -1,6 +1,7 @@
 //! The tune loop's budgets: seconds (the batch is shrunk to what fits), early stop when the
 //! strategy's test and the model agree, the model's out-of-sample ranking accuracy, and
 //! the weighted warm start.
+#![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
 
