@@ -233,3 +233,65 @@ fn tune_cpu_with_zero_trials_returns_the_pick_unmeasured() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn measured_records_of_other_shapes_steer_the_next_run() {
+    // Real records: tune two small shapes briefly, each run saving to the cache as
+    // first-call tuning does.
+    let dir = std::env::temp_dir().join(format!("td-transfer-real-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let k = matmul();
+    let opts = TuneOptions {
+        trials: 6,
+        batch: 3,
+        ..TuneOptions::default()
+    };
+    let file = dir.join("records.jsonl");
+    let mut tuned = Vec::new();
+    for shapes in [mm_shapes(32, 64, 48), mm_shapes(64, 32, 64)] {
+        let out = records::with_cache_dir(Some(&dir), || {
+            tune_cpu(&k, &shapes, &opts, &mut |_| {}).unwrap()
+        });
+        records::append(&file, &out.records).unwrap();
+        tuned.push(out);
+    }
+    // The second run learned from the first: its first measurement is its pick, and the
+    // default was measured too.
+    let second = &tuned[1];
+    assert_eq!(second.prior_keys, 1);
+    assert_eq!(
+        second.pick.as_deref(),
+        Some(second.records[0].config.as_str())
+    );
+    assert!(second.default_seconds.is_some());
+    assert!(second
+        .model_accuracy
+        .is_some_and(|a| (0.0..=1.0).contains(&a)));
+
+    // A zero-trial run for a third shape picks a schedule those runs measured among
+    // their best, without measuring.
+    let shapes = mm_shapes(48, 48, 40);
+    let zero = TuneOptions {
+        trials: 0,
+        ..opts.clone()
+    };
+    let out = records::with_cache_dir(Some(&dir), || {
+        tune_cpu(&k, &shapes, &zero, &mut |_| panic!("nothing is measured")).unwrap()
+    });
+    assert_eq!(out.prior_keys, 2);
+    let picked = out.pick.clone().unwrap();
+    let top: Vec<String> = tuned
+        .iter()
+        .flat_map(|t| {
+            let mut valid: Vec<&Record> =
+                t.records.iter().filter(|r| r.seconds.is_some()).collect();
+            valid.sort_by(|a, b| a.seconds.unwrap().total_cmp(&b.seconds.unwrap()));
+            valid.into_iter().take(3).map(|r| r.config.clone())
+        })
+        .collect();
+    assert!(
+        top.contains(&picked),
+        "picked {picked}, best measured {top:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
