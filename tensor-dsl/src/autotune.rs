@@ -619,9 +619,8 @@ pub fn tune_cuda(
     opts: &TuneOptions,
     on_trial: &mut dyn FnMut(usize),
 ) -> Result<CudaTuneOutcome, Error> {
-    use crate::features::{gpu_features, GpuFeatures};
     use crate::measure::cuda::CudaMeasurer;
-    use crate::template::cuda::{CudaSchedule, CudaSpace};
+    use crate::template::cuda::CudaSpace;
 
     let info = crate::runtime::cuda::available().map_err(|reason| Error::DeviceUnavailable {
         device: "cuda".into(),
@@ -640,20 +639,14 @@ pub fn tune_cuda(
     let default = template.default_point().map_err(backend)?;
     let mut measurer = CudaMeasurer::with_space(kernel, shapes, template.clone())?;
     // The analytic features read the SIMT nest; tensor-core points have knob features only.
-    let features = combined_features(&space, GpuFeatures::NAMES.len(), |c| {
-        match template.decode(c).ok()? {
-            CudaSchedule::Simt(s) => {
-                Some(gpu_features(kernel, &extents, shapes, &s, &gpu, None).to_vec())
-            }
-            CudaSchedule::TensorCore(_) => None,
-        }
-    });
+    let features = transfer::cuda_features(kernel, &extents, shapes, &template, &gpu);
     let start = Instant::now();
+    let prior = transfer::cuda_prior(kernel, shapes, &gpu, &transfer::available_records());
     let Searched { result, pick, .. } = search_with_prior(
         &space,
         default.clone(),
-        &Prior::default(),
-        opts,
+        &prior,
+        &within(opts, start),
         &features,
         &mut measurer,
         &mut counting(on_trial),
@@ -679,7 +672,7 @@ pub fn tune_cuda(
         &target,
         crate::codegen::cuda::CODEGEN_VERSION,
     ));
-    outcome(
+    let mut out = outcome(
         result,
         seconds,
         flops,
@@ -688,7 +681,9 @@ pub fn tune_cuda(
         &default,
         &pick,
         |c| template.decode(c).map_err(backend),
-    )
+    )?;
+    out.prior_keys = prior.keys;
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -12,6 +12,9 @@
 //!   (0 for the best, −1 for 2.7× slower; an invalid point one below its key's worst), so
 //!   the model learns which schedules rank high, and a prior of many problems is one
 //!   training set (ATFormer's argument for ranking objectives).
+//! * **CUDA** ([`cuda_prior`]): the same kernel at other shapes on this GPU, then on other
+//!   GPUs, on the run's own features ([`cuda_features`]); other kernels are left out (their
+//!   knob features do not line up).
 //! * **Portable features** ([`cpu_transfer_features`]): a schedule's knob values by role
 //!   (vector width, unroll depth, whether the vector axis is the innermost output axis, ...),
 //!   the problem's size, and the analytic [`crate::features::cpu_features`], so points of
@@ -38,10 +41,12 @@
 //! ```
 
 use crate::codegen::c::CODEGEN_VERSION;
-use crate::features::{cpu_features_with_threads, CpuFeatures};
+use crate::features::{cpu_features_with_threads, gpu_features, CpuFeatures, GpuFeatures};
 use crate::ir::{bind, parse_text, Kernel};
-use crate::records::{Record, RecordStore, Target};
+use crate::records::{Key, Record, RecordStore, Target};
 use crate::template::cpu::{CpuConfig, CpuTemplate};
+use crate::template::cuda::{CudaSchedule, CudaSpace};
+use crate::template::gpu::GpuTarget;
 use std::collections::HashMap;
 use tuner::{Config, CostModel, SearchSpace};
 
@@ -184,6 +189,115 @@ pub fn cpu_transfer_features(
     f
 }
 
+/// One recorded problem (kernel, shapes, device), read in the tuned space's feature
+/// layout: its weight, whether it is the same kernel on this device (its best schedules
+/// are then evidence for the pick), and per recorded config its features, best valid
+/// seconds (`None`: invalid) and the config as a point of the tuned space where it is one.
+struct Problem {
+    weight: f64,
+    evidence: bool,
+    rows: Vec<(Vec<f64>, Option<f64>, Option<Config>)>,
+}
+
+/// Records by key (the pick records of zero-trial runs left out: they are not
+/// measurements), for `device` and code generator `codegen`.
+fn groups<'a>(records: &'a [Record], device: &str, codegen: u32) -> Vec<(Key, Vec<&'a Record>)> {
+    let mut map: HashMap<Key, Vec<&Record>> = HashMap::new();
+    for r in records {
+        let pick = r.seconds.is_none() && r.error.is_none();
+        if r.target.device == device && r.codegen == codegen && !pick {
+            map.entry(r.key()).or_default().push(r);
+        }
+    }
+    let mut out: Vec<(Key, Vec<&Record>)> = map.into_iter().collect();
+    out.sort_by(|a, b| {
+        a.0.shapes
+            .cmp(&b.0.shapes)
+            .then(a.0.kernel.cmp(&b.0.kernel))
+    });
+    out
+}
+
+/// Each recorded config once with its best valid time (`None`: only invalid records).
+fn best_per_config<'a>(rs: &[&'a Record]) -> Vec<(&'a str, Option<f64>)> {
+    let mut best: Vec<(&str, Option<f64>)> = Vec::new();
+    for r in rs {
+        let s = r
+            .seconds
+            .filter(|s| r.error.is_none() && s.is_finite() && *s > 0.0);
+        match best.iter_mut().find(|(c, _)| *c == r.config.as_str()) {
+            Some((_, e)) => {
+                *e = match (*e, s) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            }
+            None => best.push((r.config.as_str(), s)),
+        }
+    }
+    best
+}
+
+/// The prior of `problems` (see the module docs), most similar first, at most
+/// [`MAX_PRIOR`] points and [`MAX_PER_KEY`] per problem.
+fn assemble(mut problems: Vec<Problem>) -> Prior {
+    problems.sort_by(|a, b| b.weight.total_cmp(&a.weight));
+    let mut prior = Prior::default();
+    let mut same: Vec<Evidence> = Vec::new();
+    for p in problems {
+        if prior.features.len() >= MAX_PRIOR {
+            break;
+        }
+        let Some(best) = p.rows.iter().filter_map(|r| r.1).reduce(f64::min) else {
+            continue;
+        };
+        let worst = p
+            .rows
+            .iter()
+            .filter_map(|r| r.1)
+            .map(|s| (best / s).ln())
+            .fold(0.0, f64::min);
+        // The problem's valid points of the tuned space, fastest first.
+        let mut ranked: Vec<(Config, f64)> = p
+            .rows
+            .iter()
+            .filter_map(|r| Some((r.2.clone()?, (best / r.1?).ln())))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        if let Some((c, _)) = ranked.first() {
+            if !prior.candidates.contains(c) {
+                prior.candidates.push(c.clone());
+            }
+        }
+        if p.evidence {
+            same.push((p.weight, ranked, worst));
+        }
+        let mut rows: Vec<(Vec<f64>, f64)> = p
+            .rows
+            .into_iter()
+            .map(|(f, s, _)| (f, s.map_or(worst - 1.0, |s| (best / s).ln())))
+            .collect();
+        if rows.len() > MAX_PER_KEY {
+            rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let top = MAX_PER_KEY / 4;
+            let rest = rows.split_off(top);
+            let stride = rest.len() as f64 / (MAX_PER_KEY - top) as f64;
+            rows.extend(
+                (0..MAX_PER_KEY - top)
+                    .filter_map(|i| rest.get((i as f64 * stride) as usize).cloned()),
+            );
+        }
+        for (f, s) in rows {
+            prior.features.push(f);
+            prior.scores.push(s);
+            prior.weights.push(p.weight.clamp(0.0, 1.0));
+        }
+        prior.keys += 1;
+    }
+    prior.evidence = evidence(&same);
+    prior
+}
+
 /// The CPU prior for tuning `kernel` at `shapes` on this CPU, from `records` (see the
 /// module docs): CPU records of this code generator whose kernel parses and binds and whose
 /// config reads in its own space. At most [`MAX_PRIOR`] records, the most similar first.
@@ -197,48 +311,23 @@ pub fn cpu_prior(kernel: &Kernel, shapes: &[Vec<usize>], records: &[Record]) -> 
     let Ok(template) = CpuTemplate::new(kernel, &extents, crate::runtime::cpu::simd_lanes()) else {
         return Prior::default();
     };
-
-    // Records by key, each key with its weight.
-    let mut groups: HashMap<crate::records::Key, Vec<&Record>> = HashMap::new();
-    for r in records {
-        // A pick (no time, no error) is not a measurement.
-        let pick = r.seconds.is_none() && r.error.is_none();
-        if r.target.device == "cpu" && r.codegen == CODEGEN_VERSION && !pick {
-            groups.entry(r.key()).or_default().push(r);
-        }
-    }
-    let mut keyed: Vec<(f64, crate::records::Key, Vec<&Record>)> = groups
-        .into_iter()
-        .map(|(key, rs)| {
-            let same_kernel = key.kernel == fingerprint;
-            let same_device = key.target == *here;
-            let tier = match (same_kernel, same_device) {
-                (true, true) => SAME_KERNEL,
-                (false, true) => OTHER_KERNEL,
-                (true, false) => OTHER_DEVICE,
-                (false, false) => OTHER_KERNEL * OTHER_DEVICE,
-            };
-            let w = if same_kernel {
-                tier * shape_similarity(&key.shapes, shapes)
-            } else {
-                tier
-            };
-            (w, key, rs)
-        })
-        .collect();
-    keyed.sort_by(|a, b| {
-        b.0.total_cmp(&a.0)
-            .then_with(|| a.1.shapes.cmp(&b.1.shapes))
-    });
-
-    let mut prior = Prior::default();
-    let mut same: Vec<Evidence> = Vec::new();
     let mut kernels: HashMap<String, Option<Kernel>> = HashMap::new();
-    for (weight, key, rs) in keyed {
-        if prior.features.len() >= MAX_PRIOR {
-            break;
-        }
-        let k = if key.kernel == fingerprint {
+    let mut problems = Vec::new();
+    for (key, rs) in groups(records, "cpu", CODEGEN_VERSION) {
+        let same_kernel = key.kernel == fingerprint;
+        let same_device = key.target == *here;
+        let tier = match (same_kernel, same_device) {
+            (true, true) => SAME_KERNEL,
+            (false, true) => OTHER_KERNEL,
+            (true, false) => OTHER_DEVICE,
+            (false, false) => OTHER_KERNEL * OTHER_DEVICE,
+        };
+        let weight = if same_kernel {
+            tier * shape_similarity(&key.shapes, shapes)
+        } else {
+            tier
+        };
+        let k = if same_kernel {
             Some(kernel.clone())
         } else {
             kernels
@@ -256,89 +345,114 @@ pub fn cpu_prior(kernel: &Kernel, shapes: &[Vec<usize>], records: &[Record]) -> 
         let Ok(ktemplate) = CpuTemplate::new(&k, &kext, lanes) else {
             continue;
         };
-        // Every config once: its best valid time, or invalid.
-        let mut best_of: HashMap<&str, Option<f64>> = HashMap::new();
-        for r in &rs {
-            let s = r
-                .seconds
-                .filter(|s| r.error.is_none() && s.is_finite() && *s > 0.0);
-            let e = best_of.entry(r.config.as_str()).or_insert(s);
-            if let (Some(new), Some(old)) = (s, *e) {
-                *e = Some(new.min(old));
-            } else if e.is_none() {
-                *e = s;
-            }
-        }
-        let Some(best) = best_of.values().flatten().copied().reduce(f64::min) else {
-            continue;
-        };
-        let mut rows: Vec<(Vec<f64>, Option<f64>, &str)> = Vec::new();
-        for (text, s) in &best_of {
-            let Ok(c) = ktemplate.parse(text) else {
-                continue;
-            };
-            let Ok(cfg) = ktemplate.decode(&c) else {
-                continue;
-            };
-            rows.push((cpu_transfer_features(&k, &kext, &cfg, lanes), *s, text));
-        }
-        let worst = rows
-            .iter()
-            .filter_map(|r| r.1)
-            .map(|s| (best / s).ln())
-            .fold(0.0, f64::min);
-        // The key's best schedule, as a point of the tuned space.
-        let mut ranked: Vec<&(Vec<f64>, Option<f64>, &str)> =
-            rows.iter().filter(|r| r.1.is_some()).collect();
-        ranked.sort_by(|a, b| {
-            a.1.unwrap_or(f64::INFINITY)
-                .total_cmp(&b.1.unwrap_or(f64::INFINITY))
-        });
-        if let Some(top) = ranked.first() {
-            if let Some(c) = to_space(&ktemplate, &template, &k, kernel, top.2) {
-                if !prior.candidates.contains(&c) {
-                    prior.candidates.push(c);
-                }
-            }
-        }
-        if key.kernel == fingerprint && key.target == *here {
-            // This problem's scores of its best schedules, for the evidence.
-            let scores: Vec<(Config, f64)> = ranked
-                .iter()
-                .filter_map(|r| {
-                    let c = to_space(&ktemplate, &template, &k, kernel, r.2)?;
-                    Some((c, (best / r.1?).ln()))
-                })
-                .collect();
-            same.push((weight, scores, worst));
-        }
-        let mut rows: Vec<(Vec<f64>, f64)> = rows
+        let rows = best_per_config(&rs)
             .into_iter()
-            .map(|(f, s, _)| (f, s.map_or(worst - 1.0, |s| (best / s).ln())))
+            .filter_map(|(text, s)| {
+                let cfg = ktemplate.decode(&ktemplate.parse(text).ok()?).ok()?;
+                let point = to_space(&ktemplate, &template, &k, kernel, text);
+                Some((cpu_transfer_features(&k, &kext, &cfg, lanes), s, point))
+            })
             .collect();
-        if rows.len() > MAX_PER_KEY {
-            rows.sort_by(|a, b| b.1.total_cmp(&a.1));
-            let top = MAX_PER_KEY / 4;
-            let rest = rows.split_off(top);
-            let stride = rest.len() as f64 / (MAX_PER_KEY - top) as f64;
-            rows.extend(
-                (0..MAX_PER_KEY - top)
-                    .filter_map(|i| rest.get((i as f64 * stride) as usize).cloned()),
-            );
-        }
-        for (f, s) in rows {
-            prior.features.push(f);
-            prior.scores.push(s);
-            prior.weights.push(weight.clamp(0.0, 1.0));
-        }
-        prior.keys += 1;
+        problems.push(Problem {
+            weight,
+            evidence: same_kernel && same_device,
+            rows,
+        });
     }
-    prior.evidence = evidence(&same);
-    prior
+    assemble(problems)
 }
 
-/// One same-kernel problem's part of the evidence: its weight, the scores of its best
-/// schedules (as points of the tuned space), its worst recorded score.
+/// The CUDA prior for tuning `kernel` at `shapes` on the GPU `gpu` (see the module docs):
+/// records of the same kernel at other shapes on this GPU (weighted by shape similarity),
+/// then on other GPUs ([`OTHER_DEVICE`]), read in their own CUDA space and featurized as
+/// the tuned run does (`features`: knob features then the analytic GPU features, computed
+/// for `gpu`). Other kernels are left out: their knob features do not line up. A problem
+/// whose feature vectors have another length than the tuned space's (a tensor-core space
+/// against a SIMT one) is left out too.
+pub fn cuda_prior(
+    kernel: &Kernel,
+    shapes: &[Vec<usize>],
+    gpu: &GpuTarget,
+    records: &[Record],
+) -> Prior {
+    let fingerprint = kernel.fingerprint();
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    let Ok(extents) = bind(kernel, &refs) else {
+        return Prior::default();
+    };
+    let Ok(space) = CudaSpace::new(kernel, &extents, &refs, gpu) else {
+        return Prior::default();
+    };
+    let width = cuda_features(kernel, &extents, shapes, &space, gpu);
+    let Some(width) = space.default_point().ok().map(|d| width(&d).len()) else {
+        return Prior::default();
+    };
+    let mut problems = Vec::new();
+    for (key, rs) in groups(records, "cuda", crate::codegen::cuda::CODEGEN_VERSION) {
+        if key.kernel != fingerprint {
+            continue;
+        }
+        let same_device =
+            key.target.name == gpu.name && key.target.detail == format!("sm_{}", gpu.sm);
+        let tier = if same_device {
+            SAME_KERNEL
+        } else {
+            OTHER_DEVICE
+        };
+        let weight = tier * shape_similarity(&key.shapes, shapes);
+        let krefs: Vec<&[usize]> = key.shapes.iter().map(Vec::as_slice).collect();
+        let Ok(kext) = bind(kernel, &krefs) else {
+            continue;
+        };
+        let Ok(kspace) = CudaSpace::new(kernel, &kext, &krefs, gpu) else {
+            continue;
+        };
+        let featurize = cuda_features(kernel, &kext, &key.shapes, &kspace, gpu);
+        let rows: Vec<(Vec<f64>, Option<f64>, Option<Config>)> = best_per_config(&rs)
+            .into_iter()
+            .filter_map(|(text, s)| {
+                let c = kspace.space().parse(text).ok()?;
+                let f = featurize(&c);
+                let point = space
+                    .space()
+                    .parse(text)
+                    .ok()
+                    .filter(|p| space.space().is_valid(p));
+                (f.len() == width).then_some((f, s, point))
+            })
+            .collect();
+        problems.push(Problem {
+            weight,
+            evidence: same_device,
+            rows,
+        });
+    }
+    assemble(problems)
+}
+
+/// The features a CUDA tuning run gives its model: the knob features, then the analytic
+/// GPU features of SIMT schedules (zeros for tensor-core ones).
+pub fn cuda_features<'a>(
+    kernel: &'a Kernel,
+    extents: &'a [usize],
+    shapes: &'a [Vec<usize>],
+    space: &'a CudaSpace,
+    gpu: &'a GpuTarget,
+) -> impl Fn(&Config) -> Vec<f64> + 'a {
+    crate::autotune::combined_features(
+        space.space(),
+        GpuFeatures::NAMES.len(),
+        move |c| match space.decode(c).ok()? {
+            CudaSchedule::Simt(s) => {
+                Some(gpu_features(kernel, extents, shapes, &s, gpu, None).to_vec())
+            }
+            CudaSchedule::TensorCore(_) => None,
+        },
+    )
+}
+
+/// One same-kernel problem's part of the evidence: its weight, the scores of its valid
+/// points of the tuned space (fastest first), its worst recorded score.
 type Evidence = (f64, Vec<(Config, f64)>, f64);
 
 /// The best [`EVIDENCE_PER_KEY`] schedules of every problem, each scored by the weighted mean

@@ -295,3 +295,90 @@ fn measured_records_of_other_shapes_steer_the_next_run() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn cuda_records_of_other_shapes_make_a_prior_and_a_pick_without_a_gpu() {
+    use rand::SeedableRng;
+    use tensor_dsl::template::cuda::CudaSpace;
+    use tensor_dsl::template::gpu::GpuTarget;
+    use tensor_dsl::transfer::{cuda_features, cuda_prior};
+
+    let k = matmul();
+    let gpu = GpuTarget::h100();
+    let space_of = |shapes: &[Vec<usize>]| {
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let extents = bind(&k, &refs).unwrap();
+        (CudaSpace::new(&k, &extents, &refs, &gpu).unwrap(), extents)
+    };
+    let others = [mm_shapes(256, 256, 256), mm_shapes(256, 512, 256)];
+    let target = mm_shapes(512, 256, 256);
+    let (tspace, textents) = space_of(&target);
+    let (s0, _) = space_of(&others[0]);
+    let (s1, _) = space_of(&others[1]);
+    // A schedule that is a point of all three spaces: the best at both other shapes.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let star = (0..2000)
+        .filter_map(|_| tspace.space().sample_uniform(&mut rng).ok())
+        .map(|c| tspace.space().format(&c).unwrap())
+        .find(|t| {
+            let ok = |s: &CudaSpace| s.space().parse(t).is_ok_and(|c| s.space().is_valid(&c));
+            ok(&s0)
+                && ok(&s1)
+                && *t
+                    != tspace
+                        .space()
+                        .format(&tspace.default_point().unwrap())
+                        .unwrap()
+        })
+        .expect("a schedule valid at every shape");
+    let mut recs = Vec::new();
+    for (shapes, space) in [(&others[0], &s0), (&others[1], &s1)] {
+        let mut texts = vec![star.clone()];
+        texts.extend(
+            (0..40)
+                .filter_map(|_| space.space().sample_uniform(&mut rng).ok())
+                .map(|c| space.space().format(&c).unwrap())
+                .filter(|t| *t != star),
+        );
+        for (i, text) in texts.into_iter().enumerate() {
+            let s = 1e-4 * (1.0 + i as f64 * 0.1);
+            recs.push(Record {
+                version: RECORD_VERSION,
+                kernel: k.fingerprint(),
+                name: "mm".into(),
+                kernel_text: k.to_string(),
+                shapes: shapes.clone(),
+                dtype: records::dtype_key(&k),
+                target: records::Target::cuda(&gpu.name, gpu.sm),
+                codegen: tensor_dsl::codegen::cuda::CODEGEN_VERSION,
+                config: text,
+                seconds: Some(s),
+                samples: vec![s],
+                error: None,
+                gflops: None,
+                strategy: "synthetic".into(),
+                unix_time: 0,
+            });
+        }
+    }
+    let prior = cuda_prior(&k, &target, &gpu, &recs);
+    assert_eq!(prior.keys, 2);
+    let features = cuda_features(&k, &textents, &target, &tspace, &gpu);
+    let width = features(&tspace.default_point().unwrap()).len();
+    assert!(prior.features.iter().all(|f| f.len() == width));
+    let mut model = Forest::new(0);
+    prior.teach(&mut model);
+    let default = tspace.default_point().unwrap();
+    let p = pick(tspace.space(), &default, &prior, &model, &features, 0);
+    assert_eq!(tspace.space().format(&p).unwrap(), star);
+    // The model's own pick is a valid point too.
+    let m = model_pick(
+        tspace.space(),
+        &default,
+        &prior.candidates,
+        &model,
+        &features,
+        0,
+    );
+    assert!(tspace.space().is_valid(&m));
+}
