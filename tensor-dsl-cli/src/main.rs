@@ -115,7 +115,8 @@ enum Command {
         /// the records at hand) without measuring.
         #[arg(long, default_value_t = 64)]
         trials: usize,
-        /// Wall-clock limit in seconds.
+        /// Wall-clock limit in seconds, everything included; with it, tuning may also stop
+        /// early when Droplet's test and the cost model agree nothing better is near.
         #[arg(long)]
         seconds: Option<f64>,
         #[arg(long, default_value_t = 0)]

@@ -218,24 +218,44 @@ fn groups<'a>(records: &'a [Record], device: &str, codegen: u32) -> Vec<(Key, Ve
     out
 }
 
-/// Each recorded config once with its best valid time (`None`: only invalid records).
+/// Each recorded config once with its best valid time (`None`: only invalid records), in
+/// the order first recorded.
 fn best_per_config<'a>(rs: &[&'a Record]) -> Vec<(&'a str, Option<f64>)> {
+    let mut at: HashMap<&str, usize> = HashMap::new();
     let mut best: Vec<(&str, Option<f64>)> = Vec::new();
     for r in rs {
         let s = r
             .seconds
             .filter(|s| r.error.is_none() && s.is_finite() && *s > 0.0);
-        match best.iter_mut().find(|(c, _)| *c == r.config.as_str()) {
-            Some((_, e)) => {
-                *e = match (*e, s) {
+        match at.get(r.config.as_str()) {
+            Some(&i) => {
+                best[i].1 = match (best[i].1, s) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 }
             }
-            None => best.push((r.config.as_str(), s)),
+            None => {
+                at.insert(r.config.as_str(), best.len());
+                best.push((r.config.as_str(), s));
+            }
         }
     }
     best
+}
+
+/// Problems with a weight each, most similar first, cut where [`MAX_PRIOR`] records (at
+/// most [`MAX_PER_KEY`] per problem) are reached, so a large cache is not read in full.
+fn most_similar(mut weighted: Vec<(f64, Key, Vec<&Record>)>) -> Vec<(f64, Key, Vec<&Record>)> {
+    weighted.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut total = 0;
+    weighted
+        .into_iter()
+        .take_while(|(_, _, rs)| {
+            let go = total < MAX_PRIOR;
+            total += rs.len().min(MAX_PER_KEY);
+            go
+        })
+        .collect()
 }
 
 /// The prior of `problems` (see the module docs), most similar first, at most
@@ -311,22 +331,29 @@ pub fn cpu_prior(kernel: &Kernel, shapes: &[Vec<usize>], records: &[Record]) -> 
     let Ok(template) = CpuTemplate::new(kernel, &extents, crate::runtime::cpu::simd_lanes()) else {
         return Prior::default();
     };
+    let weighted = groups(records, "cpu", CODEGEN_VERSION)
+        .into_iter()
+        .map(|(key, rs)| {
+            let same_kernel = key.kernel == fingerprint;
+            let tier = match (same_kernel, key.target == *here) {
+                (true, true) => SAME_KERNEL,
+                (false, true) => OTHER_KERNEL,
+                (true, false) => OTHER_DEVICE,
+                (false, false) => OTHER_KERNEL * OTHER_DEVICE,
+            };
+            let weight = if same_kernel {
+                tier * shape_similarity(&key.shapes, shapes)
+            } else {
+                tier
+            };
+            (weight, key, rs)
+        })
+        .collect();
     let mut kernels: HashMap<String, Option<Kernel>> = HashMap::new();
     let mut problems = Vec::new();
-    for (key, rs) in groups(records, "cpu", CODEGEN_VERSION) {
+    for (weight, key, rs) in most_similar(weighted) {
         let same_kernel = key.kernel == fingerprint;
         let same_device = key.target == *here;
-        let tier = match (same_kernel, same_device) {
-            (true, true) => SAME_KERNEL,
-            (false, true) => OTHER_KERNEL,
-            (true, false) => OTHER_DEVICE,
-            (false, false) => OTHER_KERNEL * OTHER_DEVICE,
-        };
-        let weight = if same_kernel {
-            tier * shape_similarity(&key.shapes, shapes)
-        } else {
-            tier
-        };
         let k = if same_kernel {
             Some(kernel.clone())
         } else {
@@ -387,19 +414,22 @@ pub fn cuda_prior(
     let Some(width) = space.default_point().ok().map(|d| width(&d).len()) else {
         return Prior::default();
     };
+    let same_gpu = |t: &Target| t.name == gpu.name && t.detail == format!("sm_{}", gpu.sm);
+    let weighted = groups(records, "cuda", crate::codegen::cuda::CODEGEN_VERSION)
+        .into_iter()
+        .filter(|(key, _)| key.kernel == fingerprint)
+        .map(|(key, rs)| {
+            let tier = if same_gpu(&key.target) {
+                SAME_KERNEL
+            } else {
+                OTHER_DEVICE
+            };
+            (tier * shape_similarity(&key.shapes, shapes), key, rs)
+        })
+        .collect();
     let mut problems = Vec::new();
-    for (key, rs) in groups(records, "cuda", crate::codegen::cuda::CODEGEN_VERSION) {
-        if key.kernel != fingerprint {
-            continue;
-        }
-        let same_device =
-            key.target.name == gpu.name && key.target.detail == format!("sm_{}", gpu.sm);
-        let tier = if same_device {
-            SAME_KERNEL
-        } else {
-            OTHER_DEVICE
-        };
-        let weight = tier * shape_similarity(&key.shapes, shapes);
+    for (weight, key, rs) in most_similar(weighted) {
+        let same_device = same_gpu(&key.target);
         let krefs: Vec<&[usize]> = key.shapes.iter().map(Vec::as_slice).collect();
         let Ok(kext) = bind(kernel, &krefs) else {
             continue;
