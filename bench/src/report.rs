@@ -174,6 +174,8 @@ impl KernelResult {
             BaselineResult {
                 library: if self.device == "cuda" {
                     "cuBLAS/cuDNN".into()
+                } else if self.baseline == crate::stages::NAIVE {
+                    "naive".into()
                 } else {
                     "matrixmultiply".into()
                 },

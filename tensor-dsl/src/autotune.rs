@@ -197,6 +197,10 @@ pub fn tune_cpu(
     let mut measurer = CpuMeasurer::new(kernel, shapes, template.clone())?;
     let lanes = simd_lanes();
     let features = combined_features(&space, CpuFeatures::NAMES.len(), |c| {
+        // The analytic features read the einsum nest; the row template has knob features.
+        if kernel.is_staged() {
+            return None;
+        }
         let cfg = template.decode(c).ok()?;
         Some(cpu_features(kernel, &extents, shapes, &cfg, lanes).to_vec())
     });

@@ -36,7 +36,7 @@ use crate::template::rows::{RowPlan, RowStmt, RowsCpuConfig, RowsGpuConfig, Targ
 use std::fmt::Write as _;
 
 /// Version of the row template's generated code; part of compiled-artifact keys.
-pub const CODEGEN_VERSION: u32 = 1;
+pub const CODEGEN_VERSION: u32 = 2;
 
 /// Name of the entry point (as in the other generators).
 pub const ENTRY: &str = "td_kernel";
@@ -119,6 +119,16 @@ impl<'a> Printer<'a> {
         for e in &self.kernel.epilogue {
             let _ = writeln!(s, "{ind}td_v = {};", self.expr.expr(e));
         }
+        let _ = writeln!(
+            s,
+            "{ind}out[{}] = {};",
+            self.out_offset(),
+            store_from_f32(self.kernel.params[self.kernel.output].dtype, "td_v")
+        );
+    }
+
+    /// The output element's offset (the output's indices are set).
+    fn out_offset(&self) -> String {
         let out = self.kernel.output;
         let coords: Vec<Coord> = self
             .kernel
@@ -131,12 +141,7 @@ impl<'a> Printer<'a> {
                 hi: self.extents[v] as i64 - 1,
             })
             .collect();
-        let _ = writeln!(
-            s,
-            "{ind}out[{}] = {};",
-            offset_expr(self.shapes[out], &coords),
-            store_from_f32(self.kernel.params[out].dtype, "td_v")
-        );
+        offset_expr(self.shapes[out], &coords)
     }
 
     fn points(&self, ids: &[usize]) -> usize {
@@ -280,21 +285,36 @@ pub fn generate_c(
         extents,
         "C",
         &format!(
-            "{} rows {}, {}",
+            "{} rows {}, {}{}{}",
             plan.rows,
             if config.parallel {
                 "in parallel"
             } else {
                 "in order"
             },
-            if config.vector {
-                "vectorized"
+            if config.vector > 1 {
+                format!("vectorized ({} lanes)", config.vector)
             } else {
-                "scalar"
+                "scalar".into()
+            },
+            if config.wide { ", 512-bit vectors" } else { "" },
+            if stashing(&plan, config).is_some() {
+                ", reduction values kept in the output row"
+            } else {
+                ""
             }
         ),
     );
+    config.validate()?;
     s.push_str("#include <math.h>\n\n");
+    if config.wide && config.vector > 1 {
+        s.push_str(
+            "/* 512-bit vectors: GCC prefers 256-bit ones on AVX-512 machines by default. */\n\
+             #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__AVX512F__)\n\
+             #pragma GCC target(\"prefer-vector-width=512\")\n\
+             #endif\n\n",
+        );
+    }
     s.push_str(&builtin_prelude(""));
     s.push_str(&used_builtins_prelude(kernel, ""));
     s.push_str(&dtype_prelude(kernel, ""));
@@ -306,7 +326,7 @@ pub fn generate_c(
         kernel.epilogue.iter().for_each(&mut check);
         uses
     };
-    if uses_exp && config.vector {
+    if uses_exp && config.vector > 1 {
         s.push_str(VECTOR_EXP_PRELUDE);
     }
     let body_start = s.len();
@@ -334,11 +354,18 @@ pub fn generate_c(
     let ind = "        ";
     p.decompose(&mut s, ind, &plan.outer, "td_row");
     temps_decl(&mut s, ind, &plan);
-    for st in &plan.stmts {
-        c_stmt(&mut s, &p, st, config);
+    let stash = stashing(&plan, config);
+    for (n, st) in plan.stmts.iter().enumerate() {
+        c_stmt(
+            &mut s,
+            &p,
+            st,
+            config,
+            stash.filter(|&(at, _)| at == n || st.target == Target::Output),
+        );
     }
     s.push_str("    }\n}\n");
-    if uses_exp && config.vector {
+    if uses_exp && config.vector > 1 {
         // The shared expression printer spells `exp` as `expf`; in a vectorized row it is
         // the vectorizable one.
         let body = s.split_off(body_start).replace("expf(", "td_vexpf(");
@@ -359,18 +386,19 @@ fn calls(e: &Expr, f: Func) -> bool {
 
 /// The row template's C for a kernel of several stages reached through the einsum CPU
 /// template's entry points ([`super::c::generate`], so tools written against them work):
-/// rows in parallel as `config.parallel` says, vectorized unless `config.vector` is 1.
+/// its knobs as [`RowsCpuConfig::from_cpu_config`] reads them.
 pub fn c_for_einsum_config(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
     config: &crate::template::cpu::CpuConfig,
 ) -> Result<String, String> {
-    let rows = RowsCpuConfig {
-        parallel: config.parallel,
-        vector: config.vector > 1,
-    };
-    generate_c(kernel, extents, shapes, &rows)
+    generate_c(
+        kernel,
+        extents,
+        shapes,
+        &RowsCpuConfig::from_cpu_config(config),
+    )
 }
 
 /// The row template's CUDA with its heuristic knobs, for a kernel of several stages reached
@@ -384,21 +412,21 @@ pub fn cuda_with_heuristic(
     generate_cuda(kernel, extents, shapes, &RowsGpuConfig::heuristic(&plan))
 }
 
-/// Opens `for` loops over `ids` (the last one `omp simd` with `clause` when `vector`);
-/// returns the indentation inside.
+/// Opens `for` loops over `ids` (the last one `omp simd simdlen(vector)` with `clause` when
+/// `vector > 1`); returns the indentation inside.
 fn open_loops(
     s: &mut String,
     p: &Printer<'_>,
     ids: &[usize],
-    vector: bool,
+    vector: u32,
     clause: &str,
     depth: usize,
 ) -> usize {
     let mut d = depth;
     for (n, &v) in ids.iter().enumerate() {
         let ind = "    ".repeat(d);
-        if vector && n + 1 == ids.len() {
-            let _ = writeln!(s, "{ind}#pragma omp simd{clause}");
+        if vector > 1 && n + 1 == ids.len() {
+            let _ = writeln!(s, "{ind}#pragma omp simd simdlen({vector}){clause}");
         }
         let name = index_name(p.kernel, v);
         let _ = writeln!(
@@ -417,7 +445,43 @@ fn close_loops(s: &mut String, from: usize, to: usize) {
     }
 }
 
-fn c_stmt(s: &mut String, p: &Printer<'_>, st: &RowStmt<'_>, config: &RowsCpuConfig) {
+/// The stage whose values are kept in the output row, and its body, when `config` stashes
+/// and the plan has such a stage.
+fn stashing<'a>(plan: &RowPlan<'a>, config: &RowsCpuConfig) -> Option<(usize, &'a Expr)> {
+    let at = plan.stash.filter(|_| config.stash)?;
+    Some((at, plan.stmts[at].body))
+}
+
+/// `e` with every occurrence of `part` replaced by [`Expr::Output`].
+fn replace_with_output(e: &Expr, part: &Expr) -> Expr {
+    if e == part {
+        return Expr::Output;
+    }
+    match e {
+        Expr::Neg(a) => Expr::Neg(Box::new(replace_with_output(a, part))),
+        Expr::Bin(op, a, b) => Expr::Bin(
+            *op,
+            Box::new(replace_with_output(a, part)),
+            Box::new(replace_with_output(b, part)),
+        ),
+        Expr::Call(f, args) => Expr::Call(
+            *f,
+            args.iter().map(|a| replace_with_output(a, part)).collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// One statement of a row. `stash` is `Some((stage, body))` for the stage that keeps its
+/// values in the output row (it stores them) and for the output's statement (it reads them
+/// back for `body`).
+fn c_stmt(
+    s: &mut String,
+    p: &Printer<'_>,
+    st: &RowStmt<'_>,
+    config: &RowsCpuConfig,
+    stash: Option<(usize, &Expr)>,
+) {
     let base = 2;
     let ind = "    ".repeat(base);
     match st.reducer {
@@ -434,7 +498,12 @@ fn c_stmt(s: &mut String, p: &Printer<'_>, st: &RowStmt<'_>, config: &RowsCpuCon
             let inner = "    ".repeat(d);
             let conds = p.inside(st.body);
             let update = combine(r, "td_acc", &p.unchecked(st.body));
-            if conds.is_empty() {
+            if stash.is_some() && conds.is_empty() {
+                // Kept in the output row for the output's pass.
+                let _ = writeln!(s, "{inner}const float td_e = {};", p.unchecked(st.body));
+                let _ = writeln!(s, "{inner}out[{}] = td_e;", p.out_offset());
+                let _ = writeln!(s, "{inner}{}", combine(r, "td_acc", "td_e"));
+            } else if conds.is_empty() {
                 let _ = writeln!(s, "{inner}{update}");
             } else {
                 let _ = writeln!(s, "{inner}if ({}) {update}", conds.join(" && "));
@@ -460,7 +529,24 @@ fn c_stmt(s: &mut String, p: &Printer<'_>, st: &RowStmt<'_>, config: &RowsCpuCon
                 let d = open_loops(s, p, &st.inner, config.vector, "", base);
                 let inner = "    ".repeat(d);
                 let _ = writeln!(s, "{inner}{{");
-                let _ = writeln!(s, "{inner}    float td_v = {};", p.expr.expr(st.body));
+                let body = match stash {
+                    Some((_, part)) => {
+                        let _ =
+                            writeln!(s, "{inner}    const float td_s = out[{}];", p.out_offset());
+                        let reread = ExprPrinter {
+                            kernel: p.kernel,
+                            shapes: p.shapes,
+                            extents: p.extents,
+                            index: p.expr.index.clone(),
+                            tensor: p.expr.tensor.clone(),
+                            output: "td_s".into(),
+                            packed: None,
+                        };
+                        reread.expr(&replace_with_output(st.body, part))
+                    }
+                    None => p.expr.expr(st.body),
+                };
+                let _ = writeln!(s, "{inner}    float td_v = {body};");
                 p.store(s, &format!("{inner}    "));
                 let _ = writeln!(s, "{inner}}}");
                 close_loops(s, d, base);
