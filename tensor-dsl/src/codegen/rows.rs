@@ -31,7 +31,7 @@ use super::{
     bound_checks, builtin_prelude, dtype_prelude, float_lit, index_name, load_as_f32, offset_expr,
     storage_type, store_from_f32, used_builtins_prelude, Coord, ExprPrinter,
 };
-use crate::ir::{Access, Expr, Func, Kernel, Reducer};
+use crate::ir::{Access, BinOp, Expr, Func, Kernel, Reducer};
 use crate::template::rows::{RowPlan, RowStmt, RowsCpuConfig, RowsGpuConfig, Target};
 use std::fmt::Write as _;
 
@@ -167,16 +167,18 @@ impl<'a> Printer<'a> {
 
 /// `expf` as straight-line code the compiler can vectorize (glibc's vector `expf` is only
 /// declared under `-ffast-math`, so `expf` in a loop is a scalar call per element): Cephes'
-/// range reduction and degree-6 polynomial, within 2 ulp on the normal range. Below −86.5 it
-/// gives 0 (exp(−86.5) < 3e−38), above 88.72 +∞; NaN stays NaN. GCC if-converts its
-/// selects only without trapping math, which the pragma turns off for this file (no
-/// floating-point trap is ever enabled, so results do not change).
+/// range reduction and degree-6 polynomial, within 2 ulp on the normal range. The argument
+/// is clamped to [−87.5, 89] so the scale 2^n needs no special cases: above ln(FLT_MAX)
+/// the product overflows to +∞ by itself, where n would leave the normal range (below
+/// about −87) the scale is 0 (exp(−87) < 2e−38), and NaN stays NaN through the
+/// polynomial. GCC if-converts the clamp only without trapping math, which the pragma turns
+/// off for this file (no floating-point trap is ever enabled, so results do not change).
 pub const VECTOR_EXP_PRELUDE: &str = "\
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize(\"no-trapping-math\")
 #endif
 static inline float td_vexpf(float x) {
-    float c = x < -86.5f ? -86.5f : (x > 88.72283f ? 88.72283f : x);
+    float c = x < -87.5f ? -87.5f : (x > 89.0f ? 89.0f : x);
     float n = floorf(c * 1.44269504088896341f + 0.5f);
     float r = c - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -187,11 +189,8 @@ static inline float td_vexpf(float x) {
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
     union { int i; float f; } u;
-    u.i = ((int)n + 126) << 23; /* 2^(n-1): n - 1 + 127 stays in 1..254 */
-    float y = p * u.f * 2.0f;
-    y = x > 88.72283f ? INFINITY : y;
-    y = x < -86.5f ? 0.0f : y;
-    return x != x ? x : y;
+    u.i = ((int)n + 126) << 23; /* 2^(n-1): n - 1 + 127 stays in 0..254 */
+    return p * u.f * 2.0f;
 }
 ";
 
@@ -285,7 +284,7 @@ pub fn generate_c(
         extents,
         "C",
         &format!(
-            "{} rows {}, {}{}{}",
+            "{} rows {}, {}{}{}{}",
             plan.rows,
             if config.parallel {
                 "in parallel"
@@ -298,6 +297,11 @@ pub fn generate_c(
                 "scalar".into()
             },
             if config.wide { ", 512-bit vectors" } else { "" },
+            if config.across && plan.across() {
+                ", vector lanes across rows"
+            } else {
+                ""
+            },
             if stashing(&plan, config).is_some() {
                 ", reduction values kept in the output row"
             } else {
@@ -343,6 +347,158 @@ pub fn generate_c(
         "    {ty} *restrict out = ({ty} *)td_out;",
         ty = storage_type(kernel.params[kernel.output].dtype)
     );
+    if config.across && plan.across() {
+        s.insert_str(body_start, DIV_PRELUDE);
+        c_across(&mut s, &p, &plan, config);
+    } else {
+        c_rows(&mut s, &p, &plan, config);
+    }
+    s.push_str("}\n");
+    if uses_exp && config.vector > 1 {
+        // The shared expression printer spells `exp` as `expf`; in a vectorized row it is
+        // the vectorizable one.
+        let body = s.split_off(body_start).replace("expf(", "td_vexpf(");
+        s.push_str(&body);
+    }
+    Ok(s)
+}
+
+/// A row's vector lanes walk the points of the last outer index (neighbouring rows), for
+/// short reductions over many rows (pooling windows), where a row alone is too short to
+/// vectorize. The accumulators of one line of rows live in an array; each reduction point
+/// updates the lanes whose reads fall inside their tensors, a range computed from the
+/// affine reads (no per-lane test, so the reads stay plain strided loads).
+fn c_across(s: &mut String, p: &Printer<'_>, plan: &RowPlan<'_>, config: &RowsCpuConfig) {
+    let Some((&last, prefix)) = plan.outer.split_last() else {
+        return;
+    };
+    let st = &plan.stmts[0];
+    let Some(r) = st.reducer else {
+        return;
+    };
+    let groups = p.points(prefix);
+    let lanes = p.extents[last];
+    let simd = if config.vector > 1 {
+        format!("#pragma omp simd simdlen({})", config.vector)
+    } else {
+        String::new()
+    };
+    let q = index_name(p.kernel, last);
+    if config.parallel && groups > 1 {
+        s.push_str("    #pragma omp parallel for schedule(static)\n");
+    }
+    let _ = writeln!(
+        s,
+        "    for (long td_row = 0; td_row < {groups}; ++td_row) {{ /* {lanes} rows along {} in vector lanes */",
+        p.kernel.indices[last].name
+    );
+    p.decompose(s, "        ", prefix, "td_row");
+    let _ = writeln!(s, "        float td_accs[{lanes}];");
+    let pragma = |s: &mut String, ind: &str| {
+        if !simd.is_empty() {
+            let _ = writeln!(s, "{ind}{simd}");
+        }
+    };
+    pragma(s, "        ");
+    let _ = writeln!(
+        s,
+        "        for (long {q} = 0; {q} < {lanes}; ++{q}) td_accs[{q}] = {};",
+        float_lit(r.identity())
+    );
+    let _ = writeln!(
+        s,
+        "        /* {} over {} */",
+        r.name(),
+        names(p.kernel, &st.over)
+    );
+    let d = open_loops(s, p, &st.over, 1, "", 2);
+    let ind = "    ".repeat(d);
+    // Uniform checks (reads whose coordinate does not move with the lanes) and the lane
+    // range of the others.
+    let mut uniform: Vec<String> = Vec::new();
+    let mut bounds: Vec<(String, String)> = Vec::new();
+    st.body.visit_accesses(&mut |a| {
+        let shape = p.shapes[a.tensor];
+        for (map, &n) in a.dims.iter().zip(shape) {
+            let (lo, hi) = map.range(p.extents);
+            if lo >= 0 && hi < n as i64 {
+                continue;
+            }
+            let coef = map
+                .terms
+                .iter()
+                .filter(|(v, _)| *v == last)
+                .map(|(_, c)| *c)
+                .sum::<i64>();
+            let mut rest = map.clone();
+            rest.terms.retain(|(v, _)| *v != last);
+            let mut b = String::new();
+            rest.write(&mut b, &|v| index_name(p.kernel, v));
+            if coef == 0 {
+                for c in [format!("{b} >= 0"), format!("{b} < {n}")] {
+                    if !uniform.contains(&c) {
+                        uniform.push(c);
+                    }
+                }
+            } else {
+                // 0 <= coef * q + b < n, coef > 0 (RowPlan::across checks the sign).
+                let lo = format!("td_cdiv(-({b}), {coef})");
+                let hi = format!("td_fdiv({} - ({b}), {coef}) + 1", n as i64 - 1);
+                if !bounds.contains(&(lo.clone(), hi.clone())) {
+                    bounds.push((lo, hi));
+                }
+            }
+        }
+    });
+    let mut inner = ind.clone();
+    if !uniform.is_empty() {
+        let _ = writeln!(s, "{ind}if ({}) {{", uniform.join(" && "));
+        inner.push_str("    ");
+    }
+    let _ = writeln!(s, "{inner}long td_lo = 0, td_hi = {lanes};");
+    for (lo, hi) in &bounds {
+        let _ = writeln!(
+            s,
+            "{inner}{{ const long td_l = {lo}; if (td_l > td_lo) td_lo = td_l; }}"
+        );
+        let _ = writeln!(
+            s,
+            "{inner}{{ const long td_h = {hi}; if (td_h < td_hi) td_hi = td_h; }}"
+        );
+    }
+    pragma(s, &inner);
+    let _ = writeln!(s, "{inner}for (long {q} = td_lo; {q} < td_hi; ++{q}) {{");
+    let _ = writeln!(
+        s,
+        "{inner}    {}",
+        combine(r, &format!("td_accs[{q}]"), &p.unchecked(st.body))
+    );
+    let _ = writeln!(s, "{inner}}}");
+    if !uniform.is_empty() {
+        let _ = writeln!(s, "{ind}}}");
+    }
+    close_loops(s, d, 2);
+    pragma(s, "        ");
+    let _ = writeln!(s, "        for (long {q} = 0; {q} < {lanes}; ++{q}) {{");
+    let _ = writeln!(
+        s,
+        "            float td_v = {};",
+        finish(r, p.points(&st.over)).replace("td_acc", &format!("td_accs[{q}]"))
+    );
+    p.store(s, "            ");
+    s.push_str("        }\n    }\n");
+}
+
+/// Floor and ceiling division by a positive divisor (C's `/` truncates toward zero), for
+/// the lane ranges of [`c_across`].
+const DIV_PRELUDE: &str = "\
+static inline long td_fdiv(long x, long d) { return x >= 0 ? x / d : -((-x + d - 1) / d); }
+static inline long td_cdiv(long x, long d) { return x >= 0 ? (x + d - 1) / d : -((-x) / d); }
+";
+
+/// One row after another (in parallel when `config.parallel`), each statement a loop over
+/// the row.
+fn c_rows(s: &mut String, p: &Printer<'_>, plan: &RowPlan<'_>, config: &RowsCpuConfig) {
     if config.parallel && plan.rows > 1 {
         s.push_str("    #pragma omp parallel for schedule(static)\n");
     }
@@ -352,26 +508,36 @@ pub fn generate_c(
         plan.rows
     );
     let ind = "        ";
-    p.decompose(&mut s, ind, &plan.outer, "td_row");
-    temps_decl(&mut s, ind, &plan);
-    let stash = stashing(&plan, config);
+    p.decompose(s, ind, &plan.outer, "td_row");
+    temps_decl(s, ind, plan);
+    let stash = stashing(plan, config);
     for (n, st) in plan.stmts.iter().enumerate() {
         c_stmt(
-            &mut s,
-            &p,
+            s,
+            p,
             st,
             config,
             stash.filter(|&(at, _)| at == n || st.target == Target::Output),
         );
     }
-    s.push_str("    }\n}\n");
-    if uses_exp && config.vector > 1 {
-        // The shared expression printer spells `exp` as `expf`; in a vectorized row it is
-        // the vectorizable one.
-        let body = s.split_off(body_start).replace("expf(", "td_vexpf(");
-        s.push_str(&body);
+    s.push_str("    }\n");
+}
+
+/// Whether `e` reads no tensor and no output (the same value everywhere in a row).
+fn row_invariant(e: &Expr) -> bool {
+    let mut reads = false;
+    e.visit_accesses(&mut |_| reads = true);
+    !reads && !matches!(e, Expr::Output) && !mentions_output(e)
+}
+
+fn mentions_output(e: &Expr) -> bool {
+    match e {
+        Expr::Output => true,
+        Expr::Neg(a) => mentions_output(a),
+        Expr::Bin(_, a, b) => mentions_output(a) || mentions_output(b),
+        Expr::Call(_, args) => args.iter().any(mentions_output),
+        _ => false,
     }
-    Ok(s)
 }
 
 /// Whether `e` calls `f`.
@@ -526,9 +692,19 @@ fn c_stmt(
                 let _ = writeln!(s, "{ind}td_t{t} = {};", p.expr.expr(st.body));
             }
             Target::Output => {
+                // `a / b` with `b` the same for the whole row (intermediates and literals):
+                // one division per row, a multiplication per element.
+                let divided = match st.body {
+                    Expr::Bin(BinOp::Div, a, b) if row_invariant(b) => {
+                        let _ = writeln!(s, "{ind}const float td_inv = 1.0f / {};", p.expr.expr(b));
+                        Some(a.as_ref())
+                    }
+                    _ => None,
+                };
                 let d = open_loops(s, p, &st.inner, config.vector, "", base);
                 let inner = "    ".repeat(d);
                 let _ = writeln!(s, "{inner}{{");
+                let value = divided.unwrap_or(st.body);
                 let body = match stash {
                     Some((_, part)) => {
                         let _ =
@@ -542,9 +718,13 @@ fn c_stmt(
                             output: "td_s".into(),
                             packed: None,
                         };
-                        reread.expr(&replace_with_output(st.body, part))
+                        reread.expr(&replace_with_output(value, part))
                     }
-                    None => p.expr.expr(st.body),
+                    None => p.expr.expr(value),
+                };
+                let body = match divided {
+                    Some(_) => format!("{body} * td_inv"),
+                    None => body,
                 };
                 let _ = writeln!(s, "{inner}    float td_v = {body};");
                 p.store(s, &format!("{inner}    "));

@@ -64,13 +64,26 @@ pub struct RowPlan<'a> {
     /// Only for an `f32` output, a body that calls a function (storing a plain read
     /// saves nothing) and reads that stay inside their tensors.
     pub stash: Option<usize>,
+    /// See [`RowPlan::across`].
+    across: bool,
 }
+
+/// The most points of the last outer index for vector lanes across rows.
+pub const ACROSS_MAX: usize = 4096;
 
 fn points(ids: &[usize], extents: &[usize]) -> usize {
     ids.iter().map(|&i| extents[i]).product()
 }
 
 impl<'a> RowPlan<'a> {
+    /// Whether the vector lanes may walk neighbouring rows ([`RowsCpuConfig::across`]):
+    /// a kernel without intermediates whose output reduces (pooling, row reductions), whose
+    /// last outer index has at most [`ACROSS_MAX`] points (an accumulator array per line)
+    /// and appears in reads only with a positive coefficient.
+    pub fn across(&self) -> bool {
+        self.across
+    }
+
     /// The plan of `kernel` at `extents`, or why it is not of the row form.
     pub fn new(kernel: &'a Kernel, extents: &[usize]) -> Result<RowPlan<'a>, String> {
         let staged = kernel
@@ -141,7 +154,20 @@ impl<'a> RowPlan<'a> {
             .max()
             .unwrap_or(1);
         let stash = stash_stage(kernel, &stmts);
+        let across = match (outer.last(), stmts.as_slice()) {
+            (Some(&last), [only]) if only.reducer.is_some() && extents[last] <= ACROSS_MAX => {
+                let mut positive = true;
+                only.body.visit_accesses(&mut |a| {
+                    for map in &a.dims {
+                        positive &= map.terms.iter().all(|&(v, c)| v != last || c > 0);
+                    }
+                });
+                positive
+            }
+            _ => false,
+        };
         Ok(RowPlan {
+            across,
             rows: points(&outer, extents),
             outer,
             stmts,
@@ -219,6 +245,11 @@ pub struct RowsCpuConfig {
     /// the sum's pass, then scaled in place), where [`RowPlan::stash`] finds such a stage.
     #[serde(default)]
     pub stash: bool,
+    /// Vector lanes walk neighbouring rows (the last outer index) and each lane runs the
+    /// whole reduction, where [`RowPlan::across`] allows it: short reductions over many
+    /// rows, such as pooling windows.
+    #[serde(default)]
+    pub across: bool,
 }
 
 /// The vector lanes a CPU row configuration may take.
@@ -231,6 +262,7 @@ impl Default for RowsCpuConfig {
             vector: 16,
             wide: false,
             stash: false,
+            across: false,
         }
     }
 }
@@ -238,7 +270,8 @@ impl Default for RowsCpuConfig {
 impl RowsCpuConfig {
     /// Parallel when there are several rows and enough work to share; vectorized with two
     /// vector accumulators (32 lanes on 512-bit registers, where the machine has them),
-    /// stashing where it applies.
+    /// stashing where it applies; lanes across rows for reductions shorter than 64 points
+    /// (16 lanes there: a pooling row is 56 points wide).
     pub fn heuristic(plan: &RowPlan<'_>) -> RowsCpuConfig {
         Self::heuristic_for(plan, crate::runtime::cpu::simd_lanes())
     }
@@ -246,18 +279,21 @@ impl RowsCpuConfig {
     /// [`RowsCpuConfig::heuristic`] for a machine with `lanes` f32 lanes per register.
     pub fn heuristic_for(plan: &RowPlan<'_>, lanes: usize) -> RowsCpuConfig {
         let wide = lanes >= 16;
+        let across = plan.across() && plan.row_len < 64;
         RowsCpuConfig {
             parallel: plan.rows > 1 && plan.rows.saturating_mul(plan.row_len) >= 1 << 15,
-            vector: if wide { 32 } else { 16 },
+            vector: if wide && !across { 32 } else { 16 },
             wide,
             stash: plan.stash.is_some(),
+            across,
         }
     }
 
     /// The configuration as the CPU backend's schedule type carries it, so that records,
     /// tuning and the bench reach the row template through
     /// [`crate::template::cpu::CpuTemplate`]: `parallel`, `vector` (lanes), `wide_simd`
-    /// and `pack` (stash) hold the knobs; no axes, no unrolling, no reduction block.
+    /// `pack` (stash) and `unroll_outer` (across) hold the knobs; no axes, no unrolling,
+    /// no reduction block.
     pub fn to_cpu_config(&self) -> crate::template::cpu::CpuConfig {
         crate::template::cpu::CpuConfig {
             vector_axis: None,
@@ -266,7 +302,7 @@ impl RowsCpuConfig {
             unroll: 1,
             parallel: self.parallel,
             pack: self.stash,
-            unroll_outer: false,
+            unroll_outer: self.across,
             k_block: 0,
             wide_simd: self.wide,
         }
@@ -287,6 +323,7 @@ impl RowsCpuConfig {
             vector,
             wide: c.wide_simd,
             stash: c.pack,
+            across: c.unroll_outer,
         }
     }
 
@@ -308,15 +345,18 @@ impl RowsCpuConfig {
             for &v in &CPU_VECTOR_CHOICES {
                 for wide in [false, true] {
                     for stash in [false, true] {
-                        if stash && plan.stash.is_none() {
-                            continue;
+                        for across in [false, true] {
+                            if stash && plan.stash.is_none() || across && !plan.across() {
+                                continue;
+                            }
+                            out.push(RowsCpuConfig {
+                                parallel,
+                                vector: v as u32,
+                                wide,
+                                stash,
+                                across,
+                            });
                         }
-                        out.push(RowsCpuConfig {
-                            parallel,
-                            vector: v as u32,
-                            wide,
-                            stash,
-                        });
                     }
                 }
             }
@@ -328,18 +368,20 @@ impl RowsCpuConfig {
     /// with and without stashing and wide vectors.
     pub fn all() -> Vec<RowsCpuConfig> {
         [
-            (false, 1, false, false),
-            (false, 16, false, true),
-            (true, 1, false, true),
-            (true, 32, true, false),
-            (false, 64, true, true),
+            (false, 1, false, false, false),
+            (false, 16, false, true, true),
+            (true, 1, false, true, true),
+            (true, 32, true, false, false),
+            (false, 64, true, true, false),
+            (true, 16, true, false, true),
         ]
         .into_iter()
-        .map(|(parallel, vector, wide, stash)| RowsCpuConfig {
+        .map(|(parallel, vector, wide, stash, across)| RowsCpuConfig {
             parallel,
             vector,
             wide,
             stash,
+            across,
         })
         .collect()
     }
@@ -347,8 +389,9 @@ impl RowsCpuConfig {
 
 /// The CPU search space of the row template for one kernel at one shape: rows in parallel
 /// or not, vector lanes ([`CPU_VECTOR_CHOICES`]), 512-bit vectors (only with AVX-512),
-/// stashing (only where [`RowPlan::stash`] applies). Its text form reads like
-/// `parallel=parallel;vector=32;simd=wide;stash=on`.
+/// stashing (only where [`RowPlan::stash`] applies), vector lanes within or across rows
+/// (across only where [`RowPlan::across`] allows). Its text form reads like
+/// `parallel=parallel;vector=32;simd=wide;stash=on;lanes=within_rows`.
 ///
 /// ```
 /// use tensor_dsl::ir::parse_text;
@@ -359,7 +402,7 @@ impl RowsCpuConfig {
 /// let default = space.decode(&space.default_point()).unwrap();
 /// assert_eq!(default, RowsCpuConfig::heuristic_for(&RowPlan::new(&k, &[512, 1024]).unwrap(), 16));
 /// assert!(default.stash && default.parallel);
-/// assert_eq!(space.space().size(), 2 * 5 * 2 * 2);
+/// assert_eq!(space.space().size(), 2 * 5 * 2 * 2 * 2);
 /// ```
 #[derive(Clone, Debug)]
 pub struct RowsCpuSpace {
@@ -377,6 +420,7 @@ impl RowsCpuSpace {
         let vector = b.discrete("vector", &CPU_VECTOR_CHOICES);
         let simd = b.categorical("simd", &["compiler", "wide"]);
         let stash = b.categorical("stash", &["off", "on"]);
+        let lanes_knob = b.categorical("lanes", &["within_rows", "across_rows"]);
         let wide_ok = lanes >= 16;
         b.constraint("wide vectors need AVX-512", move |c| {
             wide_ok || c.index(simd) == Some(0)
@@ -384,6 +428,11 @@ impl RowsCpuSpace {
         b.constraint("scalar rows ask for no vector width", move |c| {
             c.index(vector) != Some(0) || c.index(simd) == Some(0)
         });
+        let can_cross = plan.across();
+        b.constraint(
+            "lanes across rows need a reduction without intermediates",
+            move |c| can_cross || c.index(lanes_knob) == Some(0),
+        );
         let can_stash = plan.stash.is_some();
         b.constraint("stashing needs a reduction the output reuses", move |c| {
             can_stash || c.index(stash) == Some(0)
@@ -418,6 +467,7 @@ impl RowsCpuSpace {
             vector: self.space.discrete_value(c, 1).map_or(1, |v| v as u32),
             wide: on(2),
             stash: on(3),
+            across: on(4),
         })
     }
 
@@ -431,6 +481,7 @@ impl RowsCpuSpace {
             tuner::Value::Discrete(v),
             tuner::Value::Categorical(usize::from(cfg.wide)),
             tuner::Value::Categorical(usize::from(cfg.stash)),
+            tuner::Value::Categorical(usize::from(cfg.across)),
         ]);
         self.space.is_valid(&c).then_some(c)
     }
