@@ -145,8 +145,8 @@ fn call_in_cache(
     }
 }
 
-/// A kernel of several stages: the row template ([`crate::runtime::rows`]) on the CPU and
-/// the GPU, with its heuristic knobs.
+/// A kernel of several stages: the row template ([`crate::runtime::rows`]) on the CPU (its
+/// schedule decided by [`backend::decide`]) and the GPU (its heuristic knobs).
 fn run_staged(
     kernel: &Kernel,
     extents: &[usize],
@@ -167,7 +167,15 @@ fn run_staged(
             Ok(())
         }
         Device::Cpu => {
-            match crate::runtime::rows::run_cpu(kernel, extents, shapes, data, out.reborrow()) {
+            // Of the row form: the CPU backend decides its schedule like an einsum kernel's
+            // (records, first-call tuning, the row template's default); otherwise the row
+            // runtime falls back to the reference interpreter.
+            let result = if crate::template::rows::RowPlan::new(kernel, extents).is_ok() {
+                run_cpu(kernel, extents, shapes, data, out.reborrow(), opts)
+            } else {
+                crate::runtime::rows::run_cpu(kernel, extents, shapes, data, out.reborrow())
+            };
+            match result {
                 Err(cpu::CpuError::NoCompiler(why)) => {
                     if !WARNED_NO_CC.swap(true, Ordering::Relaxed) {
                         eprintln!(

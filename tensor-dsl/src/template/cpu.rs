@@ -230,6 +230,11 @@ impl CpuConfig {
     ///   L2 (each tile would then stream it from L3): in blocks of at most half the L2;
     /// * the outer loops run in parallel when the work pays for the threads.
     pub fn heuristic_for(kernel: &Kernel, extents: &[usize], machine: &CpuMachine) -> CpuConfig {
+        if let Ok(plan) = crate::template::rows::RowPlan::new(kernel, extents) {
+            // A kernel of several stages: the row template's default, carried as a CpuConfig.
+            return crate::template::rows::RowsCpuConfig::heuristic_for(&plan, machine.lanes)
+                .to_cpu_config();
+        }
         let spatial = kernel.spatial();
         let lanes = machine.lanes.max(1);
         let vector_axis = spatial.last().copied();
@@ -295,6 +300,14 @@ impl CpuConfig {
     /// Checks the config fits the kernel: axes are distinct spatial indices, tiles are
     /// positive and the register tile is bounded.
     pub fn validate(&self, kernel: &Kernel) -> Result<(), String> {
+        if kernel.is_staged() {
+            // The row template's knobs (see `RowsCpuConfig::to_cpu_config`).
+            let rows = crate::template::rows::RowsCpuConfig::from_cpu_config(self);
+            if rows.to_cpu_config() != *self {
+                return Err("not a configuration of the row template".into());
+            }
+            return rows.validate();
+        }
         let spatial = kernel.spatial();
         for (axis, what) in [(self.vector_axis, "vector"), (self.unroll_axis, "unroll")] {
             if let Some(a) = axis {
@@ -411,6 +424,8 @@ pub struct CpuTemplate {
     knobs: [usize; 10],
     /// SIMD lanes of the machine (the width of explicit vector code).
     lanes: usize,
+    /// For a kernel of several stages, the row template's space (which then is `space`).
+    rows: Option<crate::template::rows::RowsCpuSpace>,
 }
 
 fn axis_choices(kernel: &Kernel) -> (Vec<String>, Vec<Option<usize>>) {
@@ -434,6 +449,17 @@ fn axis_choices(kernel: &Kernel) -> (Vec<String>, Vec<Option<usize>>) {
 impl CpuTemplate {
     /// Builds the space; `lanes` is the SIMD width in f32 (for the default point).
     pub fn new(kernel: &Kernel, extents: &[usize], lanes: usize) -> Result<CpuTemplate, String> {
+        if kernel.is_staged() {
+            let rows = crate::template::rows::RowsCpuSpace::new(kernel, extents, lanes)?;
+            return Ok(CpuTemplate {
+                space: rows.space().clone(),
+                axes: Vec::new(),
+                default: rows.default_point(),
+                knobs: [0; 10],
+                lanes,
+                rows: Some(rows),
+            });
+        }
         let (names, axes) = axis_choices(kernel);
         let choices: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut b = SearchSpace::builder();
@@ -519,6 +545,7 @@ impl CpuTemplate {
             default: Config::new(Vec::new()),
             knobs,
             lanes,
+            rows: None,
         };
         let heuristic = CpuConfig::heuristic(kernel, extents, lanes);
         t.default = t
@@ -540,6 +567,9 @@ impl CpuTemplate {
 
     /// The schedule a point stands for.
     pub fn decode(&self, c: &Config) -> Result<CpuConfig, String> {
+        if let Some(rows) = &self.rows {
+            return rows.decode(c).map(|r| r.to_cpu_config());
+        }
         self.space.check(c).map_err(|e| e.to_string())?;
         let [vaxis, vector, uaxis, unroll, parallel, pack, order, k_block, simd, code] = self.knobs;
         let axis = |k: usize| c.index(k).and_then(|i| self.axes.get(i).copied().flatten());
@@ -566,6 +596,9 @@ impl CpuTemplate {
     /// the `k_block`, `simd` and `kernel` knobs existed (read as `k_block=0`,
     /// `simd=compiler`, `kernel=loops`: the schedule they measured).
     pub fn parse(&self, text: &str) -> Result<Config, String> {
+        if self.rows.is_some() {
+            return self.space.parse(text).map_err(|e| e.to_string());
+        }
         let has = |knob: &str| {
             text.split(';')
                 .any(|e| e.split_once('=').is_some_and(|(n, _)| n.trim() == knob))
@@ -583,6 +616,9 @@ impl CpuTemplate {
 
     /// The point for a schedule, if the space has it.
     pub fn encode(&self, cfg: &CpuConfig) -> Option<Config> {
+        if let Some(rows) = &self.rows {
+            return rows.encode(&crate::template::rows::RowsCpuConfig::from_cpu_config(cfg));
+        }
         let axis = |a: Option<usize>| self.axes.iter().position(|x| *x == a);
         let idx = |list: &[i64], v: usize| list.iter().position(|&x| x == v as i64);
         let c = Config::new(vec![
