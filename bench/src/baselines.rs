@@ -1,6 +1,6 @@
 //! The library baselines a user would pick instead of us, next to the `matrixmultiply`
-//! column ([`crate::baseline`]): OpenBLAS `sgemm` ([`crate::openblas`]) and oneDNN
-//! ([`crate::onednn`]), each loaded at run time. A library that is not installed is a
+//! column ([`crate::baseline`]): OpenBLAS `sgemm` ([`crate::openblas`]), oneDNN
+//! ([`crate::onednn`]), each loaded at run time, and ONNX Runtime ([`crate::ort`]). A library that is not installed is a
 //! skipped column with a one-line message (printed once per process), never a failure.
 
 use crate::workloads::Op;
@@ -74,14 +74,16 @@ fn column(library: &'static str, name: String, made: Result<Box<dyn Baseline>, S
 
 /// Every library baseline for `op`, set up on `inputs` (the kernel's inputs in parameter
 /// order): OpenBLAS, then oneDNN (matmul; or convolution in its own layouts without and
-/// with the NCHW reorders).
+/// with the NCHW reorders), then ONNX Runtime ([`crate::ort`]; the only one for the
+/// `stages` suite).
 pub fn for_op(op: &Op, inputs: &[&[f32]]) -> Vec<Column> {
-    if let Op::Stage(stage) = op {
-        return vec![column(
-            "ONNX Runtime",
-            crate::stages::ort_name(stage),
-            crate::stages::Ort::new(stage, inputs).map(|b| Box::new(b) as Box<dyn Baseline>),
-        )];
+    let ort = column(
+        "ONNX Runtime",
+        crate::ort::graph(op).0,
+        crate::ort::Ort::for_op(op, inputs).map(|b| Box::new(b) as Box<dyn Baseline>),
+    );
+    if let Op::Stage(_) = op {
+        return vec![ort];
     }
     let mut columns = vec![column(
         "OpenBLAS",
@@ -106,6 +108,7 @@ pub fn for_op(op: &Op, inputs: &[&[f32]]) -> Vec<Column> {
             }
         }
     }
+    columns.push(ort);
     columns
 }
 

@@ -16,6 +16,7 @@ mod landscape;
 mod load;
 mod onednn;
 mod openblas;
+mod ort;
 mod peak;
 mod report;
 mod run;

@@ -71,7 +71,7 @@ pub struct KernelResult {
     /// `default_gflops / peak_gflops`.
     pub default_share_of_peak: Option<f64>,
     /// Every baseline column, `matrixmultiply` (the `baseline` fields) first, then the
-    /// libraries (OpenBLAS, oneDNN), each timed in the same rounds or skipped with a reason.
+    /// libraries (OpenBLAS, oneDNN, ONNX Runtime), each timed in the same rounds or skipped with a reason.
     pub baselines: Vec<BaselineResult>,
     /// The fastest baseline that ran and matched our output (the strongest comparison).
     pub best_baseline: Option<String>,
@@ -83,7 +83,7 @@ pub struct KernelResult {
 /// One baseline column of one kernel.
 #[derive(Clone, Debug, Serialize)]
 pub struct BaselineResult {
-    /// `matrixmultiply`, `OpenBLAS` or `oneDNN`.
+    /// `matrixmultiply`, `OpenBLAS`, `oneDNN` or `ONNX Runtime`.
     pub library: String,
     /// What exactly runs (call, layouts, version, implementation).
     pub name: String,
@@ -364,7 +364,7 @@ pub fn table(results: &[KernelResult]) -> String {
         return stages_table(results);
     }
     let mut s = String::from(
-        "| suite | kernel | GFLOP | ours GFLOPS | % peak | matrixmultiply / cuBLAS | OpenBLAS | oneDNN | ours/best | default GFLOPS | trials (valid) | tune s | busy | status |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| suite | kernel | GFLOP | ours GFLOPS | % peak | matrixmultiply / cuBLAS | OpenBLAS | oneDNN | ONNX Runtime | ours/best | default GFLOPS | trials (valid) | tune s | busy | status |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in results {
         let status = match &r.error {
@@ -372,7 +372,7 @@ pub fn table(results: &[KernelResult]) -> String {
             None => r.status.clone(),
         };
         s.push_str(&format!(
-            "| {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.0} | {} | {} |\n",
+            "| {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.0} | {} | {} |\n",
             r.suite,
             r.name,
             r.flops / 1e9,
@@ -381,6 +381,7 @@ pub fn table(results: &[KernelResult]) -> String {
             num(r.baseline_gflops, 1),
             r.library_gflops("OpenBLAS"),
             r.library_gflops("oneDNN"),
+            r.library_gflops("ONNX Runtime"),
             num(r.ratio_best, 2),
             num(r.default_gflops, 1),
             r.trials,

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""ONNX Runtime baseline for the bench's `stages` suite (see bench/README.md).
+"""ONNX Runtime baseline for the bench (see bench/src/ort.rs and bench/README.md).
 
 The bench starts this once and drives it over stdin/stdout, one command per line, one
 answer per line (`ok ...` or `err <message>`):
 
   load <json>   build the ONNX graph of one workload and an ORT session on the CPU
-                ({"op": "softmax" | "layer_norm" | "max_pool", "inputs": [[path, shape],
-                ...], "output": [path, shape], "threads": 2, ...op attributes});
+                ({"op": "softmax" | "layer_norm" | "max_pool" | "matmul" | "einsum" |
+                "conv", "inputs": [[path, shape], ...], "output": [path, shape],
+                "threads": 2, "constant": [input numbers made initializers], ...op
+                attributes});
                 inputs are raw little-endian f32 files; answers `ok <ort version>`
   run           one call; writes the output (raw f32) to the output path; `ok`
   time <n>      n calls, each timed on its own; answers `ok <median seconds per call>`
@@ -26,19 +28,33 @@ def reply(text):
     sys.stdout.flush()
 
 
-def graph(spec):
+def graph(spec, arrays):
+    """The ONNX model of `spec` and the names of its inputs that stay graph inputs.
+
+    `arrays` are the kernel's inputs in parameter order; those listed in
+    `spec["constant"]` become initializers (a layer's weights: ORT may prepack them).
+    """
     import onnx
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     op = spec["op"]
-    shapes = [s for _, s in spec["inputs"]]
+    shapes = [list(a.shape) for a in arrays]
     out_shape = spec["output"][1]
-    names = ["x", "scale", "bias"][: len(shapes)]
-    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in zip(names, shapes)]
+    if op in ("softmax", "layer_norm", "max_pool"):
+        names = ["x", "scale", "bias"][: len(shapes)]
+    else:
+        names = ["a", "b"][: len(shapes)]
+    constant = set(spec.get("constant", []))
+    inputs = [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+        for i, (n, s) in enumerate(zip(names, shapes))
+        if i not in constant
+    ]
+    initializers = [numpy_helper.from_array(arrays[i], names[i]) for i in sorted(constant)]
     output = helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)
+    opset = 13
     if op == "softmax":
         node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
-        opset = 13
     elif op == "layer_norm":
         node = helper.make_node(
             "LayerNormalization", ["x", "scale", "bias"], ["y"], axis=-1, epsilon=spec["epsilon"]
@@ -49,14 +65,22 @@ def graph(spec):
         node = helper.make_node(
             "MaxPool", ["x"], ["y"], kernel_shape=[k, k], strides=[s, s], pads=[p, p, p, p]
         )
-        opset = 13
+    elif op == "matmul":
+        node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    elif op == "einsum":
+        node = helper.make_node("Einsum", ["a", "b"], ["y"], equation=spec["equation"])
+    elif op == "conv":
+        (r, s), st, p = spec["kernel"], spec["stride"], spec["pad"]
+        node = helper.make_node(
+            "Conv", ["a", "b"], ["y"], kernel_shape=[r, s], strides=[st, st], pads=[p, p, p, p]
+        )
     else:
         raise ValueError(f"unknown op {op}")
-    g = helper.make_graph([node], op, inputs, [output])
+    g = helper.make_graph([node], op, inputs, [output], initializer=initializers)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     onnx.checker.check_model(model)
-    return model, names
+    return model, [n for i, n in enumerate(names) if i not in constant]
 
 
 class Session:
@@ -64,7 +88,10 @@ class Session:
         import numpy as np
         import onnxruntime as ort
 
-        model, names = graph(spec)
+        arrays = [
+            np.fromfile(path, dtype=np.float32).reshape(shape) for path, shape in spec["inputs"]
+        ]
+        model, names = graph(spec, arrays)
         so = ort.SessionOptions()
         so.intra_op_num_threads = int(spec.get("threads", 2))
         so.inter_op_num_threads = 1
@@ -73,9 +100,8 @@ class Session:
         self.sess = ort.InferenceSession(
             model.SerializeToString(), so, providers=["CPUExecutionProvider"]
         )
-        self.inputs = [
-            np.fromfile(path, dtype=np.float32).reshape(shape) for path, shape in spec["inputs"]
-        ]
+        constant = set(spec.get("constant", []))
+        self.inputs = [a for i, a in enumerate(arrays) if i not in constant]
         self.out_path, out_shape = spec["output"]
         self.out = np.empty(out_shape, dtype=np.float32)
         self.io = self.sess.io_binding()
