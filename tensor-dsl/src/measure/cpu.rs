@@ -66,7 +66,9 @@ int main(int argc, char **argv) {
         else if (!(args[p] = load(path, len))) return 94;
     }
     if (!out) return 95;
+    double first = now();
     kernel(args, out);
+    printf("first %.9e\n", now() - first);
     FILE *f = fopen(argv[2], "wb");
     if (!f || fwrite(out, 1, out_len, f) != (size_t)out_len) return 96;
     fclose(f);
@@ -134,6 +136,57 @@ pub struct CpuMeasurer {
     pub timeout: Duration,
     hook: Option<SourceHook>,
     seq: usize,
+    timings: MeasureTimings,
+}
+
+/// Where a [`CpuMeasurer`]'s time went, summed over every batch since it was made, in
+/// seconds (wall time unless the name says otherwise). `bench -v` prints it after a search.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MeasureTimings {
+    /// Candidates measured.
+    pub candidates: usize,
+    /// Batches measured.
+    pub batches: usize,
+    /// Preparing the task: inputs and the expected output (once, in `new`).
+    pub prepare: f64,
+    /// Generating C, summed over the compiler threads.
+    pub codegen: f64,
+    /// The build phase: code generation and compiler processes, in parallel.
+    pub compile: f64,
+    /// Compiler processes, summed over candidates (more than `compile` when in parallel).
+    pub compile_sum: f64,
+    /// The run phase: runner processes from start to exit, output checks included.
+    pub run: f64,
+    /// Inside the runners: every call of a candidate (the checked one and the timed repeats).
+    pub kernel: f64,
+    /// Reading outputs back and checking them against the expected output.
+    pub check: f64,
+    /// Timed repeats taken.
+    pub repeats: usize,
+}
+
+impl std::fmt::Display for MeasureTimings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let per = |s: f64| s / self.candidates.max(1) as f64;
+        write!(
+            f,
+            "{} candidates in {} batches; per candidate: build {:.3} s (codegen {:.3} s, \
+             compiler {:.3} s summed over threads), run {:.3} s (kernel calls {:.3} s, \
+             {:.1} repeats; check {:.3} s; process, loading and output {:.3} s); \
+             preparing the task {:.2} s once",
+            self.candidates,
+            self.batches,
+            per(self.compile),
+            per(self.codegen),
+            per(self.compile_sum),
+            per(self.run),
+            per(self.kernel),
+            self.repeats as f64 / self.candidates.max(1) as f64,
+            per(self.check),
+            per(self.run - self.kernel - self.check),
+            self.prepare,
+        )
+    }
 }
 
 impl CpuMeasurer {
@@ -145,6 +198,7 @@ impl CpuMeasurer {
         shapes: &[Vec<usize>],
         template: CpuTemplate,
     ) -> Result<CpuMeasurer, Error> {
+        let started = Instant::now();
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         let extents = bind(kernel, &refs)?;
         let dir = cpu::work_dir()?;
@@ -180,6 +234,10 @@ impl CpuMeasurer {
             timeout: Duration::from_secs(20),
             hook: None,
             seq: 0,
+            timings: MeasureTimings {
+                prepare: started.elapsed().as_secs_f64(),
+                ..MeasureTimings::default()
+            },
         })
     }
 
@@ -187,6 +245,11 @@ impl CpuMeasurer {
     pub fn with_source_hook(mut self, hook: SourceHook) -> Self {
         self.hook = Some(hook);
         self
+    }
+
+    /// Where the time went so far (see [`MeasureTimings`]).
+    pub fn timings(&self) -> &MeasureTimings {
+        &self.timings
     }
 
     /// The template whose points this measures.
@@ -211,7 +274,7 @@ impl CpuMeasurer {
     }
 
     /// Runs one compiled candidate in the runner and checks its output.
-    fn run_one(&self, object: &Path, out: &Path) -> Outcome {
+    fn run_one(&mut self, object: &Path, out: &Path) -> Outcome {
         let invalid = |reason: String| Outcome::Invalid { reason };
         let runner = match runner() {
             Ok(r) => r,
@@ -264,19 +327,28 @@ impl CpuMeasurer {
                 None => "crashed (killed by a signal)".to_string(),
             });
         }
+        let checking = Instant::now();
         let dtype = self.kernel.params[self.kernel.output].dtype;
         let got = match std::fs::read(out) {
             Ok(bytes) => crate::Buffer::from_bytes(dtype, &bytes).to_f32(),
             Err(e) => return invalid(format!("no output: {e}")),
         };
         let _ = std::fs::remove_file(out);
-        if let Err(m) = super::check_output_within(&got, &self.reference, super::tolerance(dtype)) {
+        let checked = super::check_output_within(&got, &self.reference, super::tolerance(dtype));
+        self.timings.check += checking.elapsed().as_secs_f64();
+        if let Err(m) = checked {
             return invalid(m);
         }
         let samples: Vec<f64> = stdout
             .lines()
             .filter_map(|l| l.trim().parse().ok())
             .collect();
+        self.timings.kernel += samples.iter().sum::<f64>()
+            + stdout
+                .lines()
+                .filter_map(|l| l.strip_prefix("first ")?.trim().parse::<f64>().ok())
+                .sum::<f64>();
+        self.timings.repeats += samples.len();
         if samples.is_empty() {
             return invalid("the runner printed no timings".into());
         }
@@ -291,11 +363,13 @@ impl Measurer for CpuMeasurer {
         let objects: Vec<PathBuf> = (0..batch.len())
             .map(|i| self.dir.join(format!("cand{}.so", base + i)))
             .collect();
+        let building = Instant::now();
         // Build in parallel, one compiler per core.
         let workers = std::thread::available_parallelism()
             .map_or(2, |n| n.get())
             .max(1);
         let mut built: Vec<Result<(), String>> = Vec::new();
+        let mut times: Vec<(f64, f64)> = Vec::new();
         std::thread::scope(|scope| {
             let this = &*self;
             let handles: Vec<_> = (0..workers)
@@ -305,34 +379,43 @@ impl Measurer for CpuMeasurer {
                         (0..batch.len())
                             .filter(|i| i % workers == w)
                             .map(|i| {
-                                (
-                                    i,
-                                    this.source(&batch[i]).and_then(|src| {
-                                        cpu::compile_shared_object(&src, &objects[i])
-                                    }),
-                                )
+                                let t0 = Instant::now();
+                                let src = this.source(&batch[i]);
+                                let t1 = Instant::now();
+                                let built = src.and_then(|src| {
+                                    cpu::compile_shared_object(&src, &objects[i])
+                                });
+                                let codegen = (t1 - t0).as_secs_f64();
+                                (i, built, codegen, t1.elapsed().as_secs_f64())
                             })
                             .collect::<Vec<_>>()
                     })
                 })
                 .collect();
-            let mut all: Vec<(usize, Result<(), String>)> = handles
+            let mut all: Vec<(usize, Result<(), String>, f64, f64)> = handles
                 .into_iter()
                 .flat_map(|h| {
                     h.join().unwrap_or_else(|_| {
-                        vec![(usize::MAX, Err("compiler thread panicked".into()))]
+                        vec![(usize::MAX, Err("compiler thread panicked".into()), 0.0, 0.0)]
                     })
                 })
                 .collect();
-            all.sort_by_key(|(i, _)| *i);
+            all.sort_by_key(|(i, ..)| *i);
             built = (0..batch.len())
                 .map(|i| {
                     all.iter()
-                        .find(|(j, _)| *j == i)
-                        .map_or(Err("not built".to_string()), |(_, r)| r.clone())
+                        .find(|(j, ..)| *j == i)
+                        .map_or(Err("not built".to_string()), |(_, r, ..)| r.clone())
                 })
                 .collect();
+            times = all.iter().map(|(_, _, g, c)| (*g, *c)).collect();
         });
+        for (codegen, compile) in times {
+            self.timings.codegen += codegen;
+            self.timings.compile_sum += compile;
+        }
+        self.timings.compile += building.elapsed().as_secs_f64();
+        let running = Instant::now();
         // Run one at a time.
         let mut outcomes = Vec::with_capacity(batch.len());
         for (i, result) in built.into_iter().enumerate() {
@@ -350,6 +433,9 @@ impl Measurer for CpuMeasurer {
             });
             let _ = std::fs::remove_file(&objects[i]);
         }
+        self.timings.run += running.elapsed().as_secs_f64();
+        self.timings.batches += 1;
+        self.timings.candidates += batch.len();
         outcomes
     }
 }
