@@ -25,12 +25,11 @@
 //! pages, so a candidate that writes where it must not crashes instead of corrupting the
 //! next one's data; the output is filled with NaN before each candidate.
 //!
-//! Where the time goes is kept in [`MeasureTimings`] (`bench -v` prints it). On the 2-core
-//! development machine, a 16-trial search of a 512³ matmul or a 3×3 convolution spent
-//! about two thirds of its time in the compiler (`-O3` on unrolled register tiles, about
-//! 0.3 s of CPU per candidate) and one third running candidates; the search and the cost
-//! model were under 1%. Process start, loading the inputs and the output check were small
-//! next to those, except that slow candidates repeated up to 0.1 s each.
+//! Where the time goes is kept in [`MeasureTimings`] (`bench -v` prints it; bench/README.md
+//! has a breakdown). Building a candidate (`-O3` on unrolled register tiles, about 0.3 s of
+//! compiler CPU) is most of it; before the shared runner, a fresh process per candidate, its
+//! inputs read from files, and up to 0.1 s of repeats for candidates that were clearly slow
+//! made the run phase about 2.5 times as long as it is now (on a busy 2-core machine).
 //!
 //! ```no_run
 //! use tensor_dsl::{ir::parse_text, measure::cpu::CpuMeasurer, template::cpu::CpuTemplate};
@@ -87,7 +86,8 @@ static double spread_of(const double *s, int n, double *scratch) {
 /* argv: nparams, then per parameter: bytes path ("-" = the output).
    stdin, one candidate per line, tab-separated:
      object symbol output_path min_seconds max_repeats spread slow_factor best_seconds
-   stdout: "first S" (the checked call), "t S" per timed run, then "done"; or "error MESSAGE". */
+   stdout: "first S" (the checked call), "t S" per timed run ("reused" after the only one when
+   it is the checked call's), then "done"; or "error MESSAGE". */
 int main(int argc, char **argv) {
     if (argc < 2) return 90;
     int np = atoi(argv[1]);
@@ -135,7 +135,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
         if (slow > 0 && best > 0 && first > slow * best && first > 0.05) {
             /* Far slower than the best and long: the checked call is its one sample. */
-            printf("t %.9e\ndone\n", first);
+            printf("t %.9e\nreused\ndone\n", first);
             fflush(stdout);
             continue;
         }
@@ -581,6 +581,9 @@ impl CpuMeasurer {
                 Ok(line) => {
                     if line == "done" {
                         break None;
+                    } else if line == "reused" {
+                        // The one sample is the checked call, counted once below.
+                        first = 0.0;
                     } else if let Some(v) = line.strip_prefix("t ") {
                         samples.extend(v.trim().parse::<f64>().ok());
                     } else if let Some(v) = line.strip_prefix("first ") {
