@@ -68,13 +68,17 @@ const RUNNER: &str = r#"/* tensor-dsl measurement runner: keeps the inputs loade
 typedef void (*entry_t)(const void *const *, void *);
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 static long page;
-/* n bytes between two inaccessible guard pages. */
+/* Buffers start this far into a page, as a large malloc's do (and as the old one-candidate
+   runner's did), so that timings see the same alignment as calls on heap buffers. */
+#define OFFSET 16
+static long body_of(long n) { return (n + OFFSET + page - 1) / page * page; }
+/* n bytes (at OFFSET into the first page) between two inaccessible guard pages. */
 static unsigned char *guarded(long n) {
-    long body = (n + page - 1) / page * page;
+    long body = body_of(n);
     unsigned char *m = mmap(NULL, body + 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return NULL;
     if (mprotect(m, page, PROT_NONE) || mprotect(m + page + body, page, PROT_NONE)) return NULL;
-    return m + page;
+    return m + page + OFFSET;
 }
 static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 /* (median - min) / min of the first n samples. */
@@ -105,8 +109,7 @@ int main(int argc, char **argv) {
         FILE *f = fopen(path, "rb");
         if (!f || fread(d, 1, len, f) != (size_t)len) return 94;
         fclose(f);
-        long body = (len + page - 1) / page * page;
-        if (body && mprotect(d, body, PROT_READ)) return 94;
+        if (mprotect(d - OFFSET, body_of(len), PROT_READ)) return 94;
         args[p] = d;
     }
     if (!out) return 95;
