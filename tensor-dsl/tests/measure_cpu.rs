@@ -181,7 +181,7 @@ fn batching_does_not_change_results() {
 }
 
 /// Repeats are capped by confidence: with any spread accepted a fast candidate stops after
-/// 5 runs, and a candidate far slower than the best so far is not repeated (one sample).
+/// 8 runs, and a candidate far slower than the best so far is not repeated (one sample).
 #[test]
 fn repeats_stop_when_the_time_is_known_or_the_candidate_is_slow() {
     let (k, shapes, template, batch) = task(2, 3);
@@ -201,7 +201,7 @@ fn repeats_stop_when_the_time_is_known_or_the_candidate_is_slow() {
     m.min_seconds = 10.0;
     let fast = m.measure(&batch[..1]);
     match &fast[0] {
-        Outcome::Valid { samples } => assert_eq!(samples.len(), 5, "{samples:?}"),
+        Outcome::Valid { samples } => assert_eq!(samples.len(), 8, "{samples:?}"),
         o => panic!("{o:?}"),
     }
     let slow = m.measure(&batch[1..]);
@@ -209,4 +209,20 @@ fn repeats_stop_when_the_time_is_known_or_the_candidate_is_slow() {
         Outcome::Valid { samples } => assert_eq!(samples.len(), 1, "{samples:?}"),
         o => panic!("{o:?}"),
     }
+}
+
+/// A remeasurement (Droplet asks for them) runs the object already built, in the same
+/// runner, instead of compiling the point again.
+#[test]
+fn a_remeasured_point_is_not_compiled_again() {
+    let (k, shapes, template, batch) = task(3, 5);
+    let mut m = CpuMeasurer::new(&k, &shapes, template).unwrap();
+    m.min_seconds = 0.005;
+    let first = m.measure(&batch);
+    assert!(first.iter().all(Outcome::is_valid), "{first:?}");
+    assert_eq!(m.timings().built, 3);
+    let again = m.remeasure(&batch[1]);
+    assert!(again.is_valid(), "{again:?}");
+    assert_eq!(m.timings().built, 3);
+    assert_eq!(m.timings().candidates, 4);
 }

@@ -11,8 +11,8 @@
 //! of:
 //! - at least 3 runs and [`CpuMeasurer::min_seconds`] of run time, or
 //!   [`CpuMeasurer::max_repeats`] runs;
-//! - at least 5 runs whose median is within [`CpuMeasurer::spread`] of their minimum (the
-//!   time is known well enough);
+//! - at least 8 runs whose median is within [`CpuMeasurer::spread`] of their minimum (the
+//!   time is known well enough; Droplet wants 6 samples before it trusts a comparison);
 //! - a candidate whose checked call and latest run both took [`CpuMeasurer::slow_factor`]
 //!   times the best median so far stops after 3 runs, or after 1 when that run took over
 //!   20 ms, and one whose checked call took that long and over 50 ms is not repeated at
@@ -47,6 +47,7 @@ use crate::ir::{bind, Kernel};
 use crate::runtime::cpu;
 use crate::template::cpu::CpuTemplate;
 use crate::Error;
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -155,7 +156,7 @@ int main(int argc, char **argv) {
             if (is_slow && t > 0.02) break;
             if (n < 3) continue;
             if (is_slow || total >= min_seconds || n >= max_repeats) break;
-            if (n >= 5 && spread > 0 && spread_of(samples, n, samples + max_repeats) <= spread) break;
+            if (n >= 8 && spread > 0 && spread_of(samples, n, samples + max_repeats) <= spread) break;
         }
         free(samples);
         printf("done\n");
@@ -288,7 +289,7 @@ pub struct CpuMeasurer {
     pub min_seconds: f64,
     /// ...or this many repeats (at least 3 are always taken, unless it is slow)...
     pub max_repeats: usize,
-    /// ...or when at least 5 runs have a median within this fraction of their minimum
+    /// ...or when at least 8 runs have a median within this fraction of their minimum
     /// (0 turns this off)...
     pub spread: f64,
     /// ...or, for a candidate whose checked call and latest run both took more than this
@@ -307,6 +308,8 @@ pub struct CpuMeasurer {
     stale: Vec<PathBuf>,
     /// The best median so far.
     best: Option<f64>,
+    /// Each point's object and entry, while the object is on disk (loaded by the runner).
+    objects: HashMap<Config, (PathBuf, String)>,
 }
 
 /// Where a [`CpuMeasurer`]'s time went, summed over every batch since it was made, in
@@ -317,6 +320,8 @@ pub struct MeasureTimings {
     pub candidates: usize,
     /// Batches measured.
     pub batches: usize,
+    /// Candidates compiled (a remeasured point whose object is still loaded is not).
+    pub built: usize,
     /// Preparing the task: inputs and the expected output (once, in `new`).
     pub prepare: f64,
     /// Generating C, summed over the compiler threads.
@@ -340,11 +345,12 @@ impl std::fmt::Display for MeasureTimings {
         let per = |s: f64| s / self.candidates.max(1) as f64;
         write!(
             f,
-            "{} candidates in {} batches; per candidate: build {:.3} s (codegen {:.3} s, \
+            "{} candidates ({} compiled) in {} batches; per candidate: build {:.3} s (codegen {:.3} s, \
              compiler {:.3} s summed over threads), run {:.3} s (kernel calls {:.3} s, \
              {:.1} repeats; check {:.3} s; process, loading and output {:.3} s); \
              preparing the task {:.2} s once",
             self.candidates,
+            self.built,
             self.batches,
             per(self.compile),
             per(self.codegen),
@@ -408,6 +414,7 @@ impl CpuMeasurer {
             runner: None,
             stale: Vec::new(),
             best: None,
+            objects: HashMap::new(),
             seq: 0,
             timings: MeasureTimings {
                 prepare: started.elapsed().as_secs_f64(),
@@ -657,15 +664,28 @@ impl Measurer for CpuMeasurer {
         }
         let building = Instant::now();
         // Build in parallel: one compiler per core, each over its share of the batch.
+        // A point measured before whose object is still on disk (a remeasurement) is not
+        // built again.
+        self.objects.retain(|_, (object, _)| object.exists());
+        let mut built: Vec<Result<(PathBuf, String), String>> = batch
+            .iter()
+            .map(|c| {
+                self.objects
+                    .get(c)
+                    .cloned()
+                    .ok_or_else(|| "not built".to_string())
+            })
+            .collect();
+        let todo: Vec<usize> = (0..batch.len()).filter(|&i| built[i].is_err()).collect();
         let workers = std::thread::available_parallelism()
             .map_or(2, |n| n.get())
-            .clamp(1, batch.len().max(1));
+            .clamp(1, todo.len().max(1));
         let shares: Vec<Vec<usize>> = (0..workers)
-            .map(|w| (0..batch.len()).filter(|i| i % workers == w).collect())
+            .map(|w| todo.iter().copied().skip(w).step_by(workers).collect())
+            .filter(|share: &Vec<usize>| !share.is_empty())
             .collect();
-        let mut built: Vec<Result<(PathBuf, String), String>> =
-            vec![Err("not built".to_string()); batch.len()];
         let mut times: Vec<(f64, f64)> = Vec::new();
+        let mut new_objects = Vec::new();
         std::thread::scope(|scope| {
             let this = &*self;
             let handles: Vec<_> = shares
@@ -677,6 +697,9 @@ impl Measurer for CpuMeasurer {
                     Ok((results, codegen, compile)) => {
                         times.push((codegen, compile));
                         for (i, r) in results {
+                            if let Ok(o) = &r {
+                                new_objects.push((batch[i].clone(), o.clone()));
+                            }
                             built[i] = r;
                         }
                     }
@@ -684,6 +707,8 @@ impl Measurer for CpuMeasurer {
                 }
             }
         });
+        self.timings.built += new_objects.len();
+        self.objects.extend(new_objects);
         for (codegen, compile) in times {
             self.timings.codegen += codegen;
             self.timings.compile_sum += compile;
@@ -705,7 +730,9 @@ impl Measurer for CpuMeasurer {
                     let out = self.dir.join(format!("out{}.bin", base + i));
                     let outcome = self.run_one(&object, &symbol, &out);
                     let _ = std::fs::remove_file(&out);
-                    objects.push(object);
+                    if !objects.contains(&object) {
+                        objects.push(object);
+                    }
                     outcome
                 }
             });
@@ -721,6 +748,7 @@ impl Measurer for CpuMeasurer {
                 let _ = std::fs::remove_file(object);
             }
         }
+        self.objects.retain(|_, (object, _)| object.exists());
         self.timings.run += running.elapsed().as_secs_f64();
         self.timings.batches += 1;
         self.timings.candidates += batch.len();
