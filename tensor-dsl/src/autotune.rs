@@ -208,6 +208,7 @@ pub fn tune_cpu(
         &mut measurer,
         &mut counting(on_trial),
     )?;
+    crate::log::tune_time(&kernel.name, seconds, measurer.timings());
     let records = records_of(
         kernel,
         shapes,

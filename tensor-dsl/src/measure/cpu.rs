@@ -408,7 +408,7 @@ impl CpuMeasurer {
             min_seconds: 0.1,
             max_repeats: 50,
             spread: 0.02,
-            slow_factor: 2.0,
+            slow_factor: 3.0,
             timeout: Duration::from_secs(20),
             hook: None,
             runner: None,
