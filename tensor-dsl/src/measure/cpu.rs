@@ -271,6 +271,9 @@ impl Runner {
     }
 }
 
+/// A built candidate: its object and entry symbol, or why it did not build.
+type Built = Result<(PathBuf, String), String>;
+
 /// A hook that rewrites a candidate's source before it is compiled (fault injection in
 /// tests: plant a crash, a hang or a wrong result).
 pub type SourceHook = Box<dyn Fn(&Config, String) -> String + Send + Sync>;
@@ -462,13 +465,12 @@ impl CpuMeasurer {
     /// with one compiler process; if that fails, one object per candidate, so that an error
     /// is its own candidate's. Returns each candidate's object and entry symbol, or why it
     /// did not build, and the seconds spent generating code and compiling.
-    #[allow(clippy::type_complexity)]
     fn build_share(
         &self,
         batch: &[Config],
         base: usize,
         indices: &[usize],
-    ) -> (Vec<(usize, Result<(PathBuf, String), String>)>, f64, f64) {
+    ) -> (Vec<(usize, Built)>, f64, f64) {
         let generating = Instant::now();
         let sources: Vec<(usize, Result<String, String>)> = indices
             .iter()
@@ -667,7 +669,7 @@ impl Measurer for CpuMeasurer {
         // A point measured before whose object is still on disk (a remeasurement) is not
         // built again.
         self.objects.retain(|_, (object, _)| object.exists());
-        let mut built: Vec<Result<(PathBuf, String), String>> = batch
+        let mut built: Vec<Built> = batch
             .iter()
             .map(|c| {
                 self.objects
