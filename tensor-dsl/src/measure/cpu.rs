@@ -21,9 +21,11 @@
 //!
 //! A candidate that fails to compile, crashes, hangs past the timeout or computes a wrong
 //! result is an [`Outcome::Invalid`]; a crash or a hang ends the runner, and the rest of the
-//! batch runs in a fresh one. The runner's inputs are read-only and its output has guard
-//! pages, so a candidate that writes where it must not crashes instead of corrupting the
-//! next one's data; the output is filled with NaN before each candidate.
+//! batch runs in a fresh one. The runner's inputs are read-only and every buffer lies
+//! between guard pages, so a candidate that writes to an input or runs off the end of a
+//! page crashes rather than corrupting the next one's data (a stray write elsewhere in the
+//! runner is not caught); the output is filled with NaN before each candidate. A point
+//! measured again (Droplet's remeasurements) reuses its loaded object, without compiling.
 //!
 //! Where the time goes is kept in [`MeasureTimings`] (`bench -v` prints it; bench/README.md
 //! has a breakdown). Building a candidate (`-O3` on unrolled register tiles, about 0.3 s of
