@@ -23,6 +23,12 @@ pub trait Baseline {
     fn settle(&self) -> f64 {
         0.0
     }
+    /// For a baseline that runs in another process: `calls` calls timed on its side, the
+    /// median seconds of one (see [`crate::timing::SelfTimed`]). `None`: time
+    /// [`Baseline::run`] here.
+    fn time_calls(&mut self, _calls: usize) -> Option<Result<f64, String>> {
+        None
+    }
 }
 
 /// A baseline column: set up, or why it is skipped.
@@ -70,6 +76,13 @@ fn column(library: &'static str, name: String, made: Result<Box<dyn Baseline>, S
 /// order): OpenBLAS, then oneDNN (matmul; or convolution in its own layouts without and
 /// with the NCHW reorders).
 pub fn for_op(op: &Op, inputs: &[&[f32]]) -> Vec<Column> {
+    if let Op::Stage(stage) = op {
+        return vec![column(
+            "ONNX Runtime",
+            crate::stages::ort_name(stage),
+            crate::stages::Ort::new(stage, inputs).map(|b| Box::new(b) as Box<dyn Baseline>),
+        )];
+    }
     let mut columns = vec![column(
         "OpenBLAS",
         crate::openblas::name(op),
@@ -81,6 +94,7 @@ pub fn for_op(op: &Op, inputs: &[&[f32]]) -> Vec<Column> {
             "oneDNN matmul".into(),
             crate::onednn::Matmul::new(op).map(|b| Box::new(b) as Box<dyn Baseline>),
         )),
+        Op::Stage(_) => {}
         Op::Conv2d(cv) => {
             for with_reorders in [false, true] {
                 columns.push(column(

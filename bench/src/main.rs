@@ -19,6 +19,7 @@ mod openblas;
 mod peak;
 mod report;
 mod run;
+mod stages;
 mod timing;
 mod tuning;
 mod workloads;

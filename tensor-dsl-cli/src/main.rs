@@ -15,6 +15,7 @@ mod landscape;
 mod output;
 mod records_cmd;
 mod rows;
+mod study;
 mod tune;
 mod verify;
 
@@ -110,10 +111,12 @@ enum Command {
         /// Search strategy: random, evolutionary, opevo, dgd, droplet, combined, opevo-droplet.
         #[arg(long, default_value = tensor_dsl::autotune::CPU_DEFAULT_STRATEGY)]
         strategy: String,
-        /// Measurements (invalid ones count).
+        /// Measurements (invalid ones count); 0 takes the cost model's pick (learned from
+        /// the records at hand) without measuring.
         #[arg(long, default_value_t = 64)]
         trials: usize,
-        /// Wall-clock limit in seconds.
+        /// Wall-clock limit in seconds, everything included; with it, tuning may also stop
+        /// early when Droplet's test and the cost model agree nothing better is near.
         #[arg(long)]
         seconds: Option<f64>,
         #[arg(long, default_value_t = 0)]
@@ -168,6 +171,28 @@ enum Command {
         /// Target share of the best throughput.
         #[arg(long, default_value_t = 0.95)]
         share: f64,
+    },
+    /// Replay every strategy over several seeds on recorded CPU landscapes (records files
+    /// from `landscape` or `bench --record-landscape`): trials to 95% of each landscape's
+    /// best, final-result spread across seeds, convergence SVGs; writes study.json,
+    /// study.md and the SVGs into --out.
+    Study {
+        /// Landscape files (records, JSON Lines; several problems per file are fine).
+        #[arg(required = true)]
+        landscapes: Vec<std::path::PathBuf>,
+        /// Comma-separated names, or `all`.
+        #[arg(long, default_value = "all")]
+        strategies: String,
+        #[arg(long, default_value_t = 64)]
+        trials: usize,
+        #[arg(long, default_value_t = 10)]
+        seeds: u64,
+        /// Target share of the best throughput.
+        #[arg(long, default_value_t = 0.95)]
+        share: f64,
+        /// Folder for study.json, study.md and the SVGs.
+        #[arg(long, default_value = "study")]
+        out: std::path::PathBuf,
     },
 }
 
@@ -272,6 +297,14 @@ fn main() -> ExitCode {
             seeds,
             share,
         } => landscape::replay(&kernel, &landscape, &strategies, trials, seeds, share),
+        Command::Study {
+            landscapes,
+            strategies,
+            trials,
+            seeds,
+            share,
+            out,
+        } => study::run(&landscapes, &strategies, trials, seeds, share, &out),
     };
     match result {
         Ok(code) => code,

@@ -16,6 +16,7 @@
 //! assert_eq!(schedule, t.decode(&t.default_config()).unwrap());
 //! ```
 pub mod cpu;
+pub mod cpu_machine;
 pub mod cuda;
 pub mod gpu;
 pub mod gpu_simt;
