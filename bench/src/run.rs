@@ -138,6 +138,17 @@ fn run_into(
             log.trial(t)
         })?;
         log.finish();
+        if opts.verbose {
+            let t = measurer.timings();
+            eprintln!(
+                "  {}/{} tuning took {:.1} s: search and cost model {:.1} s, measuring {}",
+                w.suite,
+                w.name,
+                tuned.seconds,
+                tuned.seconds - t.compile - t.run,
+                t
+            );
+        }
         tuned
     };
     let best = tuned.report(r, template.space(), Some(&template.default_config()))?;

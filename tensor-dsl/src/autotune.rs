@@ -250,6 +250,7 @@ pub fn tune_cpu(
     )?;
     let _ = seconds;
     let seconds = start.elapsed().as_secs_f64();
+    crate::log::tune_time(&kernel.name, seconds, measurer.timings());
     let mut records = records_of(
         kernel,
         shapes,
