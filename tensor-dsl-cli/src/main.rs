@@ -132,14 +132,16 @@ enum Command {
         #[arg(long, value_name = "FILE.svg")]
         svg: Option<std::path::PathBuf>,
     },
-    /// Measure every point of the kernel's CPU space and append them to a records file (for
-    /// offline strategy comparisons with `replay`).
+    /// Measure every point of the kernel's CPU space (or a uniform sample of `--max` valid
+    /// points of a larger one) and append them to a records file (for offline strategy
+    /// comparisons with `replay` and `study`).
     Landscape {
         #[command(flatten)]
         kernel: KernelArgs,
         #[arg(long)]
         out: std::path::PathBuf,
-        /// Refuse spaces larger than this.
+        /// Spaces with more points than this are sampled: this many distinct valid points,
+        /// drawn uniformly (seeded, so a rerun continues the same sample).
         #[arg(long, default_value_t = 5000)]
         max: usize,
         #[arg(long, default_value_t = 16)]
