@@ -21,6 +21,7 @@ pub fn name(op: &Op) -> &'static str {
         Op::Matmul { .. } => "matrixmultiply 0.3 sgemm (threading)",
         Op::BatchMatmul { .. } => "matrixmultiply 0.3 sgemm per batch (threading)",
         Op::Conv2d(_) => "im2col + matrixmultiply 0.3 sgemm per image (threading)",
+        Op::Stage(_) => crate::stages::NAIVE,
     }
 }
 
@@ -141,6 +142,9 @@ pub fn run(
     out: &mut [f32],
     scratch: &mut Scratch,
 ) -> Result<(), String> {
+    if let Op::Stage(stage) = op {
+        return crate::stages::naive(stage, inputs, out);
+    }
     run_on(&MatrixMultiply, op, inputs, out, scratch)
 }
 
@@ -209,6 +213,7 @@ pub fn run_on(
             }
         }
         Op::Conv2d(cv) => conv(lib, cv, a, b, out, scratch),
+        Op::Stage(_) => Err("a row kernel has no GEMM baseline".into()),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The library baselines a user would pick instead of us, next to the `matrixmultiply`
-//! column ([`crate::baseline`]): OpenBLAS `sgemm` ([`crate::openblas`]) and oneDNN
-//! ([`crate::onednn`]), each loaded at run time. A library that is not installed is a
+//! column ([`crate::baseline`]): OpenBLAS `sgemm` ([`crate::openblas`]), oneDNN
+//! ([`crate::onednn`]), each loaded at run time, and ONNX Runtime ([`crate::ort`]). A library that is not installed is a
 //! skipped column with a one-line message (printed once per process), never a failure.
 
 use crate::workloads::Op;
@@ -22,6 +22,12 @@ pub trait Baseline {
     /// threads' spinning must not be charged to the next one).
     fn settle(&self) -> f64 {
         0.0
+    }
+    /// For a baseline that runs in another process: `calls` calls timed on its side, the
+    /// median seconds of one (see [`crate::timing::SelfTimed`]). `None`: time
+    /// [`Baseline::run`] here.
+    fn time_calls(&mut self, _calls: usize) -> Option<Result<f64, String>> {
+        None
     }
 }
 
@@ -68,8 +74,17 @@ fn column(library: &'static str, name: String, made: Result<Box<dyn Baseline>, S
 
 /// Every library baseline for `op`, set up on `inputs` (the kernel's inputs in parameter
 /// order): OpenBLAS, then oneDNN (matmul; or convolution in its own layouts without and
-/// with the NCHW reorders).
+/// with the NCHW reorders), then ONNX Runtime ([`crate::ort`]; the only one for the
+/// `stages` suite).
 pub fn for_op(op: &Op, inputs: &[&[f32]]) -> Vec<Column> {
+    let ort = column(
+        "ONNX Runtime",
+        crate::ort::graph(op).0,
+        crate::ort::Ort::for_op(op, inputs).map(|b| Box::new(b) as Box<dyn Baseline>),
+    );
+    if let Op::Stage(_) = op {
+        return vec![ort];
+    }
     let mut columns = vec![column(
         "OpenBLAS",
         crate::openblas::name(op),
@@ -81,6 +96,7 @@ pub fn for_op(op: &Op, inputs: &[&[f32]]) -> Vec<Column> {
             "oneDNN matmul".into(),
             crate::onednn::Matmul::new(op).map(|b| Box::new(b) as Box<dyn Baseline>),
         )),
+        Op::Stage(_) => {}
         Op::Conv2d(cv) => {
             for with_reorders in [false, true] {
                 columns.push(column(
@@ -92,6 +108,7 @@ pub fn for_op(op: &Op, inputs: &[&[f32]]) -> Vec<Column> {
             }
         }
     }
+    columns.push(ort);
     columns
 }
 

@@ -234,6 +234,7 @@ pub fn name(op: &Op) -> String {
         Op::Matmul { .. } => "OpenBLAS sgemm",
         Op::BatchMatmul { .. } => "OpenBLAS sgemm per batch",
         Op::Conv2d(_) => "im2col + OpenBLAS sgemm",
+        Op::Stage(_) => "OpenBLAS (no row kernels)",
     };
     what.to_string()
 }

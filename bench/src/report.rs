@@ -71,7 +71,7 @@ pub struct KernelResult {
     /// `default_gflops / peak_gflops`.
     pub default_share_of_peak: Option<f64>,
     /// Every baseline column, `matrixmultiply` (the `baseline` fields) first, then the
-    /// libraries (OpenBLAS, oneDNN), each timed in the same rounds or skipped with a reason.
+    /// libraries (OpenBLAS, oneDNN, ONNX Runtime), each timed in the same rounds or skipped with a reason.
     pub baselines: Vec<BaselineResult>,
     /// The fastest baseline that ran and matched our output (the strongest comparison).
     pub best_baseline: Option<String>,
@@ -83,7 +83,7 @@ pub struct KernelResult {
 /// One baseline column of one kernel.
 #[derive(Clone, Debug, Serialize)]
 pub struct BaselineResult {
-    /// `matrixmultiply`, `OpenBLAS` or `oneDNN`.
+    /// `matrixmultiply`, `OpenBLAS`, `oneDNN` or `ONNX Runtime`.
     pub library: String,
     /// What exactly runs (call, layouts, version, implementation).
     pub name: String,
@@ -174,6 +174,8 @@ impl KernelResult {
             BaselineResult {
                 library: if self.device == "cuda" {
                     "cuBLAS/cuDNN".into()
+                } else if self.baseline == crate::stages::NAIVE {
+                    "naive".into()
                 } else {
                     "matrixmultiply".into()
                 },
@@ -248,6 +250,15 @@ impl KernelResult {
         } else {
             cols.join(" / ")
         }
+    }
+
+    /// The median time in microseconds of the first timed column of `library`.
+    fn library_micros(&self, library: &str) -> Option<f64> {
+        self.baselines
+            .iter()
+            .find(|b| b.library == library)
+            .and_then(|b| b.seconds)
+            .map(|s| s * 1e6)
     }
 
     pub fn fail(&mut self, error: impl Into<String>) {
@@ -349,8 +360,11 @@ fn num(v: Option<f64>, digits: usize) -> String {
 /// baseline library (oneDNN convolutions: `own layouts / with NCHW reorders`), ours over the
 /// best baseline, and the untuned default.
 pub fn table(results: &[KernelResult]) -> String {
+    if !results.is_empty() && results.iter().all(|r| r.baseline == crate::stages::NAIVE) {
+        return stages_table(results);
+    }
     let mut s = String::from(
-        "| suite | kernel | GFLOP | ours GFLOPS | % peak | matrixmultiply / cuBLAS | OpenBLAS | oneDNN | ours/best | default GFLOPS | trials (valid) | tune s | busy | status |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| suite | kernel | GFLOP | ours GFLOPS | % peak | matrixmultiply / cuBLAS | OpenBLAS | oneDNN | ONNX Runtime | ours/best | default GFLOPS | trials (valid) | tune s | busy | status |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in results {
         let status = match &r.error {
@@ -358,7 +372,7 @@ pub fn table(results: &[KernelResult]) -> String {
             None => r.status.clone(),
         };
         s.push_str(&format!(
-            "| {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.0} | {} | {} |\n",
+            "| {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {:.0} | {} | {} |\n",
             r.suite,
             r.name,
             r.flops / 1e9,
@@ -367,11 +381,46 @@ pub fn table(results: &[KernelResult]) -> String {
             num(r.baseline_gflops, 1),
             r.library_gflops("OpenBLAS"),
             r.library_gflops("oneDNN"),
+            r.library_gflops("ONNX Runtime"),
             num(r.ratio_best, 2),
             num(r.default_gflops, 1),
             r.trials,
             r.valid_trials,
             r.tune_seconds,
+            num(r.machine_busy, 2),
+            status.replace('|', "/").replace('\n', " ")
+        ));
+    }
+    s
+}
+
+/// The table of the `stages` suite: times (their FLOP counts are statement counts, not
+/// arithmetic a library would count) and the ratio to ONNX Runtime.
+fn stages_table(results: &[KernelResult]) -> String {
+    let mut s = String::from(
+        "| suite | kernel | ours µs | ONNX Runtime µs | ours/ONNX Runtime | default µs | naive µs | trials (valid) | busy | status |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for r in results {
+        let status = match &r.error {
+            Some(e) => format!("{}: {}", r.status, e.chars().take(80).collect::<String>()),
+            None => r.status.clone(),
+        };
+        let ours = r.ours_seconds.map(|s| s * 1e6);
+        let ort = r.library_micros("ONNX Runtime");
+        let default = r
+            .default_gflops
+            .and_then(|g| (g > 0.0).then(|| r.flops / g / 1e3));
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} |\n",
+            r.suite,
+            r.name,
+            num(ours, 1),
+            num(ort, 1),
+            num(ort.zip(ours).map(|(o, u)| o / u), 2),
+            num(default, 1),
+            num(r.library_micros("naive"), 0),
+            r.trials,
+            r.valid_trials,
             num(r.machine_busy, 2),
             status.replace('|', "/").replace('\n', " ")
         ));

@@ -11,7 +11,7 @@ use crate::baseline;
 use crate::baselines::{self, Column};
 use crate::load;
 use crate::report::{BaselineResult, KernelResult};
-use crate::timing::{self, Contender, Plan};
+use crate::timing::{self, Plan, Run};
 use crate::tuning::{self, Settings, TrialLog};
 use crate::workloads::{Problem, Workload};
 
@@ -138,6 +138,17 @@ fn run_into(
             log.trial(t)
         })?;
         log.finish();
+        if opts.verbose {
+            let t = measurer.timings();
+            eprintln!(
+                "  {}/{} tuning took {:.1} s: search and cost model {:.1} s, measuring {}",
+                w.suite,
+                w.name,
+                tuned.seconds,
+                tuned.seconds - t.compile - t.run,
+                t
+            );
+        }
         tuned
     };
     let best = tuned.report(r, template.space(), Some(&template.default_config()))?;
@@ -213,16 +224,26 @@ fn run_into(
     }
     let mut lib_outs: Vec<Vec<f32>> = timed.iter().map(|_| vec![0.0f32; out_len]).collect();
     let timings = {
-        let mut contenders: Vec<Contender<'_>> = vec![
-            Box::new(|| run_ours(&ours_cfg, &mut ours_out)),
-            Box::new(|| baseline::run(&w.op, &refs, &mut base_out, &mut scratch)),
-            Box::new(|| run_ours(&default_cfg, &mut default_out)),
+        let mut contenders: Vec<Run<'_>> = vec![
+            Run::Call(Box::new(|| run_ours(&ours_cfg, &mut ours_out))),
+            Run::Call(Box::new(|| {
+                baseline::run(&w.op, &refs, &mut base_out, &mut scratch)
+            })),
+            Run::Call(Box::new(|| run_ours(&default_cfg, &mut default_out))),
         ];
         let mut settle = vec![0.0; contenders.len()];
         for ((_, _, _, b), out) in timed.iter_mut().zip(lib_outs.iter_mut()) {
             settle.push(b.settle());
             let refs = &refs;
-            contenders.push(Box::new(move || b.run(refs, out)));
+            if b.time_calls(1).is_some() {
+                // Timed in its own process (ONNX Runtime's helper).
+                contenders.push(Run::Own(Box::new(move |n| {
+                    b.time_calls(n)
+                        .unwrap_or_else(|| Err("stopped timing itself".into()))
+                })));
+            } else {
+                contenders.push(Run::Call(Box::new(move || b.run(refs, out))));
+            }
         }
         timing::side_by_side(&mut contenders, opts.plan, &settle)?
     };

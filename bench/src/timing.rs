@@ -46,6 +46,27 @@ fn timed(f: &mut Contender<'_>, reps: usize) -> Result<f64, String> {
     Ok(median(&calls))
 }
 
+/// A contender that times its own calls (a baseline in another process, which our clock
+/// would charge for the round trip): `f(n)` makes `n` calls and returns the median seconds
+/// of one.
+pub type SelfTimed<'a> = Box<dyn FnMut(usize) -> Result<f64, String> + 'a>;
+
+/// A contender timed by us ([`Contender`]) or by itself ([`SelfTimed`]).
+pub enum Run<'a> {
+    Call(Contender<'a>),
+    Own(SelfTimed<'a>),
+}
+
+impl Run<'_> {
+    /// The median seconds of `reps` calls.
+    fn median_of(&mut self, reps: usize) -> Result<f64, String> {
+        match self {
+            Run::Call(f) => timed(f, reps),
+            Run::Own(f) => f(reps.max(1)),
+        }
+    }
+}
+
 /// Times every contender: one warm-up call each (the caller has already run each once to
 /// compile and check it), one call each to size its rounds, then `plan.rounds` rounds
 /// visiting the contenders in turn.
@@ -54,7 +75,7 @@ fn timed(f: &mut Contender<'_>, reps: usize) -> Result<f64, String> {
 /// past the end of `settle`): a library whose idle threads keep spinning after a call
 /// (OpenBLAS) would otherwise slow the contender after it.
 pub fn side_by_side(
-    contenders: &mut [Contender<'_>],
+    contenders: &mut [Run<'_>],
     plan: Plan,
     settle: &[f64],
 ) -> Result<Vec<Timing>, String> {
@@ -65,8 +86,8 @@ pub fn side_by_side(
     };
     let mut reps = Vec::with_capacity(contenders.len());
     for (i, f) in contenders.iter_mut().enumerate() {
-        f()?; // warm-up
-        let once = timed(f, 1)?;
+        f.median_of(1)?; // warm-up
+        let once = f.median_of(1)?;
         let n = (plan.round_seconds / once.max(1e-9)).ceil();
         reps.push(n.clamp(1.0, 10_000.0) as usize);
         pause(i);
@@ -74,7 +95,7 @@ pub fn side_by_side(
     let mut rounds = vec![Vec::with_capacity(plan.rounds); contenders.len()];
     for _ in 0..plan.rounds.max(1) {
         for (i, f) in contenders.iter_mut().enumerate() {
-            rounds[i].push(timed(f, reps[i])?);
+            rounds[i].push(f.median_of(reps[i])?);
             pause(i);
         }
     }
@@ -101,15 +122,15 @@ mod tests {
     #[test]
     fn alternates_and_counts_rounds() {
         let order = std::cell::RefCell::new(Vec::new());
-        let mut cs: Vec<Contender<'_>> = vec![
-            Box::new(|| {
+        let mut cs: Vec<Run<'_>> = vec![
+            Run::Call(Box::new(|| {
                 order.borrow_mut().push('a');
                 Ok(())
-            }),
-            Box::new(|| {
+            })),
+            Run::Call(Box::new(|| {
                 order.borrow_mut().push('b');
                 Ok(())
-            }),
+            })),
         ];
         let t = side_by_side(
             &mut cs,

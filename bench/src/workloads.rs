@@ -48,6 +48,8 @@ pub enum Op {
         out: String,
     },
     Conv2d(Conv),
+    /// A kernel of several stages (softmax, layer norm, max pooling), `"op"` in the file.
+    Stage(crate::stages::Stage),
 }
 
 /// Row-major element strides of one tensor, by axis letter.
@@ -152,7 +154,9 @@ fn workload(suite: &str, entry: &Value) -> Result<Workload, String> {
         .to_string();
     let what = format!("{suite}/{name}");
     let f = |k: &str| field(obj, k, &what);
-    let op = if obj.contains_key("R") {
+    let op = if obj.contains_key("op") {
+        Op::Stage(crate::stages::Stage::parse(obj, &f)?)
+    } else if obj.contains_key("R") {
         let conv = Conv {
             n: f("N")?,
             c: f("C")?,
@@ -317,6 +321,7 @@ pub fn kernel_text(op: &Op) -> (String, Vec<(String, Vec<usize>, bool)>) {
                 ],
             )
         }
+        Op::Stage(stage) => stage.kernel_text(),
         Op::Conv2d(cv) => {
             let (p, q) = cv.out_hw();
             (

@@ -125,7 +125,7 @@ fn smoke_suite_reports_every_field() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Without OpenBLAS and oneDNN the library columns are skipped with a reason, one line each
+/// Without OpenBLAS, oneDNN and ONNX Runtime the library columns are skipped with a reason, one line each
 /// on stderr, and the run still succeeds.
 #[test]
 fn missing_libraries_are_skipped_columns() {
@@ -138,6 +138,7 @@ fn missing_libraries_are_skipped_columns() {
     let out = bench()
         .env("BENCH_OPENBLAS", dir.join("no-libopenblas.so"))
         .env("BENCH_ONEDNN", dir.join("no-libdnnl.so"))
+        .env("BENCH_PYTHON", dir.join("no-python"))
         .args([
             "--suite",
             "smoke",
@@ -168,6 +169,11 @@ fn missing_libraries_are_skipped_columns() {
     );
     assert_eq!(
         stderr.matches("oneDNN baseline skipped").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("ONNX Runtime baseline skipped").count(),
         1,
         "{stderr}"
     );

@@ -56,7 +56,14 @@ pub fn run(args: &KernelArgs, target: &str, config: &str, json: bool) -> Result<
         prof.occupancy, prof.threads
     );
     match &prof.hot_loop {
-        None => println!("hot loop    none (the kernel has no loop)"),
+        None => {
+            let m = &prof.kernel_mix;
+            println!(
+                "hot loop    none (no loop does arithmetic: the reduction is unrolled whole); whole kernel: {} instructions: FFMA {} MMA {} LDS {} LDG {} STS {} BAR {} other {}",
+                m.total(), m.ffma, m.mma, m.lds, m.ldg, m.sts, m.bar, m.other
+            );
+            println!("FFMA share  {:.3} (whole kernel)", m.ffma_share());
+        }
         Some(h) => {
             let m = &h.mix;
             println!(

@@ -35,10 +35,11 @@ pub fn record(
         .collect();
     let done: std::collections::HashSet<String> =
         existing.iter().map(|r| r.config.clone()).collect();
-    let all = template
-        .space()
-        .enumerate(max)
-        .map_err(|e| format!("{e} (raise --max)"))?;
+    let all = match template.space().enumerate(max) {
+        Ok(all) => all,
+        Err(tuner::Error::TooLarge { .. }) => sample(template.space(), max)?,
+        Err(e) => return Err(e.to_string()),
+    };
     let total = all.len();
     let missing: Vec<Config> = all
         .into_iter()
@@ -269,4 +270,28 @@ pub fn replay(
         "results": rows,
     }))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `n` distinct valid points of `space`, drawn uniformly with a fixed seed (fewer if the
+/// draws keep repeating points: the space is then nearly enumerated).
+fn sample(space: &tuner::SearchSpace, n: usize) -> Result<Vec<Config>, String> {
+    use rand::SeedableRng;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x1a4d);
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    let mut misses = 0;
+    while out.len() < n && misses < 20 * n.max(1) {
+        let c = space.sample_uniform(&mut rng).map_err(|e| e.to_string())?;
+        if seen.insert(c.clone()) {
+            out.push(c);
+        } else {
+            misses += 1;
+        }
+    }
+    eprintln!(
+        "landscape: the space has {} raw points; measuring a uniform sample of {} valid ones",
+        space.size(),
+        out.len()
+    );
+    Ok(out)
 }

@@ -15,6 +15,7 @@ mod landscape;
 mod output;
 mod records_cmd;
 mod rows;
+mod study;
 mod tune;
 mod verify;
 
@@ -110,10 +111,12 @@ enum Command {
         /// Search strategy: random, evolutionary, opevo, dgd, droplet, combined, opevo-droplet.
         #[arg(long, default_value = tensor_dsl::autotune::CPU_DEFAULT_STRATEGY)]
         strategy: String,
-        /// Measurements (invalid ones count).
+        /// Measurements (invalid ones count); 0 takes the cost model's pick (learned from
+        /// the records at hand) without measuring.
         #[arg(long, default_value_t = 64)]
         trials: usize,
-        /// Wall-clock limit in seconds.
+        /// Wall-clock limit in seconds, everything included; with it, tuning may also stop
+        /// early when Droplet's test and the cost model agree nothing better is near.
         #[arg(long)]
         seconds: Option<f64>,
         #[arg(long, default_value_t = 0)]
@@ -129,14 +132,16 @@ enum Command {
         #[arg(long, value_name = "FILE.svg")]
         svg: Option<std::path::PathBuf>,
     },
-    /// Measure every point of the kernel's CPU space and append them to a records file (for
-    /// offline strategy comparisons with `replay`).
+    /// Measure every point of the kernel's CPU space (or a uniform sample of `--max` valid
+    /// points of a larger one) and append them to a records file (for offline strategy
+    /// comparisons with `replay` and `study`).
     Landscape {
         #[command(flatten)]
         kernel: KernelArgs,
         #[arg(long)]
         out: std::path::PathBuf,
-        /// Refuse spaces larger than this.
+        /// Spaces with more points than this are sampled: this many distinct valid points,
+        /// drawn uniformly (seeded, so a rerun continues the same sample).
         #[arg(long, default_value_t = 5000)]
         max: usize,
         #[arg(long, default_value_t = 16)]
@@ -168,6 +173,28 @@ enum Command {
         /// Target share of the best throughput.
         #[arg(long, default_value_t = 0.95)]
         share: f64,
+    },
+    /// Replay every strategy over several seeds on recorded CPU landscapes (records files
+    /// from `landscape` or `bench --record-landscape`): trials to 95% of each landscape's
+    /// best, final-result spread across seeds, convergence SVGs; writes study.json,
+    /// study.md and the SVGs into --out.
+    Study {
+        /// Landscape files (records, JSON Lines; several problems per file are fine).
+        #[arg(required = true)]
+        landscapes: Vec<std::path::PathBuf>,
+        /// Comma-separated names, or `all`.
+        #[arg(long, default_value = "all")]
+        strategies: String,
+        #[arg(long, default_value_t = 64)]
+        trials: usize,
+        #[arg(long, default_value_t = 10)]
+        seeds: u64,
+        /// Target share of the best throughput.
+        #[arg(long, default_value_t = 0.95)]
+        share: f64,
+        /// Folder for study.json, study.md and the SVGs.
+        #[arg(long, default_value = "study")]
+        out: std::path::PathBuf,
     },
 }
 
@@ -272,6 +299,14 @@ fn main() -> ExitCode {
             seeds,
             share,
         } => landscape::replay(&kernel, &landscape, &strategies, trials, seeds, share),
+        Command::Study {
+            landscapes,
+            strategies,
+            trials,
+            seeds,
+            share,
+            out,
+        } => study::run(&landscapes, &strategies, trials, seeds, share, &out),
     };
     match result {
         Ok(code) => code,

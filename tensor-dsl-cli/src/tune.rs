@@ -19,6 +19,9 @@ struct Outcome {
     default_seconds: Option<f64>,
     speedup: Option<f64>,
     summary: String,
+    pick: Option<String>,
+    model_accuracy: Option<f64>,
+    prior_keys: usize,
 }
 
 impl<S> From<TuneOutcome<S>> for Outcome {
@@ -27,6 +30,9 @@ impl<S> From<TuneOutcome<S>> for Outcome {
             default_seconds: o.default_seconds,
             speedup: o.speedup(),
             summary: o.summary(),
+            pick: o.pick.clone(),
+            model_accuracy: o.model_accuracy,
+            prior_keys: o.prior_keys,
             best_gflops: o.best_gflops,
             best_seconds: o.best_seconds,
             best_config: o.best.map(|(_, text)| text),
@@ -113,6 +119,9 @@ pub fn run(
         "valid_trials": out.valid_trials,
         "tune_seconds": out.seconds,
         "history": out.history,
+        "pick": out.pick,
+        "model_accuracy": out.model_accuracy,
+        "prior_keys": out.prior_keys,
         "records": path.display().to_string(),
         "svg": svg.as_ref().map(|f| f.display().to_string()),
     });

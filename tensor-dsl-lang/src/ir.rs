@@ -626,6 +626,50 @@ impl Kernel {
         Ok(k)
     }
 
+    /// The kernel that **adds its result to what the output holds** (BLAS's `beta = 1`,
+    /// what `#[tensor_kernel(accumulate)]` asks for): `c ← c + f(inputs)`, where `f` is the
+    /// whole kernel, epilogues included (`c ← c + relu(a·b + bias)` is a residual add).
+    ///
+    /// It is an ordinary kernel: one more input, named after the output (`c_prev`, with
+    /// more underscores if that name is taken), holds the output's previous contents, and a
+    /// last epilogue adds it, so every template and backend runs it unchanged. The caller
+    /// passes a copy of the output as that input ([`Kernel::inputs`] lists it last).
+    ///
+    /// ```
+    /// use tensor_dsl_lang::parse_text;
+    /// let k = parse_text("mm", "c[[i, j]] += a[[i, k]] * b[[k, j]]", None).unwrap();
+    /// let acc = k.accumulating();
+    /// assert_eq!(
+    ///     acc.to_string(),
+    ///     "c[[i, j]] += (a[[i, k]] * b[[k, j]]); c[[i, j]] = (c[[i, j]] + c_prev[[i, j]]);"
+    /// );
+    /// assert_eq!(acc.params[*acc.inputs().last().unwrap()].name, "c_prev");
+    /// ```
+    pub fn accumulating(&self) -> Kernel {
+        let mut k = self.clone();
+        let out = &self.params[self.output];
+        let mut name = format!("{}_prev", out.name);
+        while self.params.iter().any(|p| p.name == name) {
+            name.push('_');
+        }
+        k.params.push(Param {
+            name,
+            dtype: out.dtype,
+            rank: out.rank,
+            is_output: false,
+        });
+        let prev = Expr::Access(Access {
+            tensor: k.params.len() - 1,
+            dims: self.spatial().into_iter().map(Affine::var).collect(),
+        });
+        k.epilogue.push(Expr::Bin(
+            BinOp::Add,
+            Box::new(Expr::Output),
+            Box::new(prev),
+        ));
+        k
+    }
+
     /// Parameter ids of the inputs, in declaration order.
     pub fn inputs(&self) -> Vec<usize> {
         (0..self.params.len())

@@ -63,6 +63,18 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
         ));
     };
     let output = &output.name;
+    // With `accumulate`, the calls that copy the output's old contents in as the last input.
+    let (call, device_call) = if v.accumulate {
+        (
+            quote!(::tensor_dsl::dispatch::call_accumulating),
+            quote!(::tensor_dsl::device_tensor::call_accumulating),
+        )
+    } else {
+        (
+            quote!(::tensor_dsl::dispatch::call),
+            quote!(::tensor_dsl::device_tensor::call),
+        )
+    };
     // Inputs as `TensorRef`s: tensors converted, scalars as rank-0 tensors.
     let as_ref = |p: &TensorParam, arg: &dyn ToTokens| {
         if p.scalar {
@@ -96,7 +108,7 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
         #[doc = #errors_doc]
         #[allow(clippy::result_large_err)]
         #vis #sig {
-            ::tensor_dsl::dispatch::call(
+            #call(
                 #name::kernel(),
                 &[#(#inputs),*],
                 ::tensor_dsl::TensorMut::from(#output),
@@ -132,7 +144,7 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
         #[doc = #views_doc]
         #[allow(dead_code, clippy::result_large_err)]
         pub fn views(#(#args: #view_types),*) -> #ret {
-            ::tensor_dsl::dispatch::call(
+            #call(
                 self::kernel(),
                 &[#(#view_in),*],
                 ::tensor_dsl::TensorMut::from(#out_arg),
@@ -183,7 +195,7 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
         #[allow(dead_code, clippy::result_large_err)]
         pub fn device(#(#args: #device_types),*) -> #ret {
             #(#device_scalars)*
-            ::tensor_dsl::device_tensor::call(
+            #device_call(
                 self::kernel(),
                 &[#(#device_in as &dyn ::tensor_dsl::device_tensor::DeviceArg),*],
                 #out_arg,
@@ -207,7 +219,7 @@ pub fn expand(f: &KernelFn, v: &Validated) -> syn::Result<TokenStream> {
                 })
                 .collect(),
             closure: quote! {
-                move |#(#args),*| ::tensor_dsl::dispatch::call(
+                move |#(#args),*| #call(
                     self::kernel(),
                     &[#(#in_args),*],
                     ::tensor_dsl::TensorMut::from(#out_arg),

@@ -26,6 +26,10 @@
 //! checked by the kernel language's parser (`tensor_dsl_lang::parse_kernel`): every
 //! mistake is a compile error pointing at the offending tokens.
 //!
+//! The attribute takes no arguments but one: `#[tensor_kernel(accumulate)]` adds the
+//! kernel's result to what the output holds (`Kernel::accumulating`; the generated calls
+//! pass a copy of the output as the last input).
+//!
 //! # What it generates
 //!
 //! * the function itself, with the same attributes, visibility, name and parameters,

@@ -12,7 +12,11 @@ use tensor_dsl_lang::ParamDecl;
 pub struct Validated {
     /// The tensor parameters, in declaration order.
     pub params: Vec<TensorParam>,
+    /// The IR; with `accumulate`, [`Kernel::accumulating`] of the body (one more input,
+    /// last, which the generated code fills with a copy of the output).
     pub kernel: Kernel,
+    /// `#[tensor_kernel(accumulate)]`: the output's old contents are added to the result.
+    pub accumulate: bool,
 }
 
 /// A parameter that passed the checks: `name: &Tensor<T>` or `name: &mut Tensor<T>` with
@@ -66,7 +70,7 @@ const PARAM_TYPES: &str = "`&Tensor<T>` (an input) or `&mut Tensor<T>` (the outp
 
 pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
     let mut cx = Ctxt::default();
-    check_attribute_args(&mut cx, f);
+    let accumulate = check_attribute_args(&mut cx, f);
     check_signature(&mut cx, f);
 
     // Parameters: each one's name and role; errors for the rest.
@@ -190,7 +194,12 @@ pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
                     dtype,
                 })
                 .collect(),
-            kernel,
+            kernel: if accumulate {
+                kernel.accumulating()
+            } else {
+                kernel
+            },
+            accumulate,
         }),
         // Unreachable in practice: without errors there is exactly one output, so the body
         // was parsed. Kept as an error rather than a panic.
@@ -201,17 +210,27 @@ pub fn validate(f: &KernelFn) -> syn::Result<Validated> {
     }
 }
 
-fn check_attribute_args(cx: &mut Ctxt, f: &KernelFn) {
-    if !f.args.is_empty() {
-        cx.error(
-            &f.args,
-            format!(
-                "`#[tensor_kernel]` takes no arguments; options such as the device are given \
-                 per call: `{}::with(&opts)(...)`",
-                f.sig.ident
-            ),
-        );
+/// The attribute's one optional argument, `accumulate`: whether the kernel adds its result
+/// to what the output holds.
+fn check_attribute_args(cx: &mut Ctxt, f: &KernelFn) -> bool {
+    if f.args.is_empty() {
+        return false;
     }
+    if let Ok(id) = syn::parse2::<syn::Ident>(f.args.clone()) {
+        if id == "accumulate" {
+            return true;
+        }
+    }
+    cx.error(
+        &f.args,
+        format!(
+            "`#[tensor_kernel]` takes no arguments but `accumulate` (add the result to what \
+             the output holds); options such as the device are given per call: \
+             `{}::with(&opts)(...)`",
+            f.sig.ident
+        ),
+    );
+    false
 }
 
 fn check_signature(cx: &mut Ctxt, f: &KernelFn) {

@@ -11,16 +11,16 @@
 //! ```
 
 use crate::codegen::c::CODEGEN_VERSION;
-use crate::features::{cpu_features, CpuFeatures};
 use crate::ir::{bind, Kernel};
 use crate::measure::cpu::CpuMeasurer;
 use crate::records::{Record, RECORD_VERSION};
 use crate::runtime::cpu::simd_lanes;
 use crate::template::cpu::{CpuConfig, CpuTemplate};
+use crate::transfer::{self, Prior};
 use crate::{tuned, Error};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use tuner::tune::{tune, Budget, TuneResult};
+use tuner::tune::{tune, Budget, StopReason, TuneResult};
 use tuner::{Config, CostModel, Forest, Measurer, SearchSpace, Trial};
 
 /// The strategy CPU tuning uses by default: OpEvo exploration for 60% of the budget, then
@@ -137,8 +137,17 @@ pub struct TuneOutcome<S = CpuConfig> {
     pub history: Vec<Option<f64>>,
     pub valid_trials: usize,
     pub seconds: f64,
-    /// The template's default schedule's time (every search measures it first), if it ran.
+    /// The template's default schedule's time (every search measures it), if it ran.
     pub default_seconds: Option<f64>,
+    /// The model's pick, in the space's text form: the first point measured, or with zero
+    /// trials the result itself, unmeasured ([`crate::transfer`]).
+    pub pick: Option<String>,
+    /// The cost model's pairwise ranking accuracy on this run's measurements, predicted
+    /// before each batch was measured (`tuner::TuneResult::model_accuracy`).
+    pub model_accuracy: Option<f64>,
+    /// How many problems (kernel, shapes, device) of the records at hand the model learned
+    /// from before measuring.
+    pub prior_keys: usize,
 }
 
 impl<S> TuneOutcome<S> {
@@ -153,6 +162,29 @@ impl<S> TuneOutcome<S> {
     /// One line for a person: `default 41.2 GFLOPS -> best 118.7 GFLOPS (2.88x) after 64
     /// trials (61 valid) in 37.0 s`.
     pub fn summary(&self) -> String {
+        let mut line = self.measured_summary();
+        if self
+            .records
+            .iter()
+            .all(|r| r.seconds.is_none() && r.error.is_none())
+        {
+            if let Some(p) = &self.pick {
+                line = format!("picked {p} without measuring");
+            }
+        }
+        if self.prior_keys > 0 {
+            line.push_str(&format!(
+                "; model warm-started from {} tuned problem(s)",
+                self.prior_keys
+            ));
+        }
+        if let Some(a) = self.model_accuracy {
+            line.push_str(&format!("; model pairwise accuracy {a:.2}"));
+        }
+        line
+    }
+
+    fn measured_summary(&self) -> String {
         let gflops = |g: Option<f64>| g.map_or("-".to_string(), |g| format!("{g:.1} GFLOPS"));
         let default_gflops = match (self.default_seconds, self.best_seconds, self.best_gflops) {
             (Some(d), Some(b), Some(g)) if d > 0.0 => Some(g * b / d),
@@ -196,19 +228,30 @@ pub fn tune_cpu(
     let space = template.space().clone();
     let mut measurer = CpuMeasurer::new(kernel, shapes, template.clone())?;
     let lanes = simd_lanes();
-    let features = combined_features(&space, CpuFeatures::NAMES.len(), |c| {
-        let cfg = template.decode(c).ok()?;
-        Some(cpu_features(kernel, &extents, shapes, &cfg, lanes).to_vec())
-    });
-    let (result, seconds) = search(
+    // Portable features, so records of other shapes and kernels teach the model.
+    let features = |c: &Config| match template.decode(c) {
+        Ok(cfg) => transfer::cpu_transfer_features(kernel, &extents, &cfg, lanes),
+        Err(_) => vec![0.0; transfer::CPU_TRANSFER_FEATURES],
+    };
+    let start = Instant::now();
+    let prior = transfer::cpu_prior(kernel, shapes, &transfer::available_records());
+    let Searched {
+        result,
+        seconds,
+        pick,
+    } = search_with_prior(
         &space,
-        vec![template.default_config()],
-        opts,
+        template.default_config(),
+        &prior,
+        &within(opts, start),
         &features,
         &mut measurer,
         &mut counting(on_trial),
     )?;
-    let records = records_of(
+    let _ = seconds;
+    let seconds = start.elapsed().as_secs_f64();
+    crate::log::tune_time(&kernel.name, seconds, measurer.timings());
+    let mut records = records_of(
         kernel,
         shapes,
         flops,
@@ -218,11 +261,184 @@ pub fn tune_cpu(
         CODEGEN_VERSION,
         &opts.strategy,
     );
-    outcome(result, seconds, flops, records, &space, |c| {
-        template.decode(c).map_err(|m| Error::Backend {
-            kernel: kernel.name.clone(),
-            message: m,
-        })
+    records.extend(pick_record(
+        kernel,
+        shapes,
+        &space,
+        &result,
+        &pick,
+        tuned::this_cpu(),
+        CODEGEN_VERSION,
+    ));
+    let default = template.default_config();
+    let mut out = outcome(
+        result,
+        seconds,
+        flops,
+        records,
+        &space,
+        &default,
+        &pick,
+        |c| {
+            template.decode(c).map_err(|m| Error::Backend {
+                kernel: kernel.name.clone(),
+                message: m,
+            })
+        },
+    )?;
+    out.prior_keys = prior.keys;
+    Ok(out)
+}
+
+/// `opts` with its time budget less what has passed since `start` (preparation counts).
+fn within(opts: &TuneOptions, start: Instant) -> TuneOptions {
+    let mut o = opts.clone();
+    o.seconds = opts
+        .seconds
+        .map(|s| (s - start.elapsed().as_secs_f64()).max(0.0));
+    o
+}
+
+/// The record of a zero-trial run: its pick, with no time and no error (a pick, not a
+/// measurement: dispatch's index and transfer skip it). Nothing when the run measured.
+fn pick_record(
+    kernel: &Kernel,
+    shapes: &[Vec<usize>],
+    space: &SearchSpace,
+    result: &TuneResult,
+    pick: &Config,
+    target: &crate::records::Target,
+    codegen: u32,
+) -> Option<Record> {
+    if !result.trials.is_empty() {
+        return None;
+    }
+    let trial = Trial {
+        config: pick.clone(),
+        outcome: tuner::Outcome::Valid {
+            samples: Vec::new(),
+        },
+    };
+    let mut r = records_of(
+        kernel,
+        shapes,
+        0.0,
+        space,
+        std::slice::from_ref(&trial),
+        target,
+        codegen,
+        PICK_STRATEGY,
+    )
+    .pop()?;
+    r.seconds = None;
+    r.gflops = None;
+    Some(r)
+}
+
+/// The `strategy` of a zero-trial pick's record.
+pub const PICK_STRATEGY: &str = "model-pick";
+
+/// What [`search_with_prior`] found.
+#[derive(Clone, Debug)]
+pub struct Searched {
+    /// The search (no trials with a budget of zero trials).
+    pub result: TuneResult,
+    /// Its wall time in seconds.
+    pub seconds: f64,
+    /// The model's pick: the first point measured, or the answer with zero trials.
+    pub pick: Config,
+}
+
+/// One search with transfer, as the product's tuning runs it: the cost model of `opts`
+/// learns `prior` first ([`Prior::teach`]); the [`transfer::pick`] is measured first, then
+/// the model's own pick ([`transfer::model_pick`]) and `default` (tuning never ends worse
+/// than not tuning), then the strategy of `opts` runs. With `opts.trials == 0`
+/// nothing is measured and the pick is the answer. With a time budget the run may stop
+/// early (`tuner::Budget::early_stop`): the user asked for "this many seconds at most", and
+/// a settled search that the model agrees with has nothing left to spend them on.
+///
+/// Errors: [`Error::InvalidSetting`] for an unknown strategy.
+pub fn search_with_prior(
+    space: &SearchSpace,
+    default: Config,
+    prior: &Prior,
+    opts: &TuneOptions,
+    features: &dyn Fn(&Config) -> Vec<f64>,
+    measurer: &mut dyn Measurer,
+    on_trial: &mut dyn FnMut(&Trial),
+) -> Result<Searched, Error> {
+    let start = Instant::now();
+    let mut budget = Budget::new(opts.trials)
+        .with_batch(opts.batch.max(1))
+        .with_early_stop(opts.seconds.is_some());
+    let inner =
+        tuner::strategy::by_name(&opts.strategy, &budget).ok_or_else(|| Error::InvalidSetting {
+            name: "strategy".into(),
+            value: opts.strategy.clone(),
+            expected: format!("one of {}", tuner::strategy::STRATEGY_NAMES.join(", ")),
+        })?;
+    let mut model = opts.cost_model.make(opts.seed);
+    prior.teach(model.as_mut());
+    let top = transfer::model_pick(
+        space,
+        &default,
+        &prior.candidates,
+        model.as_ref(),
+        features,
+        opts.seed,
+    );
+    let pick = prior
+        .measured_best()
+        .filter(|c| space.is_valid(c))
+        .cloned()
+        .unwrap_or_else(|| top.clone());
+    if opts.trials == 0 {
+        return Ok(Searched {
+            result: TuneResult {
+                best: None,
+                trials: Vec::new(),
+                history: Vec::new(),
+                stopped: StopReason::Trials,
+                model_accuracy: None,
+            },
+            seconds: start.elapsed().as_secs_f64(),
+            pick,
+        });
+    }
+    let mut seeds = vec![pick.clone()];
+    for c in [top, default] {
+        if !seeds.contains(&c) {
+            seeds.push(c);
+        }
+    }
+    budget.seconds = opts
+        .seconds
+        .map(|s| (s - start.elapsed().as_secs_f64()).max(0.0));
+    let mut strategy = tuner::strategy::Seeded::new(seeds, inner);
+    let result = tune(
+        space,
+        &mut strategy,
+        model.as_mut(),
+        features,
+        measurer,
+        &budget,
+        opts.seed,
+        on_trial,
+    );
+    if let Some(a) = result.model_accuracy {
+        tracing::debug!(
+            target: "tensor_dsl::tune",
+            accuracy = a,
+            prior_keys = prior.keys,
+            prior_points = prior.features.len(),
+            trials = result.trials.len(),
+            "cost model pairwise ranking accuracy"
+        );
+    }
+    Ok(Searched {
+        result,
+        seconds: start.elapsed().as_secs_f64(),
+        pick,
     })
 }
 
@@ -286,23 +502,36 @@ pub fn search(
 }
 
 /// The outcome of a search: the best point decoded into its schedule, the history in GFLOPS.
+#[allow(clippy::too_many_arguments)]
 fn outcome<S>(
     result: TuneResult,
     seconds: f64,
     flops: f64,
     records: Vec<Record>,
     space: &SearchSpace,
+    default: &Config,
+    pick: &Config,
     decode: impl Fn(&Config) -> Result<S, Error>,
 ) -> Result<TuneOutcome<S>, Error> {
     let gflops = |s: f64| flops / s / 1e9;
     let best = match &result.best {
         Some((config, _)) => Some((decode(config)?, space.format(config).unwrap_or_default())),
+        // Zero trials: the pick, unmeasured.
+        None if result.trials.is_empty() => {
+            Some((decode(pick)?, space.format(pick).unwrap_or_default()))
+        }
         None => None,
     };
     let best_seconds = result.best.as_ref().map(|(_, s)| *s);
-    // The first trial is the template's default (`search` seeds it).
-    let default_seconds = result.trials.first().and_then(|t| t.outcome.seconds());
+    let default_seconds = result
+        .trials
+        .iter()
+        .find(|t| t.config == *default)
+        .and_then(|t| t.outcome.seconds());
     Ok(TuneOutcome {
+        pick: space.format(pick).ok(),
+        model_accuracy: result.model_accuracy,
+        prior_keys: 0,
         default_seconds,
         best,
         best_seconds,
@@ -391,9 +620,8 @@ pub fn tune_cuda(
     opts: &TuneOptions,
     on_trial: &mut dyn FnMut(usize),
 ) -> Result<CudaTuneOutcome, Error> {
-    use crate::features::{gpu_features, GpuFeatures};
     use crate::measure::cuda::CudaMeasurer;
-    use crate::template::cuda::{CudaSchedule, CudaSpace};
+    use crate::template::cuda::CudaSpace;
 
     let info = crate::runtime::cuda::available().map_err(|reason| Error::DeviceUnavailable {
         device: "cuda".into(),
@@ -412,24 +640,21 @@ pub fn tune_cuda(
     let default = template.default_point().map_err(backend)?;
     let mut measurer = CudaMeasurer::with_space(kernel, shapes, template.clone())?;
     // The analytic features read the SIMT nest; tensor-core points have knob features only.
-    let features = combined_features(&space, GpuFeatures::NAMES.len(), |c| {
-        match template.decode(c).ok()? {
-            CudaSchedule::Simt(s) => {
-                Some(gpu_features(kernel, &extents, shapes, &s, &gpu, None).to_vec())
-            }
-            CudaSchedule::TensorCore(_) => None,
-        }
-    });
-    let (result, seconds) = search(
+    let features = transfer::cuda_features(kernel, &extents, shapes, &template, &gpu);
+    let start = Instant::now();
+    let prior = transfer::cuda_prior(kernel, shapes, &gpu, &transfer::available_records());
+    let Searched { result, pick, .. } = search_with_prior(
         &space,
-        vec![default],
-        opts,
+        default.clone(),
+        &prior,
+        &within(opts, start),
         &features,
         &mut measurer,
         &mut counting(on_trial),
     )?;
+    let seconds = start.elapsed().as_secs_f64();
     let target = crate::records::Target::cuda(&info.name, info.sm());
-    let records = records_of(
+    let mut records = records_of(
         kernel,
         shapes,
         flops,
@@ -439,9 +664,27 @@ pub fn tune_cuda(
         crate::codegen::cuda::CODEGEN_VERSION,
         &opts.strategy,
     );
-    outcome(result, seconds, flops, records, &space, |c| {
-        template.decode(c).map_err(backend)
-    })
+    records.extend(pick_record(
+        kernel,
+        shapes,
+        &space,
+        &result,
+        &pick,
+        &target,
+        crate::codegen::cuda::CODEGEN_VERSION,
+    ));
+    let mut out = outcome(
+        result,
+        seconds,
+        flops,
+        records,
+        &space,
+        &default,
+        &pick,
+        |c| template.decode(c).map_err(backend),
+    )?;
+    out.prior_keys = prior.keys;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -459,6 +702,9 @@ mod summary_tests {
             valid_trials: 0,
             seconds: 3.0,
             default_seconds: Some(2.0),
+            pick: None,
+            model_accuracy: None,
+            prior_keys: 0,
         };
         assert_eq!(o.speedup(), Some(4.0));
         let s = o.summary();

@@ -59,6 +59,34 @@ impl<T: Element> std::fmt::Debug for DeviceTensor<T> {
 mod sealed {
     pub trait Sealed {}
     impl<T: crate::Element> Sealed for super::DeviceTensor<T> {}
+    impl Sealed for super::Previous {}
+}
+
+/// The output's contents before an accumulating call ([`call_accumulating`]), copied on the
+/// GPU.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+struct Previous {
+    shape: Vec<usize>,
+    dtype: DType,
+    #[cfg(feature = "cuda")]
+    buf: crate::runtime::cuda::DeviceBuffer,
+}
+
+impl DeviceArg for Previous {
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    #[cfg(feature = "cuda")]
+    fn buffer(&self) -> &crate::runtime::cuda::DeviceBuffer {
+        &self.buf
+    }
+    #[cfg(feature = "cuda")]
+    fn buffer_mut(&mut self) -> &mut crate::runtime::cuda::DeviceBuffer {
+        &mut self.buf
+    }
 }
 
 /// A device tensor of any element type, as [`call`] takes its arguments (a
@@ -243,6 +271,33 @@ pub fn call(
     #[cfg(not(feature = "cuda"))]
     {
         let _ = (shapes, extents);
+        Err(no_cuda())
+    }
+}
+
+/// [`call`] of a kernel made by [`Kernel::accumulating`] (`#[tensor_kernel(accumulate)]`):
+/// `inputs` are the declared inputs; the output's previous contents are copied on the GPU
+/// and passed as the last input, so the output ends up holding its old value plus the
+/// kernel's result.
+pub fn call_accumulating(
+    kernel: &Kernel,
+    inputs: &[&dyn DeviceArg],
+    output: &mut dyn DeviceArg,
+) -> Result<(), Error> {
+    #[cfg(feature = "cuda")]
+    {
+        let prev = Previous {
+            shape: output.shape().to_vec(),
+            dtype: output.dtype(),
+            buf: output.buffer().duplicate()?,
+        };
+        let mut all = inputs.to_vec();
+        all.push(&prev);
+        call(kernel, &all, output)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (kernel, inputs, output);
         Err(no_cuda())
     }
 }

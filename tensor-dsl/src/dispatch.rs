@@ -77,6 +77,25 @@ pub fn call(
     })
 }
 
+/// [`call`] of a kernel made by [`Kernel::accumulating`] (`#[tensor_kernel(accumulate)]`):
+/// `inputs` are the declared inputs, without the output's previous contents, which this
+/// copies from `output` and passes as the last input, so the output ends up holding its old
+/// value plus the kernel's result.
+pub fn call_accumulating(
+    kernel: &Kernel,
+    inputs: &[TensorRef<'_>],
+    output: TensorMut<'_>,
+    opts: &Options,
+) -> Result<(), Error> {
+    let prev = crate::tensor::Buffer::copy_of(output.data.as_data());
+    let mut all = inputs.to_vec();
+    all.push(TensorRef {
+        shape: output.shape,
+        data: prev.view(),
+    });
+    call(kernel, &all, output, opts)
+}
+
 fn call_in_cache(
     kernel: &Kernel,
     inputs: &[TensorRef<'_>],
@@ -126,8 +145,8 @@ fn call_in_cache(
     }
 }
 
-/// A kernel of several stages: the row template ([`crate::runtime::rows`]) on the CPU and
-/// the GPU, with its heuristic knobs.
+/// A kernel of several stages: the row template ([`crate::runtime::rows`]) on the CPU (its
+/// schedule decided by [`backend::decide`]) and the GPU (its heuristic knobs).
 fn run_staged(
     kernel: &Kernel,
     extents: &[usize],
@@ -148,7 +167,15 @@ fn run_staged(
             Ok(())
         }
         Device::Cpu => {
-            match crate::runtime::rows::run_cpu(kernel, extents, shapes, data, out.reborrow()) {
+            // Of the row form: the CPU backend decides its schedule like an einsum kernel's
+            // (records, first-call tuning, the row template's default); otherwise the row
+            // runtime falls back to the reference interpreter.
+            let result = if crate::template::rows::RowPlan::new(kernel, extents).is_ok() {
+                run_cpu(kernel, extents, shapes, data, out.reborrow(), opts)
+            } else {
+                crate::runtime::rows::run_cpu(kernel, extents, shapes, data, out.reborrow())
+            };
+            match result {
                 Err(cpu::CpuError::NoCompiler(why)) => {
                     if !WARNED_NO_CC.swap(true, Ordering::Relaxed) {
                         eprintln!(

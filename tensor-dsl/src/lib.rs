@@ -39,6 +39,8 @@
 //!   pow, erf, silu, rsqrt`.
 //! - **Indices** are affine: `x[[n, c, 2 * p + r - 1, 2 * q + s - 1]]`. A plain index must
 //!   match the tensor's extent; an affine one reads zero outside the tensor (padding).
+//! - **`#[tensor_kernel(accumulate)]`** adds the kernel's whole result (epilogues included)
+//!   to what the output holds, BLAS's `beta = 1`: see [`Kernel::accumulating`](ir::Kernel::accumulating).
 //!
 //! ```
 //! use tensor_dsl::{tensor_kernel, Tensor};
@@ -61,6 +63,18 @@
 //! let mut y = Tensor::<f32>::zeros(&[1, 1, 3, 3]);
 //! conv3x3(&x, &w, &mut y)?;
 //! assert_eq!(y.as_slice(), &[4.0, 6.0, 4.0, 6.0, 9.0, 6.0, 4.0, 6.0, 4.0]); // zero padding
+//!
+//! /// `y ← y + relu(x·w)`: a residual add, the old contents of `y` kept.
+//! #[tensor_kernel(accumulate)]
+//! fn residual(x: &Tensor<f32>, w: &Tensor<f32>, y: &mut Tensor<f32>) {
+//!     y[[i, j]] += x[[i, k]] * w[[k, j]];
+//!     y[[i, j]] = relu(y[[i, j]]);
+//! }
+//! let x = Tensor::from_vec(vec![1, 2], vec![1.0f32, -2.0])?;
+//! let w = Tensor::from_vec(vec![2, 2], vec![1.0f32, 1.0, 0.0, 1.0])?;
+//! let mut y = Tensor::from_vec(vec![1, 2], vec![10.0f32, 10.0])?;
+//! residual(&x, &w, &mut y)?;
+//! assert_eq!(y.as_slice(), &[11.0, 10.0]); // relu(1) = 1, relu(-1) = 0
 //! # Ok::<(), tensor_dsl::Error>(())
 //! ```
 //!
@@ -151,6 +165,7 @@ pub mod runtime;
 #[doc(hidden)]
 pub mod template;
 pub mod tensor;
+pub mod transfer;
 pub mod tune_once;
 pub mod tuned;
 

@@ -8,6 +8,7 @@
 //! | `tensor_dsl::dispatch` | `INFO` | a kernel's schedule is decided for a shape (fields `kernel`, `shapes`, `device`, `source`) |
 //! | `tensor_dsl::compile` | `DEBUG` | generated code was compiled (`kernel`, `compiler`, `seconds`) |
 //! | `tensor_dsl::tune` | `INFO` | tuning ended (`kernel`, `shapes`, `device`, `summary`) |
+//! | `tensor_dsl::tune` | `DEBUG` | where a CPU search's time went (`kernel`, `seconds`, `breakdown`) |
 //! | `tensor_dsl` | `WARN` | something was skipped or fell back (no OpenMP, unreadable records, ...) |
 //!
 //! With a subscriber installed (`tracing_subscriber::fmt().init()` or your application's),
@@ -140,6 +141,24 @@ pub fn tuned(kernel: &str, shapes: &str, device: &str, summary: &str, to_termina
             device,
             summary,
             "tuned"
+        );
+    }
+}
+
+/// Where a search's time went (`seconds` in all; `breakdown` is the measurer's account,
+/// e.g. [`crate::measure::cpu::MeasureTimings`]).
+pub fn tune_time(kernel: &str, seconds: f64, breakdown: impl Display) {
+    if plain() {
+        if setting().tune {
+            eprintln!("tensor-dsl: tuning {kernel} took {seconds:.1} s: {breakdown}");
+        }
+    } else {
+        tracing::debug!(
+            target: "tensor_dsl::tune",
+            kernel,
+            seconds,
+            breakdown = %breakdown,
+            "tuning time"
         );
     }
 }

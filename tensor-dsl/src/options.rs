@@ -122,7 +122,7 @@ impl TunePolicy {
 /// |---|---|---|
 /// | [`device`](Options::device) | `TENSOR_DSL_DEVICE` | `cuda` (or `gpu`), `cpu`, `reference` (CUDA if usable, else CPU) |
 /// | [`tune`](Options::tune) | `TENSOR_DSL_TUNE` | `off`, `first-call`, `background` (`off`) |
-/// | [`trials`](Options::trials) | `TENSOR_DSL_TRIALS` | a positive number (64) |
+/// | [`trials`](Options::trials) | `TENSOR_DSL_TRIALS` | a whole number (64; 0: the cost model's pick, unmeasured) |
 /// | [`tune_seconds`](Options::tune_seconds) | `TENSOR_DSL_TUNE_SECONDS` | a positive number (120) |
 /// | [`strategy`](Options::strategy) | `TENSOR_DSL_STRATEGY` | a `tuner` strategy name (`opevo-droplet`) |
 /// | [`cache_dir`](Options::cache_dir) | `TENSOR_DSL_CACHE` | a folder (`$XDG_CACHE_HOME/tensor-dsl` or `~/.cache/tensor-dsl`) |
@@ -166,7 +166,8 @@ impl Options {
         self
     }
 
-    /// The measurement budget of first-call tuning.
+    /// The measurement budget of first-call tuning; 0 uses the cost model's pick (learned
+    /// from the records at hand, see [`crate::transfer`]) without measuring.
     pub fn trials(mut self, trials: usize) -> Self {
         self.trials = Some(trials);
         self
@@ -221,11 +222,23 @@ impl Options {
             }
         };
         let mut opts = crate::autotune::TuneOptions::default();
-        if let Some(t) = number("TENSOR_DSL_TRIALS")?
-            .map(|t| t as usize)
-            .or(self.trials)
-        {
-            opts.trials = t.max(1);
+        // 0 trials is a real budget: the cost model's pick, unmeasured.
+        let trials = match var("TENSOR_DSL_TRIALS") {
+            None => None,
+            Some(v) => Some(
+                v.trim()
+                    .parse::<usize>()
+                    .map_err(|_| Error::InvalidSetting {
+                        name: "TENSOR_DSL_TRIALS".into(),
+                        value: v.clone(),
+                        expected:
+                            "a whole number of measurements (0: the model's pick, unmeasured)"
+                                .into(),
+                    })?,
+            ),
+        };
+        if let Some(t) = trials.or(self.trials) {
+            opts.trials = t;
         }
         opts.seconds = Some(
             number("TENSOR_DSL_TUNE_SECONDS")?

@@ -348,6 +348,15 @@ impl Buffer {
         }
     }
 
+    /// A copy of `data`.
+    pub fn copy_of(data: Data<'_>) -> Buffer {
+        match data {
+            Data::F32(s) => Buffer::F32(s.to_vec()),
+            Data::F16(s) => Buffer::F16(s.to_vec()),
+            Data::BF16(s) => Buffer::BF16(s.to_vec()),
+        }
+    }
+
     pub fn view(&self) -> Data<'_> {
         match self {
             Buffer::F32(v) => Data::F32(v),

@@ -62,6 +62,12 @@ fn parse_lines(text: &str) -> Vec<Record> {
         .collect()
 }
 
+/// Every embedded record (not only the best per key: transfer learns from them all).
+pub fn embedded_records() -> Vec<Record> {
+    let e = embedded().lock().unwrap_or_else(|p| p.into_inner());
+    e.texts.iter().flat_map(|t| parse_lines(t)).collect()
+}
+
 /// The index of every embedded record.
 pub fn embedded_index() -> Arc<Index> {
     let mut e = embedded().lock().unwrap_or_else(|p| p.into_inner());

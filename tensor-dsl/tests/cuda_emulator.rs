@@ -25,6 +25,8 @@ use tensor_dsl::Buffer;
 const KERNELS: &[&str] = &[
     "o[[i, j]] = log(abs(a[[i, j]]) + 1.0) + pow(abs(b[[i, j]]), 1.5) + erf(a[[i, j]]) + silu(b[[i, j]]) + rsqrt(a[[i, j]] * a[[i, j]] + 1.0)",
     "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+    // What `#[tensor_kernel(accumulate)]` makes of a matmul (`Kernel::accumulating`).
+    "c[[i, j]] += a[[i, k]] * b[[k, j]]; c[[i, j]] = c[[i, j]] + c_prev[[i, j]]",
     "c[[i, j]] += a[[k, i]] * b[[j, k]]",
     "c[[b, i, j]] += x[[b, k, i]] * y[[b, k, j]]",
     "o[[i, j]] = a[[i]] * b[[j]]",

@@ -56,6 +56,8 @@ fn bad_candidates_are_invalid_and_do_not_stop_the_batch() {
         }));
     m.timeout = Duration::from_secs(3);
     m.min_seconds = 0.01;
+    // Every good candidate gets its 3 runs (none is cut short for being slow).
+    m.slow_factor = 0.0;
     let outcomes = m.measure(&batch);
     assert_eq!(outcomes.len(), batch.len());
     for (config, outcome) in batch.iter().zip(&outcomes) {
@@ -78,4 +80,149 @@ fn bad_candidates_are_invalid_and_do_not_stop_the_batch() {
     // The measurer keeps working after the bad batch.
     let again = m.measure(&batch[..1]);
     assert!(again[0].is_valid(), "{:?}", again[0]);
+}
+
+/// A small matmul task, its template and `n` distinct points (the default first).
+fn task(
+    n: usize,
+    seed: u64,
+) -> (
+    tensor_dsl::Kernel,
+    Vec<Vec<usize>>,
+    CpuTemplate,
+    Vec<tuner::Config>,
+) {
+    let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+    let shapes = vec![vec![24, 19], vec![19, 31], vec![24, 31]];
+    let template = CpuTemplate::new(&k, &[24, 31, 19], 16).unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut batch = vec![template.default_config()];
+    let mut seen: HashSet<_> = batch.iter().cloned().collect();
+    while batch.len() < n {
+        let c = template.space().sample_uniform(&mut rng).unwrap();
+        if seen.insert(c.clone()) {
+            batch.push(c);
+        }
+    }
+    (k, shapes, template, batch)
+}
+
+/// Candidates built together into one object and run in one runner: a crash, a hang and a
+/// wrong result (no compile error, so every share of the batch is one object) invalidate
+/// only their own candidate; every other one, before and after each of them, is timed.
+#[test]
+fn a_bad_candidate_inside_a_shared_object_only_invalidates_itself() {
+    let (k, shapes, template, batch) = task(10, 7);
+    let planted: Vec<(tuner::Config, &str, &str)> = vec![
+        (batch[2].clone(), "__builtin_trap();", "crashed"),
+        (
+            batch[3].clone(),
+            "((float *)out)[5] = -7.0f; return;",
+            "wrong result",
+        ),
+        (
+            batch[6].clone(),
+            "volatile int spin = 1; while (spin) {}",
+            "timed out",
+        ),
+        (
+            batch[7].clone(),
+            "*(volatile float *)args[0] = 1.0f;",
+            "crashed",
+        ),
+    ];
+    let hooks = planted.clone();
+    let mut m = CpuMeasurer::new(&k, &shapes, template)
+        .unwrap()
+        .with_source_hook(Box::new(move |config, src| {
+            match hooks.iter().find(|(c, _, _)| c == config) {
+                Some((_, code, _)) => src.replacen(ENTRY, &format!("{ENTRY}\n    {code}"), 1),
+                None => src,
+            }
+        }));
+    m.timeout = Duration::from_secs(3);
+    m.min_seconds = 0.01;
+    let outcomes = m.measure(&batch);
+    assert_eq!(outcomes.len(), batch.len());
+    for (n, (config, outcome)) in batch.iter().zip(&outcomes).enumerate() {
+        match (planted.iter().find(|(c, _, _)| c == config), outcome) {
+            (Some((_, _, want)), Outcome::Invalid { reason }) => {
+                assert!(reason.contains(want), "candidate {n}, {want}: {reason}")
+            }
+            (Some((_, _, want)), Outcome::Valid { .. }) => {
+                panic!("candidate {n}: planted `{want}` measured as valid")
+            }
+            (None, Outcome::Valid { samples }) => assert!(!samples.is_empty()),
+            (None, Outcome::Invalid { reason }) => panic!("good candidate {n} invalid: {reason}"),
+        }
+    }
+}
+
+/// Measuring points together in one batch (shared objects, one runner) or one batch each
+/// gives the same verdicts: all valid, each checked against the same expected output.
+#[test]
+fn batching_does_not_change_results() {
+    let (k, shapes, template, batch) = task(6, 11);
+    let mut together = CpuMeasurer::new(&k, &shapes, template.clone()).unwrap();
+    together.min_seconds = 0.005;
+    let mut alone = CpuMeasurer::new(&k, &shapes, template).unwrap();
+    alone.min_seconds = 0.005;
+    let a = together.measure(&batch);
+    let b: Vec<Outcome> = batch
+        .iter()
+        .map(|c| alone.measure(std::slice::from_ref(c)).remove(0))
+        .collect();
+    for (n, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(x.is_valid() && y.is_valid(), "candidate {n}: {x:?} / {y:?}");
+    }
+    assert_eq!(together.timings().batches, 1);
+    assert_eq!(alone.timings().batches, batch.len());
+    assert_eq!(together.timings().candidates, alone.timings().candidates);
+}
+
+/// Repeats are capped by confidence: with any spread accepted a fast candidate stops after
+/// 8 runs, and a candidate far slower than the best so far is not repeated (one sample).
+#[test]
+fn repeats_stop_when_the_time_is_known_or_the_candidate_is_slow() {
+    let (k, shapes, template, batch) = task(2, 3);
+    let slow = batch[1].clone();
+    let mut m = CpuMeasurer::new(&k, &shapes, template)
+        .unwrap()
+        .with_source_hook(Box::new(move |config, src| {
+            if *config == slow {
+                let code =
+                    "volatile long spin = 0; for (long q = 0; q < 100000000; ++q) spin += q;";
+                src.replacen(ENTRY, &format!("{ENTRY}\n    {code}"), 1)
+            } else {
+                src
+            }
+        }));
+    m.spread = 1e9;
+    m.min_seconds = 10.0;
+    let fast = m.measure(&batch[..1]);
+    match &fast[0] {
+        Outcome::Valid { samples } => assert_eq!(samples.len(), 8, "{samples:?}"),
+        o => panic!("{o:?}"),
+    }
+    let slow = m.measure(&batch[1..]);
+    match &slow[0] {
+        Outcome::Valid { samples } => assert_eq!(samples.len(), 1, "{samples:?}"),
+        o => panic!("{o:?}"),
+    }
+}
+
+/// A remeasurement (Droplet asks for them) runs the object already built, in the same
+/// runner, instead of compiling the point again.
+#[test]
+fn a_remeasured_point_is_not_compiled_again() {
+    let (k, shapes, template, batch) = task(3, 5);
+    let mut m = CpuMeasurer::new(&k, &shapes, template).unwrap();
+    m.min_seconds = 0.005;
+    let first = m.measure(&batch);
+    assert!(first.iter().all(Outcome::is_valid), "{first:?}");
+    assert_eq!(m.timings().built, 3);
+    let again = m.remeasure(&batch[1]);
+    assert!(again.is_valid(), "{again:?}");
+    assert_eq!(m.timings().built, 3);
+    assert_eq!(m.timings().candidates, 4);
 }

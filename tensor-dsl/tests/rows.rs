@@ -468,7 +468,8 @@ fn vector_exp_is_accurate() {
     let shapes: [&[usize]; 2] = [&[n, 1], &[n]];
     let config = RowsCpuConfig {
         parallel: false,
-        vector: true,
+        vector: 16,
+        ..RowsCpuConfig::default()
     };
     let src = rows::generate_c(&k, &[n, 1], &shapes, &config).unwrap();
     assert!(src.contains("td_vexpf("), "{src}");
@@ -555,4 +556,42 @@ fn einsum_entry_points_give_the_row_template() {
             );
         }
     }
+}
+
+/// The row template's CPU space is what CPU tuning searches for a kernel of several stages:
+/// the default first, every measured point checked against the reference, the best a
+/// configuration of the row template (stashing softmax's `exp` in its output row).
+#[test]
+fn cpu_tuning_searches_the_row_space() {
+    if tensor_dsl::runtime::cpu::compiler().is_err() {
+        println!("skipped: no C compiler");
+        return;
+    }
+    let k = tensor_dsl::ir::parse_text("softmax", SOFTMAX, None).unwrap();
+    let shapes = vec![vec![37, 300], vec![37, 300]];
+    let t = tensor_dsl::template::cpu::CpuTemplate::new(&k, &[37, 300], 16).unwrap();
+    assert_eq!(t.space().knob_count(), 5, "{:?}", t.space().feature_names());
+    let opts = tensor_dsl::autotune::TuneOptions {
+        trials: 6,
+        batch: 3,
+        strategy: "random".into(),
+        ..Default::default()
+    };
+    let out = tensor_dsl::autotune::tune_cpu(&k, &shapes, &opts, &mut |_| {}).unwrap();
+    assert_eq!(out.records.len(), 6);
+    assert!(
+        out.records.iter().all(|r| r.error.is_none()),
+        "{:?}",
+        out.records
+    );
+    let (best, text) = out.best.unwrap();
+    assert!(best.validate(&k).is_ok(), "{best:?}");
+    assert!(text.contains("vector="), "{text}");
+    let default = tensor_dsl::template::cpu::CpuConfig::heuristic(&k, &[37, 300], 16);
+    let rows = RowsCpuConfig::from_cpu_config(&default);
+    assert!(rows.stash && rows.vector == 32 && rows.wide, "{rows:?}");
+    let src = rows::generate_c(&k, &[37, 300], &[&[37, 300], &[37, 300]], &rows).unwrap();
+    // One exp per element: the output's pass reads the stashed values.
+    assert_eq!(src.matches("td_vexpf(").count(), 2, "{src}");
+    assert!(src.contains("const float td_s = out["), "{src}");
 }

@@ -39,6 +39,17 @@ fn builder_then_variables_and_unknown_values_are_errors() {
     std::env::set_var("TENSOR_DSL_TUNE", "off");
     let (policy, tune) = opts.tune_settings().unwrap();
     assert_eq!((policy, tune.trials), (TunePolicy::Off, 3));
+    // Zero trials is a budget (the model's pick, unmeasured); a fraction is not.
+    std::env::set_var("TENSOR_DSL_TRIALS", "0");
+    assert_eq!(opts.tune_settings().unwrap().1.trials, 0);
+    std::env::remove_var("TENSOR_DSL_TRIALS");
+    assert_eq!(
+        Options::new().trials(0).tune_settings().unwrap().1.trials,
+        0
+    );
+    std::env::set_var("TENSOR_DSL_TRIALS", "2.5");
+    assert!(opts.tune_settings().is_err());
+    std::env::set_var("TENSOR_DSL_TRIALS", "3");
 
     // Unknown values name what is accepted.
     let bad = Options::new()

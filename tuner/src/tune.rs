@@ -38,15 +38,36 @@ use crate::{Config, SearchSpace};
 /// How many proposals in a row may bring nothing new before the loop gives up.
 const MAX_STALLS: usize = 3;
 
+/// The most trials of the first batch under a time budget (before the loop knows how
+/// long a trial takes, so that batch is the only one that can overrun).
+pub const FIRST_TIMED_BATCH: usize = 2;
+
+/// How far from the best point the cost model must see nothing better for an early stop.
+pub const EARLY_STOP_HOPS: u32 = 2;
+
+/// The most points of that neighbourhood the model is asked about.
+const EARLY_STOP_POINTS: usize = 2048;
+
 /// When to stop tuning.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Budget {
     /// The most measurements, invalid ones and remeasurements included.
     pub trials: usize,
-    /// Wall-clock seconds; checked between batches, so a batch may overrun it.
+    /// Wall-clock seconds, measurement (compilation included) and model training included.
+    /// Before each batch the loop predicts the batch's time from the seconds per trial of
+    /// the batches so far and shrinks the batch to what fits, or stops when not even one
+    /// trial fits; only the first batch (no estimate yet, so at most [`FIRST_TIMED_BATCH`]
+    /// trials) can overrun it.
     pub seconds: Option<f64>,
     /// The most configurations measured per batch (at least 1).
     pub batch: usize,
+    /// Stop before the trial budget is spent when the strategy's own test says it sits at
+    /// a local optimum ([`SearchStrategy::settled`]: Droplet's rank-sum test found no
+    /// better neighbour) and the cost model agrees: it predicts every unmeasured neighbour
+    /// of the best point to be slower than that point (strictly, so a model that cannot
+    /// tell points apart never agrees).
+    #[serde(default)]
+    pub early_stop: bool,
 }
 
 impl Budget {
@@ -56,7 +77,14 @@ impl Budget {
             trials,
             seconds: None,
             batch: 8,
+            early_stop: false,
         }
+    }
+
+    /// Allows stopping early (see [`Budget::early_stop`]).
+    pub fn with_early_stop(mut self, early_stop: bool) -> Self {
+        self.early_stop = early_stop;
+        self
     }
 
     /// Limits the wall-clock time.
@@ -88,6 +116,9 @@ pub enum StopReason {
     Time,
     /// The strategy proposed nothing new (done, converged, or the space is used up).
     Exhausted,
+    /// The strategy's test and the cost model agreed that nothing better is near
+    /// ([`Budget::early_stop`]).
+    Converged,
 }
 
 /// What a tuning run found.
@@ -100,6 +131,13 @@ pub struct TuneResult {
     /// The best seconds so far after each trial (`None` until something valid ran).
     pub history: Vec<Option<f64>>,
     pub stopped: StopReason,
+    /// The cost model's pairwise ranking accuracy on this run's own measurements, out of
+    /// sample: each batch is predicted before it is measured and trained on, and every pair
+    /// of valid trials of one batch with different times counts
+    /// ([`pairwise_accuracy`](crate::pairwise_accuracy); 0.5 is a coin toss). `None` when no
+    /// batch had such a pair.
+    #[serde(default)]
+    pub model_accuracy: Option<f64>,
 }
 
 impl TuneResult {
@@ -160,19 +198,34 @@ pub fn tune(
     let mut best: Option<(Config, f64)> = None;
     let mut seen: HashSet<Config> = HashSet::new();
     let mut stalls = 0;
+    // Seconds per trial of the batches so far (measuring, compiling, training).
+    let mut per_trial: Option<f64> = None;
+    let (mut right, mut pairs) = (0.0, 0usize);
 
     let stopped = loop {
         if trials.len() >= budget.trials {
             break StopReason::Trials;
         }
-        if budget
-            .seconds
-            .is_some_and(|s| start.elapsed().as_secs_f64() >= s)
-        {
-            break StopReason::Time;
+        let mut room = budget.trials - trials.len();
+        if let Some(limit) = budget.seconds {
+            let left = limit - start.elapsed().as_secs_f64();
+            if left <= 0.0 {
+                break StopReason::Time;
+            }
+            match per_trial.filter(|t| *t > 0.0) {
+                Some(t) => {
+                    let fit = (left / t).floor() as usize;
+                    if fit == 0 {
+                        break StopReason::Time;
+                    }
+                    room = room.min(fit);
+                }
+                // No estimate yet: a small first batch makes one cheaply.
+                None => room = room.min(FIRST_TIMED_BATCH),
+            }
         }
-        let room = budget.trials - trials.len();
         let max = budget.batch.max(1).min(room);
+        let batch_start = Instant::now();
 
         let mut again = remeasure_list(strategy, &seen, room);
         let (batch, outcomes) = if !again.is_empty() {
@@ -226,14 +279,25 @@ pub fn tune(
         };
         stalls = 0;
 
+        // The model's ranking of the batch before it sees it.
+        let batch_feats: Vec<Vec<f64>> = batch.iter().map(features).collect();
+        let predicted = model.predict(&batch_feats);
+        let truth: Vec<Option<f64>> = outcomes
+            .iter()
+            .map(|o| seconds(o).map(|s| -s.ln()))
+            .collect();
+        let (r, p) = batch_pairs(&predicted, &truth);
+        right += r;
+        pairs += p;
+
         let first = trials.len();
-        for (config, outcome) in batch.into_iter().zip(outcomes) {
+        for ((config, outcome), f) in batch.into_iter().zip(outcomes).zip(batch_feats) {
             if let Some(s) = seconds(&outcome) {
                 if best.as_ref().is_none_or(|(_, b)| s < *b) {
                     best = Some((config.clone(), s));
                 }
             }
-            feats.push(features(&config));
+            feats.push(f);
             seen.insert(config.clone());
             let trial = Trial { config, outcome };
             on_trial(&trial);
@@ -250,6 +314,20 @@ pub fn tune(
         };
         let (_, new) = trials.split_at(first);
         strategy.observe(&mut ctx, new);
+        let done = trials.len() - first;
+        if done > 0 {
+            let t = batch_start.elapsed().as_secs_f64() / done as f64;
+            // The slower of the last batch and the average so far: a batch that compiles
+            // more (or a slower region of the space) is not averaged away.
+            per_trial = Some(per_trial.map_or(t, |p| t.max(0.5 * (p + t))));
+        }
+        if budget.early_stop
+            && trials.len() < budget.trials
+            && strategy.settled()
+            && model_agrees(space, &*model, features, best.as_ref().map(|b| &b.0), &seen)
+        {
+            break StopReason::Converged;
+        }
     };
 
     TuneResult {
@@ -257,7 +335,68 @@ pub fn tune(
         trials,
         history,
         stopped,
+        model_accuracy: (pairs > 0).then(|| right / pairs as f64),
     }
+}
+
+/// Right pairs (ties half) and comparable pairs among the valid entries of one batch.
+fn batch_pairs(predicted: &[f64], truth: &[Option<f64>]) -> (f64, usize) {
+    let valid: Vec<(f64, f64)> = predicted
+        .iter()
+        .zip(truth)
+        .filter_map(|(p, t)| t.map(|t| (*p, t)))
+        .collect();
+    let (mut right, mut pairs) = (0.0, 0);
+    for i in 0..valid.len() {
+        for j in (i + 1)..valid.len() {
+            let t = valid[i].1.total_cmp(&valid[j].1);
+            if t.is_eq() {
+                continue;
+            }
+            pairs += 1;
+            let p = valid[i].0.total_cmp(&valid[j].0);
+            if p == t {
+                right += 1.0;
+            } else if p.is_eq() {
+                right += 0.5;
+            }
+        }
+    }
+    (right, pairs)
+}
+
+/// Whether `model` predicts every valid, unmeasured point within [`EARLY_STOP_HOPS`] hops
+/// of `best` to be strictly slower than `best` (false without a best point or without
+/// such a point). Droplet has measured the one-hop neighbours when it settles, so the
+/// model speaks for the points just beyond them.
+fn model_agrees(
+    space: &SearchSpace,
+    model: &dyn CostModel,
+    features: &dyn Fn(&Config) -> Vec<f64>,
+    best: Option<&Config>,
+    seen: &HashSet<Config>,
+) -> bool {
+    let Some(best) = best else {
+        return false;
+    };
+    let Ok(neighbours) = space.n_hop_neighbors(best, EARLY_STOP_HOPS) else {
+        return false;
+    };
+    let near: Vec<&Config> = neighbours
+        .iter()
+        .filter(|c| !seen.contains(*c) && space.is_valid(c))
+        .collect();
+    // A large neighbourhood is judged on an even stride of it.
+    let stride = near.len().div_ceil(EARLY_STOP_POINTS).max(1);
+    let fresh: Vec<Vec<f64>> = near.into_iter().step_by(stride).map(features).collect();
+    if fresh.is_empty() {
+        return false;
+    }
+    let here = model.predict(&[features(best)]);
+    let Some(&here) = here.first() else {
+        return false;
+    };
+    model.predict(&fresh).iter().all(|p| *p < here)
 }
 
 /// The strategy's remeasure requests that were measured before, at most `room`.

@@ -29,6 +29,7 @@ pub fn name(op: &Op) -> &'static str {
         Op::Matmul { .. } => "cuBLAS sgemm (fp32, TF32 off)",
         Op::BatchMatmul { .. } => "cuBLAS sgemmStridedBatched (fp32, TF32 off)",
         Op::Conv2d(_) => "cuDNN convolution forward (fp32, TF32 off, fastest algorithm)",
+        Op::Stage(_) => "none (no GPU baseline for row kernels yet)",
     }
 }
 
@@ -159,6 +160,7 @@ impl Baseline {
                 )
             }
             Op::Conv2d(cv) => Self::conv(cv, inputs, out),
+            Op::Stage(_) => Err("no GPU baseline for row kernels yet".into()),
         }
     }
 

@@ -19,7 +19,7 @@
 
 use super::printer::{self, Dialect, Lines, LoopContext};
 use super::{builtin_prelude, dtype_prelude};
-use crate::ir::Kernel;
+use crate::ir::{DType, Kernel};
 use crate::lower::{self, cpu::Plan, Buffer, Func, LoopKind, Nest, Param};
 use crate::template::cpu::CpuConfig;
 use std::fmt::Write as _;
@@ -144,6 +144,34 @@ impl Dialect for CDialect {
     fn free_panel(&self, buf: &Buffer) -> Result<String, String> {
         Ok(format!("free({});", buf.name))
     }
+
+    /// `td_f32x<n>`, a GNU C vector type that [`vector_prelude`] defines.
+    fn vector_type(&self, dtype: DType, width: usize) -> Result<String, String> {
+        match dtype {
+            DType::F32 => Ok(format!("td_f32x{width}")),
+            _ => Err(format!("no C vector type of {dtype:?}")),
+        }
+    }
+}
+
+/// Defines the vector types `td_f32x<n>` of `widths` (GNU C vector extensions, GCC and
+/// Clang): `n` floats, aligned to one float only, so that a vector is read from any float
+/// offset of a panel or a row.
+pub fn vector_prelude(widths: &[usize]) -> String {
+    let mut s = String::from(
+        "/* Explicit vector code: the register micro-kernel's accumulators and panel rows. */\n\
+         #if !defined(__GNUC__)\n\
+         #error \"tensor-dsl: explicit vector code needs GNU C vector extensions (GCC, Clang); use kernel=loops\"\n\
+         #endif\n",
+    );
+    for w in widths {
+        let _ = writeln!(
+            s,
+            "typedef float td_f32x{w} __attribute__((vector_size({}), aligned(4)));",
+            4 * w
+        );
+    }
+    s
 }
 
 /// A source that fails to compile with `why` (for configs that do not fit the kernel).
@@ -252,13 +280,17 @@ fn source(
              #endif\n\n",
         );
     }
-    let (in_order, assume) = uses(&nest);
+    let (in_order, assume, widths) = uses(&nest);
     if in_order {
         s.push_str(IN_ORDER_PRELUDE);
         s.push('\n');
     }
     if assume {
         s.push_str(ASSUME_PRELUDE);
+        s.push('\n');
+    }
+    if !widths.is_empty() {
+        s.push_str(&vector_prelude(&widths));
         s.push('\n');
     }
     s.push_str(&builtin_prelude(""));
@@ -269,14 +301,22 @@ fn source(
     Ok(s)
 }
 
-/// Whether the nest has an [`LoopKind::InOrder`] loop (and so needs [`IN_ORDER_PRELUDE`])
-/// and whether it has an assumption (and needs [`ASSUME_PRELUDE`]).
-fn uses(nest: &Nest) -> (bool, bool) {
+/// Whether the nest has an [`LoopKind::InOrder`] loop (and so needs [`IN_ORDER_PRELUDE`]),
+/// whether it has an assumption (and needs [`ASSUME_PRELUDE`]), and the widths of the
+/// vectors it uses (for [`vector_prelude`]).
+fn uses(nest: &Nest) -> (bool, bool, Vec<usize>) {
     let (mut in_order, mut assume) = (false, false);
+    let mut widths = std::collections::BTreeSet::new();
     nest.walk(&mut |_, s, _| match s {
         lower::Stmt::Loop(l) => in_order |= l.kind == LoopKind::InOrder,
         lower::Stmt::Assume(_) => assume = true,
+        lower::Stmt::Let {
+            ty: lower::Ty::Vector(w),
+            ..
+        } => {
+            widths.insert(*w);
+        }
         _ => {}
     });
-    (in_order, assume)
+    (in_order, assume, widths.into_iter().collect())
 }

@@ -199,16 +199,25 @@ impl Printer<'_> {
     fn target(&self, t: &Target) -> Result<String, String> {
         match t {
             Target::Var(v) => Ok(v.clone()),
-            Target::Elem { buf, index } => {
-                let mut s = buffer(self.nest, *buf)?.name.clone();
-                for i in index {
-                    s.push('[');
-                    s.push_str(i);
-                    s.push(']');
-                }
-                Ok(s)
+            Target::Elem { buf, index } => Ok(self.elem(*buf, index)?),
+            Target::Lanes { buf, index, width } => {
+                let vt = self.d.vector_type(crate::lower::COMPUTE, *width)?;
+                Ok(self
+                    .d
+                    .deref_as(&vt, &format!("&{}", self.elem(*buf, index)?)))
             }
         }
+    }
+
+    /// `name[i0][i1]...`.
+    fn elem(&self, buf: crate::lower::BufId, index: &[String]) -> Result<String, String> {
+        let mut s = buffer(self.nest, buf)?.name.clone();
+        for i in index {
+            s.push('[');
+            s.push_str(i);
+            s.push(']');
+        }
+        Ok(s)
     }
 
     fn exprs(&self, binding: &Binding) -> Result<ExprPrinter<'_>, String> {
@@ -254,10 +263,11 @@ impl Printer<'_> {
         }
     }
 
-    fn ty(&self, t: Ty) -> &'static str {
+    fn ty(&self, t: Ty) -> Result<String, String> {
         match t {
-            Ty::Int(i) => i.spelling(),
-            Ty::Elem(d) => self.d.storage_type(d),
+            Ty::Int(i) => Ok(i.spelling().into()),
+            Ty::Elem(d) => Ok(self.d.storage_type(d).into()),
+            Ty::Vector(n) => self.d.vector_type(crate::lower::COMPUTE, n),
         }
     }
 
@@ -278,16 +288,27 @@ impl Printer<'_> {
         match s {
             Stmt::Comment(c) => out.line(d, &format!("/* {c} */")),
             Stmt::Let { ty, konst, defs } => {
+                let spelled = self.ty(*ty)?;
                 let defs = defs
                     .iter()
-                    .map(|(n, v)| Ok(format!("{n} = {}", self.value(v)?)))
+                    .map(|(n, v)| match (ty, v) {
+                        // A vector from a scalar literal: every lane set to it (lanes
+                        // an initialiser leaves out are zero).
+                        (Ty::Vector(_), Value::Float(f)) if *f == 0.0 => {
+                            Ok(format!("{n} = ({spelled}){{{}}}", float_lit(0.0)))
+                        }
+                        (Ty::Vector(lanes), Value::Float(f)) => Ok(format!(
+                            "{n} = ({spelled}){{{}}}",
+                            vec![float_lit(*f); *lanes].join(", ")
+                        )),
+                        _ => Ok(format!("{n} = {}", self.value(v)?)),
+                    })
                     .collect::<Result<Vec<_>, String>>()?;
                 out.line(
                     d,
                     &format!(
-                        "{}{} {};",
+                        "{}{spelled} {};",
                         if *konst { "const " } else { "" },
-                        self.ty(*ty),
                         defs.join(", ")
                     ),
                 );
@@ -409,7 +430,7 @@ impl Printer<'_> {
                 }
                 let dtype = match dst {
                     Target::Elem { buf, .. } => buffer(self.nest, *buf)?.dtype,
-                    Target::Var(_) => crate::lower::COMPUTE,
+                    Target::Var(_) | Target::Lanes { .. } => crate::lower::COMPUTE,
                 };
                 out.line(
                     d,

@@ -152,19 +152,19 @@ pub fn lower<'a>(
     })
 }
 
-struct Lower<'a> {
-    buffers: Vec<Buffer>,
-    kernel: &'a Kernel,
-    extents: &'a [usize],
-    shapes: &'a [&'a [usize]],
-    config: &'a CpuConfig,
+pub(super) struct Lower<'a> {
+    pub(super) buffers: Vec<Buffer>,
+    pub(super) kernel: &'a Kernel,
+    pub(super) extents: &'a [usize],
+    pub(super) shapes: &'a [&'a [usize]],
+    pub(super) config: &'a CpuConfig,
     /// C names of the index variables in loops (`i_<name>`).
-    names: Vec<String>,
-    inputs: Vec<usize>,
-    out: BufId,
-    acc: BufId,
-    pk: Option<BufId>,
-    plan: Plan,
+    pub(super) names: Vec<String>,
+    pub(super) inputs: Vec<usize>,
+    pub(super) out: BufId,
+    pub(super) acc: BufId,
+    pub(super) pk: Option<BufId>,
+    pub(super) plan: Plan,
 }
 
 fn int(v: usize) -> String {
@@ -215,7 +215,7 @@ fn tile_steps(var: &str, extent: usize, step: usize, index: Option<usize>, layou
 }
 
 impl Lower<'_> {
-    fn ext(&self, axis: Option<usize>) -> usize {
+    pub(super) fn ext(&self, axis: Option<usize>) -> usize {
         axis.map_or(1, |a| self.extents[a])
     }
 
@@ -227,7 +227,7 @@ impl Lower<'_> {
     }
 
     /// Index strings inside a tile: the unroll / vector axes are `u0 + u` and `v0 + v`.
-    fn tile_index(&self) -> Vec<String> {
+    pub(super) fn tile_index(&self) -> Vec<String> {
         let mut index = self.names.clone();
         if let Some(u) = self.config.unroll_axis {
             index[u] = "(u0 + u)".into();
@@ -240,7 +240,7 @@ impl Lower<'_> {
 
     /// Row-major position of the current reduction point in a panel, e.g.
     /// `(i_c * 3 + i_r) * 3 + i_s`; a blocked index counts from its block's start `k0`.
-    fn reduction_point(&self) -> String {
+    pub(super) fn reduction_point(&self) -> String {
         let mut s = String::new();
         for (n, &r) in self.kernel.reduction().iter().enumerate() {
             let name = match self.plan.block {
@@ -268,7 +268,12 @@ impl Lower<'_> {
     /// Nested loops of `kind` over every reduction index, each flat around the next, the
     /// last one with `last` around `body`; a blocked index runs over its current block (`k0`,
     /// `nk` in scope).
-    fn reduction_loops(&self, kind: LoopKind, last: Layout, body: Vec<Stmt>) -> Vec<Stmt> {
+    pub(super) fn reduction_loops(
+        &self,
+        kind: LoopKind,
+        last: Layout,
+        body: Vec<Stmt>,
+    ) -> Vec<Stmt> {
         let red = self.kernel.reduction();
         let loops = red
             .iter()
@@ -332,7 +337,12 @@ impl Lower<'_> {
     /// `#pragma GCC unroll`: forcing it here made edge tiles of a runtime size (e.g. every
     /// tile of a 14-wide axis under a 16-wide vector tile, before edge tiles had constant
     /// sizes) 2.3x slower on a 1×1 convolution, and full tiles gained nothing.
-    fn tile_loops(&self, (nu, nv): (usize, usize), braced: bool, body: Vec<Stmt>) -> Stmt {
+    pub(super) fn tile_loops(
+        &self,
+        (nu, nv): (usize, usize),
+        braced: bool,
+        body: Vec<Stmt>,
+    ) -> Stmt {
         let v = self.tile_loop(
             true,
             (int(nv), nv),
@@ -351,7 +361,11 @@ impl Lower<'_> {
 
     /// The output offset of a tile element, e.g. `40 * (u0 + u) + (v0 + v)`.
     fn out_offset(&self) -> String {
-        let index = self.tile_index();
+        self.out_offset_at(&self.tile_index())
+    }
+
+    /// The output offset of the element at `index` (C text of every index variable).
+    pub(super) fn out_offset_at(&self, index: &[String]) -> String {
         let out_strides = strides(self.shapes[self.kernel.output]);
         let terms: Vec<String> = self
             .kernel
@@ -374,18 +388,12 @@ impl Lower<'_> {
     /// tile takes (the full tile and the edges), the size a constant, so the compiler unrolls
     /// the tile and keeps `acc` in registers.
     fn tile(&self, name: &str, packed: bool, size: (usize, usize)) -> Func {
+        if let Some(micro) = packed.then(|| self.micro_tile(name, size)).flatten() {
+            return micro;
+        }
         let (ru, rv) = (self.config.unroll, self.config.vector);
         let (nu, nv) = size;
-        let mut params = pointer_params(self.kernel, self.pk.filter(|_| packed));
-        let scalar = |name: &str| Param::Scalar {
-            ty: IntType::Long,
-            name: name.into(),
-        };
-        params.extend(self.plan.others.iter().map(|&o| scalar(&self.names[o])));
-        params.extend(["u0", "v0"].map(scalar));
-        if self.plan.block.is_some() {
-            params.extend(["k0", "nk"].map(scalar));
-        }
+        let params = self.tile_params(packed);
 
         let acc_uv = self.elem(self.acc, &["u", "v"]);
         let out = self.elem(self.out, &[&self.out_offset()]);
@@ -484,21 +492,7 @@ impl Lower<'_> {
                 braced: true,
             });
         }
-        body.push(self.tile_loops(
-            size,
-            true,
-            vec![Stmt::Store {
-                acc: acc_uv,
-                epilogue: self.kernel.epilogue.clone(),
-                // The panel holds the current reduction point's rows: the epilogue, after
-                // the reduction, reads every input from global memory.
-                binding: Binding {
-                    reads: Vec::new(),
-                    ..binding
-                },
-                dst: out,
-            }],
-        ));
+        body.push(self.epilogue_stores(size));
         Func {
             name: name.into(),
             params,
@@ -506,8 +500,43 @@ impl Lower<'_> {
         }
     }
 
+    /// The epilogue and store of every element of a tile of `size` from `acc`.
+    pub(super) fn epilogue_stores(&self, size: (usize, usize)) -> Stmt {
+        self.tile_loops(
+            size,
+            true,
+            vec![Stmt::Store {
+                acc: self.elem(self.acc, &["u", "v"]),
+                epilogue: self.kernel.epilogue.clone(),
+                // The panel holds the current reduction point's rows: the epilogue, after
+                // the reduction, reads every input from global memory.
+                binding: Binding {
+                    index: self.tile_index(),
+                    reads: Vec::new(),
+                },
+                dst: self.elem(self.out, &[&self.out_offset()]),
+            }],
+        )
+    }
+
+    /// The parameters of a tile function: the pointers (the panel's with `packed`), the
+    /// other output indices, the tile's start and the reduction block.
+    pub(super) fn tile_params(&self, packed: bool) -> Vec<Param> {
+        let mut params = pointer_params(self.kernel, self.pk.filter(|_| packed));
+        let scalar = |name: &str| Param::Scalar {
+            ty: IntType::Long,
+            name: name.into(),
+        };
+        params.extend(self.plan.others.iter().map(|&o| scalar(&self.names[o])));
+        params.extend(["u0", "v0"].map(scalar));
+        if self.plan.block.is_some() {
+            params.extend(["k0", "nk"].map(scalar));
+        }
+        params
+    }
+
     /// A buffer's name.
-    fn name(&self, buf: BufId) -> &str {
+    pub(super) fn name(&self, buf: BufId) -> &str {
         self.buffers.get(buf.0).map_or("", |b| b.name.as_str())
     }
 
@@ -558,7 +587,7 @@ impl Lower<'_> {
     /// so without these the compiler keeps every bounds check of a padded read: a 3×3
     /// convolution with padding 1 took 3.1 s to compile and ran 2.7x slower; with them, 0.9 s
     /// and 0.74x the time of the inlined tiles without ranges.
-    fn tile_facts(&self, (nu, nv): (usize, usize)) -> String {
+    pub(super) fn tile_facts(&self, (nu, nv): (usize, usize)) -> String {
         let mut facts: Vec<String> = self
             .plan
             .others

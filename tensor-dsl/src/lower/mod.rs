@@ -48,6 +48,7 @@
 
 pub mod cpu;
 pub mod cpu_conv;
+pub mod cpu_micro;
 pub mod gpu;
 pub mod gpu_simt;
 pub mod tensorcore;
@@ -129,6 +130,9 @@ pub enum Ty {
     Int(IntType),
     /// An element value (spelled by the dialect's storage type).
     Elem(DType),
+    /// A vector of this many lanes of the compute type (explicit SIMD code, the CPU
+    /// micro-kernel of [`cpu_micro`]); a `Let` of it from a [`Value::Float`] is a splat.
+    Vector(usize),
 }
 
 /// What a loop does with its iterations.
@@ -221,6 +225,13 @@ pub enum Target {
     Elem {
         buf: BufId,
         index: Vec<String>,
+    },
+    /// `width` consecutive elements of a buffer from `name[i0][i1]...` on, as one vector of
+    /// the compute type (no alignment assumed).
+    Lanes {
+        buf: BufId,
+        index: Vec<String>,
+        width: usize,
     },
 }
 

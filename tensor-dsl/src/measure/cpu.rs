@@ -1,11 +1,37 @@
 //! Measuring CPU schedules, isolated from the tuning process.
 //!
-//! Candidates are compiled in parallel (one compiler process per core), then run one at a
-//! time in a child process: a small C runner (built once per process) that `dlopen`s the
-//! candidate, runs it once (its output is checked against the reference), then repeats it
-//! until a minimum time and prints each run's seconds. A candidate that fails to compile,
-//! crashes, hangs past the timeout or computes a wrong result is an
-//! [`Outcome::Invalid`]; the search goes on.
+//! A batch of candidates is compiled in parallel: one compiler process per core, each
+//! building its share of the batch into one shared object (candidate `n` is the C unit
+//! whose entry is renamed `td_kernel_<n>`; a share that fails to build is built again one
+//! candidate at a time, so a compile error only invalidates its own candidate). Then the
+//! candidates run one at a time in a child process: a small C runner (built once per
+//! process, started once per measurer) that keeps the inputs loaded, `dlopen`s each object
+//! it is sent, runs the candidate once (its output is checked against the expected output,
+//! computed once per measurer) and then repeats it, printing each run's seconds, until one
+//! of:
+//! - at least 3 runs and [`CpuMeasurer::min_seconds`] of run time, or
+//!   [`CpuMeasurer::max_repeats`] runs;
+//! - at least 8 runs whose median is within [`CpuMeasurer::spread`] of their minimum (the
+//!   time is known well enough; Droplet wants 6 samples before it trusts a comparison);
+//! - a candidate whose checked call and latest run both took [`CpuMeasurer::slow_factor`]
+//!   times the best median so far stops after 3 runs, or after 1 when that run took over
+//!   20 ms, and one whose checked call took that long and over 50 ms is not repeated at
+//!   all: the checked call is its one sample (it will not be chosen; its time, a little
+//!   pessimistic, still trains the cost model).
+//!
+//! A candidate that fails to compile, crashes, hangs past the timeout or computes a wrong
+//! result is an [`Outcome::Invalid`]; a crash or a hang ends the runner, and the rest of the
+//! batch runs in a fresh one. The runner's inputs are read-only and every buffer lies
+//! between guard pages, so a candidate that writes to an input or runs off the end of a
+//! page crashes rather than corrupting the next one's data (a stray write elsewhere in the
+//! runner is not caught); the output is filled with NaN before each candidate. A point
+//! measured again (Droplet's remeasurements) reuses its loaded object, without compiling.
+//!
+//! Where the time goes is kept in [`MeasureTimings`] (`bench -v` prints it; bench/README.md
+//! has a breakdown). Building a candidate (`-O3` on unrolled register tiles, about 0.3 s of
+//! compiler CPU) is most of it; before the shared runner, a fresh process per candidate, its
+//! inputs read from files, and up to 0.1 s of repeats for candidates that were clearly slow
+//! made the run phase about 2.5 times as long as it is now (on a busy 2-core machine).
 //!
 //! ```no_run
 //! use tensor_dsl::{ir::parse_text, measure::cpu::CpuMeasurer, template::cpu::CpuTemplate};
@@ -23,67 +49,127 @@ use crate::ir::{bind, Kernel};
 use crate::runtime::cpu;
 use crate::template::cpu::CpuTemplate;
 use crate::Error;
-use std::io::Read;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tuner::{Config, Measurer, Outcome};
 
 /// The child-process runner, in C.
-const RUNNER: &str = r#"/* tensor-dsl measurement runner: runs one candidate in its own process. */
+const RUNNER: &str = r#"/* tensor-dsl measurement runner: keeps the inputs loaded and runs the candidates it
+   is sent on stdin, one per line, answering on stdout. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 typedef void (*entry_t)(const void *const *, void *);
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
-static void *load(const char *path, long n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *d = malloc(n + 64);
-    if (d && fread(d, 1, n, f) != (size_t)n) { free(d); d = NULL; }
-    fclose(f);
-    return d;
+static long page;
+/* Buffers start this far into a page, as a large malloc's do (and as the old one-candidate
+   runner's did), so that timings see the same alignment as calls on heap buffers. */
+#define OFFSET 16
+static long body_of(long n) { return (n + OFFSET + page - 1) / page * page; }
+/* n bytes (at OFFSET into the first page) between two inaccessible guard pages. */
+static unsigned char *guarded(long n) {
+    long body = body_of(n);
+    unsigned char *m = mmap(NULL, body + 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    if (mprotect(m, page, PROT_NONE) || mprotect(m + page + body, page, PROT_NONE)) return NULL;
+    return m + page + OFFSET;
 }
-/* argv: object output min_seconds max_repeats nparams, then per parameter: bytes path ("-" = output) */
+static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+/* (median - min) / min of the first n samples. */
+static double spread_of(const double *s, int n, double *scratch) {
+    memcpy(scratch, s, n * sizeof(double));
+    qsort(scratch, n, sizeof(double), cmp);
+    return scratch[0] > 0 ? (scratch[n / 2] - scratch[0]) / scratch[0] : 1e9;
+}
+/* argv: nparams, then per parameter: bytes path ("-" = the output).
+   stdin, one candidate per line, tab-separated:
+     object symbol output_path min_seconds max_repeats spread slow_factor best_seconds
+   stdout: "first S" (the checked call), "t S" per timed run ("reused" after the only one when
+   it is the checked call's), then "done"; or "error MESSAGE". */
 int main(int argc, char **argv) {
-    if (argc < 6) return 90;
-    void *lib = dlopen(argv[1], RTLD_NOW);
-    if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 91; }
-    entry_t kernel = (entry_t)dlsym(lib, "td_kernel");
-    if (!kernel) return 92;
-    double min_seconds = atof(argv[3]);
-    int max_repeats = atoi(argv[4]), np = atoi(argv[5]);
-    if (argc != 6 + 2 * np) return 93;
+    if (argc < 2) return 90;
+    int np = atoi(argv[1]);
+    if (np < 1 || argc != 2 + 2 * np) return 93;
+    page = sysconf(_SC_PAGESIZE);
     const void **args = calloc(np, sizeof(void *));
-    void *out = NULL;
+    unsigned char *out = NULL;
     long out_len = 0;
     for (int p = 0; p < np; ++p) {
-        long len = atol(argv[6 + 2 * p]);
-        const char *path = argv[7 + 2 * p];
-        if (path[0] == '-' && path[1] == 0) { out = calloc(len + 64, 1); out_len = len; }
-        else if (!(args[p] = load(path, len))) return 94;
+        long len = atol(argv[2 + 2 * p]);
+        const char *path = argv[3 + 2 * p];
+        unsigned char *d = guarded(len > 0 ? len : 1);
+        if (!d) return 94;
+        if (path[0] == '-' && path[1] == 0) { out = d; out_len = len; continue; }
+        FILE *f = fopen(path, "rb");
+        if (!f || fread(d, 1, len, f) != (size_t)len) return 94;
+        fclose(f);
+        if (mprotect(d - OFFSET, body_of(len), PROT_READ)) return 94;
+        args[p] = d;
     }
     if (!out) return 95;
-    kernel(args, out);
-    FILE *f = fopen(argv[2], "wb");
-    if (!f || fwrite(out, 1, out_len, f) != (size_t)out_len) return 96;
-    fclose(f);
-    double total = 0;
-    for (int reps = 0; reps < 3 || (total < min_seconds && reps < max_repeats); ++reps) {
+    char line[16384];
+    while (fgets(line, sizeof line, stdin)) {
+        char *field[8];
+        int nf = 0;
+        for (char *tok = strtok(line, "\t\n"); tok && nf < 8; tok = strtok(NULL, "\t\n")) field[nf++] = tok;
+        if (nf != 8) { printf("error bad request\n"); fflush(stdout); continue; }
+        double min_seconds = atof(field[3]), spread = atof(field[5]), slow = atof(field[6]), best = atof(field[7]);
+        int max_repeats = atoi(field[4]);
+        if (max_repeats < 3) max_repeats = 3;
+        void *lib = dlopen(field[0], RTLD_NOW | RTLD_LOCAL);
+        if (!lib) { printf("error %s\n", dlerror()); fflush(stdout); continue; }
+        entry_t kernel = (entry_t)dlsym(lib, field[1]);
+        if (!kernel) { printf("error no symbol %s\n", field[1]); fflush(stdout); continue; }
+        memset(out, 0xff, out_len); /* NaN in every float type */
         double t = now();
         kernel(args, out);
-        t = now() - t;
-        total += t;
-        printf("%.9e\n", t);
+        double first = now() - t;
+        printf("first %.9e\n", first);
+        FILE *f = fopen(field[2], "wb");
+        int written = f && fwrite(out, 1, out_len, f) == (size_t)out_len;
+        if (f) fclose(f);
+        if (!written) { printf("error cannot write the output\n"); fflush(stdout); continue; }
+        fflush(stdout);
+        if (slow > 0 && best > 0 && first > slow * best && first > 0.05) {
+            /* Far slower than the best and long: the checked call is its one sample. */
+            printf("t %.9e\nreused\ndone\n", first);
+            fflush(stdout);
+            continue;
+        }
+        double *samples = malloc(2 * max_repeats * sizeof(double)), total = 0;
+        if (!samples) return 96;
+        for (int n = 1;; ++n) {
+            t = now();
+            kernel(args, out);
+            t = now() - t;
+            samples[n - 1] = t;
+            total += t;
+            printf("t %.9e\n", t);
+            int is_slow = slow > 0 && best > 0 && t > slow * best && first > slow * best;
+            if (is_slow && t > 0.02) break;
+            if (n < 3) continue;
+            if (is_slow || total >= min_seconds || n >= max_repeats) break;
+            if (n >= 8 && spread > 0 && spread_of(samples, n, samples + max_repeats) <= spread) break;
+        }
+        free(samples);
+        printf("done\n");
+        fflush(stdout);
     }
     return 0;
 }
 "#;
 
 /// Builds the runner once per process.
-fn runner() -> Result<&'static Path, String> {
+fn runner_exe() -> Result<&'static Path, String> {
     static RUNNER_PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     RUNNER_PATH
         .get_or_init(|| {
@@ -112,6 +198,84 @@ fn runner() -> Result<&'static Path, String> {
         .map_err(Clone::clone)
 }
 
+/// A started runner: its stdin for requests, its stdout lines through a reader thread (so
+/// waiting for an answer can time out), and the objects it has loaded (deleted when it ends:
+/// a file deleted while loaded could have its inode reused by a later object, which `dlopen`
+/// would then take for the one it already has).
+struct Runner {
+    child: Child,
+    stdin: ChildStdin,
+    /// In a mutex only so that the measurer stays `Sync`.
+    lines: Mutex<Receiver<String>>,
+    loaded: Vec<PathBuf>,
+}
+
+/// A runner loads at most this many objects before it is replaced by a fresh one.
+const OBJECTS_PER_RUNNER: usize = 64;
+
+impl Runner {
+    fn start(args: &[std::ffi::OsString]) -> Result<Runner, String> {
+        let exe = runner_exe()?;
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start the runner: {e}"))?;
+        let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
+            (Some(i), Some(o)) => (i, o),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("the runner has no pipes".into());
+            }
+        };
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Runner {
+            child,
+            stdin,
+            lines: Mutex::new(lines),
+            loaded: Vec::new(),
+        })
+    }
+
+    /// Ends the runner: closes its stdin (it exits), waits up to `grace` for it to exit,
+    /// then kills it. Returns how it exited and the objects it loaded.
+    fn end(self, grace: Duration) -> (Option<std::process::ExitStatus>, Vec<PathBuf>) {
+        let Runner {
+            mut child,
+            stdin,
+            loaded,
+            ..
+        } = self;
+        drop(stdin);
+        let until = Instant::now() + grace;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(1)),
+                _ => {
+                    let _ = child.kill();
+                    break child.wait().ok();
+                }
+            }
+        };
+        (status, loaded)
+    }
+}
+
+/// A built candidate: its object and entry symbol, or why it did not build.
+type Built = Result<(PathBuf, String), String>;
+
 /// A hook that rewrites a candidate's source before it is compiled (fault injection in
 /// tests: plant a crash, a hang or a wrong result).
 pub type SourceHook = Box<dyn Fn(&Config, String) -> String + Send + Sync>;
@@ -126,14 +290,84 @@ pub struct CpuMeasurer {
     /// Input files by parameter id (`None` for the output).
     inputs: Vec<Option<PathBuf>>,
     reference: Vec<f32>,
-    /// Stop repeating a candidate after this much run time...
+    /// Stop repeating a candidate after this much run time (and at least 3 runs)...
     pub min_seconds: f64,
-    /// ...or this many repeats (at least 3 are always taken).
+    /// ...or this many repeats (at least 3 are always taken, unless it is slow)...
     pub max_repeats: usize,
-    /// A child still running after this long is killed and the candidate is invalid.
+    /// ...or when at least 8 runs have a median within this fraction of their minimum
+    /// (0 turns this off)...
+    pub spread: f64,
+    /// ...or, for a candidate whose checked call and latest run both took more than this
+    /// many times the best median so far, after 3 runs, or 1 run of over 20 ms, or none
+    /// when the checked call took over 50 ms (0 turns this off; see the module docs).
+    pub slow_factor: f64,
+    /// A candidate still running after this long (loading, the checked call and the
+    /// repeats) is killed and invalid; the next one runs in a fresh runner.
     pub timeout: Duration,
     hook: Option<SourceHook>,
     seq: usize,
+    timings: MeasureTimings,
+    /// The runner, once started (and until a candidate crashes or hangs in it).
+    runner: Option<Runner>,
+    /// Objects of runners that ended, deleted after the batch.
+    stale: Vec<PathBuf>,
+    /// The best median so far.
+    best: Option<f64>,
+    /// Each point's object and entry, while the object is on disk (loaded by the runner).
+    objects: HashMap<Config, (PathBuf, String)>,
+}
+
+/// Where a [`CpuMeasurer`]'s time went, summed over every batch since it was made, in
+/// seconds (wall time unless the name says otherwise). `bench -v` prints it after a search.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MeasureTimings {
+    /// Candidates measured.
+    pub candidates: usize,
+    /// Batches measured.
+    pub batches: usize,
+    /// Candidates compiled (a remeasured point whose object is still loaded is not).
+    pub built: usize,
+    /// Preparing the task: inputs and the expected output (once, in `new`).
+    pub prepare: f64,
+    /// Generating C, summed over the compiler threads.
+    pub codegen: f64,
+    /// The build phase: code generation and compiler processes, in parallel.
+    pub compile: f64,
+    /// Compiler processes, summed over candidates (more than `compile` when in parallel).
+    pub compile_sum: f64,
+    /// The run phase: runner processes from start to exit, output checks included.
+    pub run: f64,
+    /// Inside the runners: every call of a candidate (the checked one and the timed repeats).
+    pub kernel: f64,
+    /// Reading outputs back and checking them against the expected output.
+    pub check: f64,
+    /// Timed repeats taken.
+    pub repeats: usize,
+}
+
+impl std::fmt::Display for MeasureTimings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let per = |s: f64| s / self.candidates.max(1) as f64;
+        write!(
+            f,
+            "{} candidates ({} compiled) in {} batches; per candidate: build {:.3} s (codegen {:.3} s, \
+             compiler {:.3} s summed over threads), run {:.3} s (kernel calls {:.3} s, \
+             {:.1} repeats; check {:.3} s; process, loading and output {:.3} s); \
+             preparing the task {:.2} s once",
+            self.candidates,
+            self.built,
+            self.batches,
+            per(self.compile),
+            per(self.codegen),
+            per(self.compile_sum),
+            per(self.run),
+            per(self.kernel),
+            self.repeats as f64 / self.candidates.max(1) as f64,
+            per(self.check),
+            per(self.run - self.kernel - self.check),
+            self.prepare,
+        )
+    }
 }
 
 impl CpuMeasurer {
@@ -145,6 +379,7 @@ impl CpuMeasurer {
         shapes: &[Vec<usize>],
         template: CpuTemplate,
     ) -> Result<CpuMeasurer, Error> {
+        let started = Instant::now();
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         let extents = bind(kernel, &refs)?;
         let dir = cpu::work_dir()?;
@@ -177,9 +412,19 @@ impl CpuMeasurer {
             reference,
             min_seconds: 0.1,
             max_repeats: 50,
+            spread: 0.02,
+            slow_factor: 3.0,
             timeout: Duration::from_secs(20),
             hook: None,
+            runner: None,
+            stale: Vec::new(),
+            best: None,
+            objects: HashMap::new(),
             seq: 0,
+            timings: MeasureTimings {
+                prepare: started.elapsed().as_secs_f64(),
+                ..MeasureTimings::default()
+            },
         })
     }
 
@@ -187,6 +432,11 @@ impl CpuMeasurer {
     pub fn with_source_hook(mut self, hook: SourceHook) -> Self {
         self.hook = Some(hook);
         self
+    }
+
+    /// Where the time went so far (see [`MeasureTimings`]).
+    pub fn timings(&self) -> &MeasureTimings {
+        &self.timings
     }
 
     /// The template whose points this measures.
@@ -199,88 +449,209 @@ impl CpuMeasurer {
         self.kernel.flops(&self.extents)
     }
 
-    fn source(&self, config: &Config) -> Result<String, String> {
+    /// Candidate `n`'s C unit: its entry renamed `td_kernel_<n>`, so that several units can
+    /// share one object.
+    fn source(&self, config: &Config, n: usize) -> Result<String, String> {
         let schedule = self.template.decode(config)?;
         schedule.validate(&self.kernel)?;
         let shapes: Vec<&[usize]> = self.shapes.iter().map(Vec::as_slice).collect();
         let src = c::generate(&self.kernel, &self.extents, &shapes, &schedule);
-        Ok(match &self.hook {
+        let src = match &self.hook {
             Some(h) => h(config, src),
             None => src,
-        })
+        };
+        Ok(format!("#define {0} {0}_{n}\n{src}", c::ENTRY))
     }
 
-    /// Runs one compiled candidate in the runner and checks its output.
-    fn run_one(&self, object: &Path, out: &Path) -> Outcome {
-        let invalid = |reason: String| Outcome::Invalid { reason };
-        let runner = match runner() {
-            Ok(r) => r,
-            Err(e) => return invalid(e),
-        };
-        let mut cmd = Command::new(runner);
-        cmd.arg(object)
-            .arg(out)
-            .arg(self.min_seconds.to_string())
-            .arg(self.max_repeats.to_string())
-            .arg(self.kernel.params.len().to_string());
-        for (p, (shape, param)) in self.shapes.iter().zip(&self.kernel.params).enumerate() {
-            cmd.arg((shape.iter().product::<usize>() * param.dtype.size()).to_string());
-            match &self.inputs[p] {
-                Some(path) => cmd.arg(path),
-                None => cmd.arg("-"),
-            };
-        }
-        let mut child = match cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
-            Ok(c) => c,
-            Err(e) => return invalid(format!("cannot start the runner: {e}")),
-        };
-        let start = Instant::now();
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if start.elapsed() > self.timeout => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return invalid(format!(
-                        "timed out after {:.1} s",
-                        self.timeout.as_secs_f64()
-                    ));
+    /// Builds the candidates `indices` of `batch` (numbered from `base`) into one object
+    /// with one compiler process; if that fails, one object per candidate, so that an error
+    /// is its own candidate's. Returns each candidate's object and entry symbol, or why it
+    /// did not build, and the seconds spent generating code and compiling.
+    fn build_share(
+        &self,
+        batch: &[Config],
+        base: usize,
+        indices: &[usize],
+    ) -> (Vec<(usize, Built)>, f64, f64) {
+        let generating = Instant::now();
+        let sources: Vec<(usize, Result<String, String>)> = indices
+            .iter()
+            .map(|&i| (i, self.source(&batch[i], base + i)))
+            .collect();
+        let codegen = generating.elapsed().as_secs_f64();
+        let compiling = Instant::now();
+        let symbol = |i: usize| format!("{}_{}", c::ENTRY, base + i);
+        let good: Vec<(usize, &str)> = sources
+            .iter()
+            .filter_map(|(i, s)| Some((*i, s.as_deref().ok()?)))
+            .collect();
+        let mut shared_error = None;
+        if good.len() > 1 {
+            let object = self.dir.join(format!("b{base}-{}.so", good[0].0));
+            let units: Vec<&str> = good.iter().map(|(_, s)| *s).collect();
+            match cpu::compile_shared_object_from(&units, &object) {
+                Ok(()) => {
+                    let built = sources
+                        .into_iter()
+                        .map(|(i, s)| (i, s.map(|_| (object.clone(), symbol(i)))))
+                        .collect();
+                    return (built, codegen, compiling.elapsed().as_secs_f64());
                 }
-                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
-                Err(e) => return invalid(format!("waiting for the runner: {e}")),
+                Err(e) => shared_error = Some(e),
             }
-        };
-        let mut stdout = String::new();
-        let mut stderr = String::new();
-        if let Some(mut s) = child.stdout.take() {
-            let _ = s.read_to_string(&mut stdout);
         }
-        if let Some(mut s) = child.stderr.take() {
-            let _ = s.read_to_string(&mut stderr);
+        let built = sources
+            .into_iter()
+            .map(|(i, s)| {
+                let object = self.dir.join(format!("c{}.so", base + i));
+                let result = s.and_then(|src| {
+                    cpu::compile_shared_object(&src, &object).map(|()| (object, symbol(i)))
+                });
+                (i, result)
+            })
+            .collect();
+        if let Some(e) = shared_error {
+            crate::log::warn(format_args!(
+                "a batch of candidates did not build together, so one at a time: {}",
+                e.lines().next().unwrap_or_default()
+            ));
         }
-        if !status.success() {
-            return invalid(match status.code() {
-                Some(code) => format!("runner exited with status {code}: {}", stderr.trim()),
-                None => "crashed (killed by a signal)".to_string(),
+        (built, codegen, compiling.elapsed().as_secs_f64())
+    }
+
+    /// The runner's arguments: the parameter count, then each parameter's bytes and input
+    /// file (`-` for the output).
+    fn runner_args(&self) -> Vec<std::ffi::OsString> {
+        let mut args = vec![self.kernel.params.len().to_string().into()];
+        for (p, (shape, param)) in self.shapes.iter().zip(&self.kernel.params).enumerate() {
+            args.push(
+                (shape.iter().product::<usize>() * param.dtype.size())
+                    .to_string()
+                    .into(),
+            );
+            args.push(match &self.inputs[p] {
+                Some(path) => path.clone().into_os_string(),
+                None => "-".into(),
             });
         }
+        args
+    }
+
+    /// Ends the runner (if any); its objects are deleted after the batch.
+    fn end_runner(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        let runner = self.runner.take()?;
+        let (status, loaded) = runner.end(grace);
+        self.stale.extend(loaded);
+        status
+    }
+
+    /// Runs one compiled candidate in the runner (started if there is none) and checks its
+    /// output.
+    fn run_one(&mut self, object: &Path, symbol: &str, out: &Path) -> Outcome {
+        let invalid = |reason: String| Outcome::Invalid { reason };
+        let request = format!(
+            "{}\t{symbol}\t{}\t{:e}\t{}\t{:e}\t{:e}\t{:e}\n",
+            object.display(),
+            out.display(),
+            self.min_seconds,
+            self.max_repeats,
+            self.spread,
+            self.slow_factor,
+            self.best.unwrap_or(0.0),
+        );
+        // A runner that died between candidates (it should not) is replaced once.
+        let mut sent = false;
+        for _ in 0..2 {
+            if self.runner.is_none() {
+                match Runner::start(&self.runner_args()) {
+                    Ok(r) => self.runner = Some(r),
+                    Err(e) => return invalid(e),
+                }
+            }
+            if let Some(r) = self.runner.as_mut() {
+                if r.stdin.write_all(request.as_bytes()).is_ok() && r.stdin.flush().is_ok() {
+                    if !r.loaded.iter().any(|o| o == object) {
+                        r.loaded.push(object.to_path_buf());
+                    }
+                    sent = true;
+                    break;
+                }
+            }
+            self.end_runner(Duration::ZERO);
+        }
+        let Some(runner) = self.runner.as_mut().filter(|_| sent) else {
+            return invalid("cannot send the candidate to the runner".into());
+        };
+        let deadline = Instant::now() + self.timeout;
+        let mut first = 0.0;
+        let mut samples: Vec<f64> = Vec::new();
+        let failure = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match runner.lines.get_mut() {
+                Ok(lines) => lines.recv_timeout(left),
+                Err(_) => Err(RecvTimeoutError::Disconnected),
+            };
+            match line {
+                Ok(line) => {
+                    if line == "done" {
+                        break None;
+                    } else if line == "reused" {
+                        // The one sample is the checked call, counted once below.
+                        first = 0.0;
+                    } else if let Some(v) = line.strip_prefix("t ") {
+                        samples.extend(v.trim().parse::<f64>().ok());
+                    } else if let Some(v) = line.strip_prefix("first ") {
+                        first = v.trim().parse().unwrap_or(0.0);
+                    } else if let Some(m) = line.strip_prefix("error ") {
+                        break Some(Ok(m.to_string()));
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    self.end_runner(Duration::ZERO);
+                    break Some(Ok(format!(
+                        "timed out after {:.1} s",
+                        self.timeout.as_secs_f64()
+                    )));
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    break Some(Err(()));
+                }
+            }
+        };
+        self.timings.kernel += first + samples.iter().sum::<f64>();
+        self.timings.repeats += samples.len();
+        match failure {
+            None => {}
+            Some(Ok(reason)) => return invalid(reason),
+            Some(Err(())) => {
+                // The runner ended in this candidate: a crash (or an exit) of its own.
+                let status = self.end_runner(Duration::from_secs(1));
+                return invalid(match status.and_then(|s| s.code()) {
+                    Some(code) => format!("the runner exited with status {code}"),
+                    None => "crashed (killed by a signal)".to_string(),
+                });
+            }
+        }
+        let checking = Instant::now();
         let dtype = self.kernel.params[self.kernel.output].dtype;
         let got = match std::fs::read(out) {
             Ok(bytes) => crate::Buffer::from_bytes(dtype, &bytes).to_f32(),
             Err(e) => return invalid(format!("no output: {e}")),
         };
         let _ = std::fs::remove_file(out);
-        if let Err(m) = super::check_output_within(&got, &self.reference, super::tolerance(dtype)) {
+        let checked = super::check_output_within(&got, &self.reference, super::tolerance(dtype));
+        self.timings.check += checking.elapsed().as_secs_f64();
+        if let Err(m) = checked {
             return invalid(m);
         }
-        let samples: Vec<f64> = stdout
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect();
         if samples.is_empty() {
             return invalid("the runner printed no timings".into());
         }
-        Outcome::Valid { samples }
+        let outcome = Outcome::Valid { samples };
+        if let Some(s) = outcome.seconds() {
+            self.best = Some(self.best.map_or(s, |b| b.min(s)));
+        }
+        outcome
     }
 }
 
@@ -288,53 +659,69 @@ impl Measurer for CpuMeasurer {
     fn measure(&mut self, batch: &[Config]) -> Vec<Outcome> {
         let base = self.seq;
         self.seq += batch.len();
-        let objects: Vec<PathBuf> = (0..batch.len())
-            .map(|i| self.dir.join(format!("cand{}.so", base + i)))
+        if self
+            .runner
+            .as_ref()
+            .is_some_and(|r| r.loaded.len() >= OBJECTS_PER_RUNNER)
+        {
+            self.end_runner(Duration::ZERO);
+        }
+        let building = Instant::now();
+        // Build in parallel: one compiler per core, each over its share of the batch.
+        // A point measured before whose object is still on disk (a remeasurement) is not
+        // built again.
+        self.objects.retain(|_, (object, _)| object.exists());
+        let mut built: Vec<Built> = batch
+            .iter()
+            .map(|c| {
+                self.objects
+                    .get(c)
+                    .cloned()
+                    .ok_or_else(|| "not built".to_string())
+            })
             .collect();
-        // Build in parallel, one compiler per core.
+        let todo: Vec<usize> = (0..batch.len()).filter(|&i| built[i].is_err()).collect();
         let workers = std::thread::available_parallelism()
             .map_or(2, |n| n.get())
-            .max(1);
-        let mut built: Vec<Result<(), String>> = Vec::new();
+            .clamp(1, todo.len().max(1));
+        let shares: Vec<Vec<usize>> = (0..workers)
+            .map(|w| todo.iter().copied().skip(w).step_by(workers).collect())
+            .filter(|share: &Vec<usize>| !share.is_empty())
+            .collect();
+        let mut times: Vec<(f64, f64)> = Vec::new();
+        let mut new_objects = Vec::new();
         std::thread::scope(|scope| {
             let this = &*self;
-            let handles: Vec<_> = (0..workers)
-                .map(|w| {
-                    let objects = &objects;
-                    scope.spawn(move || {
-                        (0..batch.len())
-                            .filter(|i| i % workers == w)
-                            .map(|i| {
-                                (
-                                    i,
-                                    this.source(&batch[i]).and_then(|src| {
-                                        cpu::compile_shared_object(&src, &objects[i])
-                                    }),
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                })
+            let handles: Vec<_> = shares
+                .iter()
+                .map(|share| scope.spawn(move || this.build_share(batch, base, share)))
                 .collect();
-            let mut all: Vec<(usize, Result<(), String>)> = handles
-                .into_iter()
-                .flat_map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        vec![(usize::MAX, Err("compiler thread panicked".into()))]
-                    })
-                })
-                .collect();
-            all.sort_by_key(|(i, _)| *i);
-            built = (0..batch.len())
-                .map(|i| {
-                    all.iter()
-                        .find(|(j, _)| *j == i)
-                        .map_or(Err("not built".to_string()), |(_, r)| r.clone())
-                })
-                .collect();
+            for h in handles {
+                match h.join() {
+                    Ok((results, codegen, compile)) => {
+                        times.push((codegen, compile));
+                        for (i, r) in results {
+                            if let Ok(o) = &r {
+                                new_objects.push((batch[i].clone(), o.clone()));
+                            }
+                            built[i] = r;
+                        }
+                    }
+                    Err(_) => crate::log::warn("a compiler thread panicked"),
+                }
+            }
         });
+        self.timings.built += new_objects.len();
+        self.objects.extend(new_objects);
+        for (codegen, compile) in times {
+            self.timings.codegen += codegen;
+            self.timings.compile_sum += compile;
+        }
+        self.timings.compile += building.elapsed().as_secs_f64();
+        let running = Instant::now();
         // Run one at a time.
         let mut outcomes = Vec::with_capacity(batch.len());
+        let mut objects: Vec<PathBuf> = Vec::new();
         for (i, result) in built.into_iter().enumerate() {
             outcomes.push(match result {
                 Err(log) => Outcome::Invalid {
@@ -343,19 +730,39 @@ impl Measurer for CpuMeasurer {
                         log.chars().take(2000).collect::<String>()
                     ),
                 },
-                Ok(()) => {
+                Ok((object, symbol)) => {
                     let out = self.dir.join(format!("out{}.bin", base + i));
-                    self.run_one(&objects[i], &out)
+                    let outcome = self.run_one(&object, &symbol, &out);
+                    let _ = std::fs::remove_file(&out);
+                    if !objects.contains(&object) {
+                        objects.push(object);
+                    }
+                    outcome
                 }
             });
-            let _ = std::fs::remove_file(&objects[i]);
         }
+        // Objects the live runner has not loaded are no longer needed; those of ended
+        // runners neither.
+        for object in objects.into_iter().chain(std::mem::take(&mut self.stale)) {
+            if !self
+                .runner
+                .as_ref()
+                .is_some_and(|r| r.loaded.contains(&object))
+            {
+                let _ = std::fs::remove_file(object);
+            }
+        }
+        self.objects.retain(|_, (object, _)| object.exists());
+        self.timings.run += running.elapsed().as_secs_f64();
+        self.timings.batches += 1;
+        self.timings.candidates += batch.len();
         outcomes
     }
 }
 
 impl Drop for CpuMeasurer {
     fn drop(&mut self) {
+        self.end_runner(Duration::ZERO);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

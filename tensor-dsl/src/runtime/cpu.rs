@@ -82,12 +82,17 @@ pub fn work_dir() -> Result<PathBuf, Error> {
     Ok(dir)
 }
 
-fn try_compile(program: &str, flags: &[String], src: &Path, out: &Path) -> Result<(), String> {
+fn try_compile(
+    program: &str,
+    flags: &[String],
+    srcs: &[PathBuf],
+    out: &Path,
+) -> Result<(), String> {
     let output = Command::new(program)
         .args(flags)
         .arg("-o")
         .arg(out)
-        .arg(src)
+        .args(srcs)
         .arg("-lm")
         .output()
         .map_err(|e| format!("cannot run `{program}`: {e}"))?;
@@ -101,17 +106,34 @@ fn try_compile(program: &str, flags: &[String], src: &Path, out: &Path) -> Resul
 /// Compiles C `source` into the shared object `out` with the probed compiler and flags.
 /// The source is written beside `out` (as `out` with a `.c` extension) and removed after.
 pub fn compile_shared_object(source: &str, out: &Path) -> Result<(), String> {
+    compile_shared_object_from(std::slice::from_ref(&source), out)
+}
+
+/// Compiles several C translation units into the one shared object `out`, with one compiler
+/// process (the measurer batches candidates this way, each with its own entry symbol; their
+/// `static` helpers do not clash across units). Unit `n` is written beside `out` (as `out`
+/// with the extension `n.c`) and removed after.
+pub fn compile_shared_object_from(sources: &[&str], out: &Path) -> Result<(), String> {
     let cc = compiler()?;
-    let src = out.with_extension("c");
-    std::fs::write(&src, source).map_err(|e| format!("{}: {e}", src.display()))?;
+    let srcs: Vec<PathBuf> = match sources {
+        [_] => vec![out.with_extension("c")],
+        _ => (0..sources.len())
+            .map(|n| out.with_extension(format!("{n}.c")))
+            .collect(),
+    };
+    let written = srcs.iter().zip(sources).try_for_each(|(src, text)| {
+        std::fs::write(src, text).map_err(|e| format!("{}: {e}", src.display()))
+    });
     let start = std::time::Instant::now();
-    let result = try_compile(&cc.program, &cc.flags, &src, out);
+    let result = written.and_then(|()| try_compile(&cc.program, &cc.flags, &srcs, out));
     crate::log::compiled(
         &out.file_stem().unwrap_or_default().to_string_lossy(),
         &cc.program,
         start.elapsed().as_secs_f64(),
     );
-    let _ = std::fs::remove_file(&src);
+    for src in &srcs {
+        let _ = std::fs::remove_file(src);
+    }
     result.map_err(|log| format!("{} {}:\n{log}", cc.program, cc.flags.join(" ")))
 }
 
@@ -144,7 +166,7 @@ pub fn compiler() -> Result<&'static Compiler, String> {
             let mut last = String::new();
             for (extra, openmp) in candidates {
                 let flags: Vec<String> = base.iter().chain(extra).map(|s| s.to_string()).collect();
-                match try_compile(&program, &flags, &src, &so) {
+                match try_compile(&program, &flags, std::slice::from_ref(&src), &so) {
                     Ok(()) => {
                         let _ = std::fs::remove_file(&so);
                         let _ = std::fs::remove_file(&src);

@@ -643,6 +643,23 @@ impl DeviceBuffer {
         self.rt.synchronize()
     }
 
+    /// A copy of the buffer in new GPU memory (a device-to-device copy, ordered after the
+    /// kernels queued before it on the stream).
+    pub fn duplicate(&self) -> Result<DeviceBuffer, Error> {
+        self.rt.check_device()?;
+        let fail = |e| self.rt.device_error("copying on the GPU", e);
+        let slice = match &self.slice {
+            Slice::F32(s) => Slice::F32(self.rt.stream.clone_dtod(s).map_err(fail)?),
+            Slice::Half(s) => Slice::Half(self.rt.stream.clone_dtod(s).map_err(fail)?),
+        };
+        Ok(DeviceBuffer {
+            slice,
+            dtype: self.dtype,
+            len: self.len,
+            rt: self.rt,
+        })
+    }
+
     /// The buffer's contents in its own element type. Waits for the kernels queued before it.
     pub fn to_buffer(&self) -> Result<Buffer, Error> {
         let mut out = Buffer::zeros(self.dtype, self.len);

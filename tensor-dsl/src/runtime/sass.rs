@@ -105,9 +105,14 @@ pub struct SassProfile {
 }
 
 impl SassProfile {
-    /// The hot loop's FFMA share (0 without a loop).
+    /// The hot loop's FFMA share.
+    ///
+    /// A kernel without a loop (a reduction short enough to be unrolled whole) is its own
+    /// hot loop: the share is the whole kernel's.
     pub fn ffma_share(&self) -> f64 {
-        self.hot_loop.as_ref().map_or(0.0, |h| h.mix.ffma_share())
+        self.hot_loop
+            .as_ref()
+            .map_or(self.kernel_mix.ffma_share(), |h| h.mix.ffma_share())
     }
 
     /// Spilled bytes (stores + loads).
@@ -215,8 +220,11 @@ pub fn loops(instructions: &[Instruction], labels: &[(String, usize)]) -> Vec<(u
         if off > ins.offset {
             continue;
         }
+        // A branch to itself is the trap ptxas puts after the last `EXIT`, not a loop.
         if let Some(start) = instructions.iter().position(|i| i.offset == off) {
-            out.push((start, b));
+            if start < b {
+                out.push((start, b));
+            }
         }
     }
     out
@@ -230,22 +238,32 @@ fn mix_of(instructions: &[Instruction]) -> InstructionMix {
     m
 }
 
-/// The hot loop of `nvdisasm -c` text: among the innermost loops (no other loop inside),
-/// the one with the most FFMAs (then the longest).
+/// The hot loop of `nvdisasm -c` text: among the loops that do arithmetic (FFMA or
+/// tensor-core MMA) and hold no other such loop, the one with the most of it (then the
+/// longest). A loop that only copies (an implicit-GEMM gather inside the reduction loop)
+/// does not hide the loop around it. `None` when no loop does arithmetic: the reduction
+/// was unrolled whole, and the whole kernel is the hot path.
 pub fn hot_loop(sass: &str) -> Option<HotLoop> {
     let (ins, labels) = parse(sass);
-    let all = loops(&ins, &labels);
-    let innermost = all.iter().filter(|&&(s, e)| {
-        !all.iter()
-            .any(|&(s2, e2)| (s2, e2) != (s, e) && s <= s2 && e2 <= e)
-    });
-    innermost
-        .map(|&(s, e)| HotLoop {
+    let math = |&(s, e): &(usize, usize)| {
+        let m = mix_of(&ins[s..=e]);
+        (m.ffma + m.mma > 0).then_some((s, e, m))
+    };
+    let loops: Vec<(usize, usize, InstructionMix)> =
+        loops(&ins, &labels).iter().filter_map(math).collect();
+    loops
+        .iter()
+        .filter(|&&(s, e, _)| {
+            !loops
+                .iter()
+                .any(|&(s2, e2, _)| (s2, e2) != (s, e) && s <= s2 && e2 <= e)
+        })
+        .map(|&(s, e, mix)| HotLoop {
             start: ins[s].offset,
             end: ins[e].offset,
-            mix: mix_of(&ins[s..=e]),
+            mix,
         })
-        .max_by_key(|h| (h.mix.ffma, h.mix.total()))
+        .max_by_key(|h| (h.mix.ffma + h.mix.mma, h.mix.total()))
 }
 
 /// Estimated occupancy: resident warps per SM over the most an SM holds, from the threads
@@ -319,6 +337,40 @@ mod tests {
         let h = hot_loop(sass).unwrap();
         assert_eq!((h.start, h.end), (0x30, 0x60));
         assert_eq!((h.mix.ffma, h.mix.bar, h.mix.other), (2, 1, 1));
+    }
+
+    #[test]
+    fn the_exit_trap_and_loops_without_arithmetic_are_not_hot() {
+        // A reduction unrolled whole: the only loops are a copy loop and the trap.
+        let sass = "\
+        /*0000*/                   FFMA R2, R3, R4, R2 ;
+        /*0010*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+.L_x_0:
+        /*0020*/                   STG.E [R2.64], R4 ;
+        /*0030*/               @P0 BRA `(.L_x_0) ;
+        /*0040*/                   EXIT ;
+.L_x_1:
+        /*0050*/                   BRA `(.L_x_1);
+";
+        let (ins, labels) = parse(sass);
+        assert_eq!(loops(&ins, &labels), vec![(2, 3)]);
+        assert!(hot_loop(sass).is_none());
+    }
+
+    #[test]
+    fn a_copy_loop_inside_the_reduction_loop_does_not_hide_it() {
+        let sass = "\
+.L_x_0:
+        /*0000*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+.L_x_1:
+        /*0010*/                   LDGSTS.E [R2], [R4.64] ;
+        /*0020*/               @P0 BRA `(.L_x_1) ;
+        /*0030*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0040*/               @P1 BRA `(.L_x_0) ;
+        /*0050*/                   EXIT ;
+";
+        let h = hot_loop(sass).unwrap();
+        assert_eq!((h.start, h.end, h.mix.mma), (0x0, 0x40, 2));
     }
 
     #[test]

@@ -40,6 +40,7 @@
 //! assert!(cfg.validate(&k).is_ok());
 //! ```
 
+use super::cpu_machine::CpuMachine;
 use crate::ir::{Access, BodyKind, Kernel};
 use serde::{Deserialize, Serialize};
 use tuner::{Config, SearchSpace};
@@ -81,6 +82,13 @@ pub struct CpuConfig {
     /// pixels, and the other tile knobs are unused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conv: Option<super::cpu_conv::ConvTile>,
+    /// Lanes (`f32`) of the explicit vector micro-kernel, 0 for none: with a packed panel,
+    /// every packed tile whose width is a multiple of it is written as GNU C vector code
+    /// (`unroll × vector/lanes` vector accumulators, the panel row loaded as vectors, the
+    /// other operand broadcast; see [`crate::lower::cpu_micro`]) instead of loops the
+    /// compiler must vectorize.
+    #[serde(default)]
+    pub vector_code: usize,
 }
 
 /// Parallel work items a blocked reduction aims for: the unroll axis is cut into u-blocks
@@ -191,33 +199,59 @@ pub fn packed_access(kernel: &Kernel, extents: &[usize], config: &CpuConfig) -> 
 /// Register-tile elements we allow: beyond this GCC spills the accumulators.
 pub const MAX_TILE: usize = 256;
 
+/// Register-tile elements explicit vector code may have: 32 vectors of 16 lanes.
+pub const MAX_VECTOR_TILE: usize = 512;
+
+/// Whether a `u × v` tile of explicit vector code with `lanes` lanes fits in `registers`
+/// vector registers: its accumulators, one panel row and a broadcast.
+pub fn vector_tile_fits(u: usize, v: usize, lanes: usize, registers: usize) -> bool {
+    let vectors = v.div_ceil(lanes.max(1));
+    u * vectors + vectors < registers && u * v <= MAX_VECTOR_TILE
+}
+
 impl CpuConfig {
-    /// A sound default: the output's innermost axis vectorized two SIMD registers wide, the
-    /// next axis unrolled 4 deep (8 with AVX-512, whose 512-bit vectors it asks for, when 8
-    /// divides the axis: 16 accumulator registers of 32), outer loops parallel when the work is large enough to
-    /// pay for the threads, no reduction blocking. `lanes` is the SIMD width in `f32` (16
-    /// for AVX-512, 8 for AVX2).
-    ///
-    /// Measured on a 2-core AVX-512 VM against the previous default (4×32 tile, 256-bit
-    /// vectors): 8×32 with 512-bit vectors ran 512×1024·1024×4096 and 512×3072·3072×768
-    /// matmuls at 0.92–0.93× `matrixmultiply`'s sgemm where the old one ran at 0.55–0.71×
-    /// (same process, alternating); reduction blocking (`k_block` 128–512) was slower on
-    /// every matmul tried, so the default leaves it to tuning.
-    ///
-    /// A convolution ([`super::cpu_conv::ConvShape`]) gets the convolution tile's analytic
-    /// default instead ([`super::cpu_conv::heuristic`]); [`CpuConfig::einsum_heuristic`]
-    /// is the einsum tile's default for every kernel.
+    /// The analytic default for a machine with `lanes` SIMD lanes, its register count and
+    /// this machine's caches ([`CpuMachine::with_lanes`]): a convolution
+    /// ([`super::cpu_conv::ConvShape`]) gets the convolution tile's analytic default
+    /// ([`super::cpu_conv::heuristic`]), every other kernel [`Self::heuristic_for`].
     pub fn heuristic(kernel: &Kernel, extents: &[usize], lanes: usize) -> CpuConfig {
         let machine = super::cpu_conv::Machine::with_lanes(lanes);
         super::cpu_conv::heuristic(kernel, extents, machine)
             .unwrap_or_else(|| CpuConfig::einsum_heuristic(kernel, extents, lanes))
     }
 
-    /// The einsum register tile's default (see [`CpuConfig::heuristic`]), also for
-    /// convolutions.
+    /// The einsum register tile's default ([`Self::heuristic_for`] on this machine), also
+    /// for convolutions.
     pub fn einsum_heuristic(kernel: &Kernel, extents: &[usize], lanes: usize) -> CpuConfig {
+        Self::heuristic_for(kernel, extents, &CpuMachine::with_lanes(lanes))
+    }
+
+    /// The analytic default on `machine` (`L` lanes, `R` vector registers, its L2):
+    ///
+    /// * the output's innermost axis is the vector axis, two vectors wide (`2L`) where it
+    ///   has them, else one, else its extent rounded up to a power of two; the next axis is
+    ///   unrolled;
+    /// * the register tile holds `R / 2` vector accumulators (16 `zmm` of 32 with AVX-512,
+    ///   8 `ymm` of 16 with AVX2) — the other half holds the panel row and the broadcasts —
+    ///   in at most 8 rows (as many as a two-vector tile has where the tile is one vector
+    ///   wide), and only where the rows divide the axis (else at most 4): in single-core
+    ///   checks on a 2-core AVX-512 EPYC (packed panel, K = 1024 and 4096) 12 and 14 rows
+    ///   of two vectors ran slower than 8,
+    ///   6×64 as fast;
+    /// * the vector operand is packed into a per-thread panel, and with 8 lanes or more the
+    ///   packed tiles are explicit vector code ([`CpuConfig::vector_code`]); 512-bit vectors
+    ///   are asked for where there are 16 lanes;
+    /// * the first reduction index is blocked only when the whole panel would not fit in
+    ///   L2 (each tile would then stream it from L3): in blocks of at most half the L2;
+    /// * the outer loops run in parallel when the work pays for the threads.
+    pub fn heuristic_for(kernel: &Kernel, extents: &[usize], machine: &CpuMachine) -> CpuConfig {
+        if let Ok(plan) = crate::template::rows::RowPlan::new(kernel, extents) {
+            // A kernel of several stages: the row template's default, carried as a CpuConfig.
+            return crate::template::rows::RowsCpuConfig::heuristic_for(&plan, machine.lanes)
+                .to_cpu_config();
+        }
         let spatial = kernel.spatial();
-        let lanes = lanes.max(1);
+        let lanes = machine.lanes.max(1);
         let vector_axis = spatial.last().copied();
         let unroll_axis = (spatial.len() >= 2).then(|| spatial[spatial.len() - 2]);
         let vector = match vector_axis {
@@ -234,15 +268,18 @@ impl CpuConfig {
             }
         };
         let wide_simd = lanes >= 16;
+        // A tile one vector wide (a narrow axis) keeps the height of a two-vector one.
+        let vectors = vector.div_ceil(lanes).max(2);
+        let rows = (machine.vector_registers / 2 / vectors).clamp(1, 8);
         let unroll = match unroll_axis {
             None => 1,
-            // 8 only where it divides: an edge tile runs with a trip count the compiler
+            // Only where it divides: an edge tile runs with a trip count the compiler
             // cannot unroll, and 8 on a 14-row axis made a 1×1 convolution 2× slower.
-            Some(u) if wide_simd && extents[u].is_multiple_of(8) => 8,
-            Some(u) => extents[u].min(4),
+            Some(u) if extents[u].is_multiple_of(rows) => rows,
+            Some(u) => extents[u].min(rows.min(4)),
         };
         let work = kernel.flops(extents);
-        CpuConfig {
+        let mut cfg = CpuConfig {
             vector_axis,
             vector,
             unroll_axis,
@@ -252,8 +289,11 @@ impl CpuConfig {
             unroll_outer: false,
             k_block: 0,
             wide_simd,
+            vector_code: if lanes >= 8 { lanes } else { 0 },
             conv: None,
-        }
+        };
+        cfg.k_block = l2_k_block(kernel, extents, &cfg, machine.l2_bytes);
+        cfg
     }
 
     /// The single-threaded, untiled schedule (for tests and baselines).
@@ -269,6 +309,7 @@ impl CpuConfig {
             unroll_outer: false,
             k_block: 0,
             wide_simd: false,
+            vector_code: 0,
             conv: None,
         }
     }
@@ -278,6 +319,14 @@ impl CpuConfig {
     pub fn validate(&self, kernel: &Kernel) -> Result<(), String> {
         if let Some(tile) = &self.conv {
             return super::cpu_conv::validate(kernel, self, tile);
+        }
+        if kernel.is_staged() {
+            // The row template's knobs (see `RowsCpuConfig::to_cpu_config`).
+            let rows = crate::template::rows::RowsCpuConfig::from_cpu_config(self);
+            if rows.to_cpu_config() != *self {
+                return Err("not a configuration of the row template".into());
+            }
+            return rows.validate();
         }
         let spatial = kernel.spatial();
         for (axis, what) in [(self.vector_axis, "vector"), (self.unroll_axis, "unroll")] {
@@ -298,10 +347,21 @@ impl CpuConfig {
         {
             return Err("a tile without an axis must have size 1".into());
         }
-        if self.vector * self.unroll > MAX_TILE {
+        let most = if self.vector_code > 0 {
+            MAX_VECTOR_TILE
+        } else {
+            MAX_TILE
+        };
+        if self.vector * self.unroll > most {
             return Err(format!(
-                "register tile {}x{} exceeds {MAX_TILE} accumulators",
+                "register tile {}x{} exceeds {most} accumulators",
                 self.unroll, self.vector
+            ));
+        }
+        if self.vector_code > 0 && !(self.vector_code.is_power_of_two() && self.vector_code <= 64) {
+            return Err(format!(
+                "vector_code {} is not a vector width (a power of two up to 64 lanes, or 0)",
+                self.vector_code
             ));
         }
         if self.k_block > 0 {
@@ -323,6 +383,29 @@ impl CpuConfig {
     }
 }
 
+/// The reduction block of the analytic default: 0 when the whole packed panel fits in
+/// `l2` bytes (or nothing can be blocked), else the largest block of [`K_BLOCK_CHOICES`]
+/// whose panel takes at most half of it.
+fn l2_k_block(kernel: &Kernel, extents: &[usize], cfg: &CpuConfig, l2: usize) -> usize {
+    let row = pack_stride(cfg.vector).saturating_mul(4);
+    let blockable = match kernel.reduction().first() {
+        Some(&r0) if kernel.kind == BodyKind::Sum && output_is_f32(kernel) => extents[r0],
+        _ => return 0,
+    };
+    let panel = panel_points(kernel, extents, cfg).saturating_mul(row);
+    if panel <= l2 {
+        return 0;
+    }
+    let others = panel_points(kernel, extents, cfg) / blockable.max(1);
+    K_BLOCK_CHOICES
+        .iter()
+        .map(|&b| b as usize)
+        .filter(|&b| b > 0 && b < blockable)
+        .filter(|&b| b.saturating_mul(others).saturating_mul(row) <= l2 / 2)
+        .max()
+        .unwrap_or(0)
+}
+
 /// Whether the kernel's output holds `f32` (partial sums may then be stored in it).
 fn output_is_f32(kernel: &Kernel) -> bool {
     kernel.params[kernel.output].dtype == crate::ir::DType::F32
@@ -331,7 +414,7 @@ fn output_is_f32(kernel: &Kernel) -> bool {
 /// Tile widths the vector axis may take.
 pub const VECTOR_CHOICES: [i64; 8] = [1, 2, 4, 8, 16, 32, 48, 64];
 /// Tile heights the unroll axis may take.
-pub const UNROLL_CHOICES: [i64; 7] = [1, 2, 3, 4, 6, 8, 12];
+pub const UNROLL_CHOICES: [i64; 9] = [1, 2, 3, 4, 6, 8, 12, 14, 16];
 /// Reduction blocks the first reduction index may take (0: not blocked). Only blocks
 /// smaller than the index's extent are in a space (a larger one is the same schedule as 0).
 pub const K_BLOCK_CHOICES: [i64; 7] = [0, 16, 32, 64, 128, 256, 512];
@@ -358,7 +441,11 @@ pub struct CpuTemplate {
     /// Spatial index id behind each vector-axis choice (the last choice, `none`, is `None`).
     axes: Vec<Option<usize>>,
     default: Config,
-    knobs: [usize; 9],
+    knobs: [usize; 10],
+    /// SIMD lanes of the machine (the width of explicit vector code).
+    lanes: usize,
+    /// For a kernel of several stages, the row template's space (which then is `space`).
+    rows: Option<crate::template::rows::RowsCpuSpace>,
     /// The convolution space ([`super::cpu_conv`]), which replaces this one for kernels of
     /// the convolution form.
     conv: Option<super::cpu_conv::ConvTemplate>,
@@ -391,8 +478,22 @@ impl CpuTemplate {
                 space: conv.space().clone(),
                 axes: Vec::new(),
                 default: conv.default_config(),
-                knobs: [0; 9],
+                knobs: [0; 10],
+                lanes,
+                rows: None,
                 conv: Some(conv),
+            });
+        }
+        if kernel.is_staged() {
+            let rows = crate::template::rows::RowsCpuSpace::new(kernel, extents, lanes)?;
+            return Ok(CpuTemplate {
+                space: rows.space().clone(),
+                axes: Vec::new(),
+                default: rows.default_point(),
+                knobs: [0; 10],
+                lanes,
+                rows: Some(rows),
+                conv: None,
             });
         }
         let (names, axes) = axis_choices(kernel);
@@ -407,8 +508,9 @@ impl CpuTemplate {
         let order = b.categorical("order", &["unroll_inner", "unroll_outer"]);
         let k_block = b.discrete("k_block", &K_BLOCK_CHOICES);
         let simd = b.categorical("simd", &["compiler", "wide"]);
+        let code = b.categorical("kernel", &["loops", "vectors"]);
         let knobs = [
-            vaxis, vector, uaxis, unroll, parallel, pack, order, k_block, simd,
+            vaxis, vector, uaxis, unroll, parallel, pack, order, k_block, simd, code,
         ];
 
         let ext: Vec<Option<usize>> = axes.iter().map(|a| a.map(|a| extents[a])).collect();
@@ -442,10 +544,16 @@ impl CpuTemplate {
             };
             fits(vaxis, vector, &VECTOR_CHOICES) && fits(uaxis, unroll, &UNROLL_CHOICES)
         });
+        let lanes = lanes.max(1);
+        let registers = CpuMachine::with_lanes(lanes).vector_registers;
         b.constraint("register tile is bounded", move |c| {
             let v = value(c, vector, &VECTOR_CHOICES).unwrap_or(1);
             let u = value(c, unroll, &UNROLL_CHOICES).unwrap_or(1);
-            v * u <= MAX_TILE
+            if c.index(code) == Some(1) {
+                vector_tile_fits(u, v, lanes, registers)
+            } else {
+                v * u <= MAX_TILE
+            }
         });
         // The blocked index's extent, 0 when nothing can be blocked.
         // Blocks keep their partial sums in the output, so only an `f32` output can be
@@ -472,6 +580,8 @@ impl CpuTemplate {
             axes,
             default: Config::new(Vec::new()),
             knobs,
+            lanes,
+            rows: None,
             conv: None,
         };
         let heuristic = CpuConfig::heuristic(kernel, extents, lanes);
@@ -497,8 +607,11 @@ impl CpuTemplate {
         if let Some(conv) = &self.conv {
             return conv.decode(c);
         }
+        if let Some(rows) = &self.rows {
+            return rows.decode(c).map(|r| r.to_cpu_config());
+        }
         self.space.check(c).map_err(|e| e.to_string())?;
-        let [vaxis, vector, uaxis, unroll, parallel, pack, order, k_block, simd] = self.knobs;
+        let [vaxis, vector, uaxis, unroll, parallel, pack, order, k_block, simd, code] = self.knobs;
         let axis = |k: usize| c.index(k).and_then(|i| self.axes.get(i).copied().flatten());
         let num = |k: usize| self.space.discrete_value(c, k).map_or(1, |v| v as usize);
         let choice = |k: usize| c.index(k).unwrap_or(0) == 1;
@@ -515,15 +628,16 @@ impl CpuTemplate {
                 .discrete_value(c, k_block)
                 .map_or(0, |v| v as usize),
             wide_simd: choice(simd),
+            vector_code: if choice(code) { self.lanes } else { 0 },
             conv: None,
         })
     }
 
     /// Reads a config's text form (a record's `config`), accepting records written before
-    /// the `k_block` and `simd` knobs existed (read as `k_block=0`, `simd=compiler`: the
-    /// schedule they measured).
+    /// the `k_block`, `simd` and `kernel` knobs existed (read as `k_block=0`,
+    /// `simd=compiler`, `kernel=loops`: the schedule they measured).
     pub fn parse(&self, text: &str) -> Result<Config, String> {
-        if self.conv.is_some() {
+        if self.conv.is_some() || self.rows.is_some() {
             return self.space.parse(text).map_err(|e| e.to_string());
         }
         let has = |knob: &str| {
@@ -532,7 +646,7 @@ impl CpuTemplate {
         };
         let mut text = text.to_string();
         if !text.trim().is_empty() {
-            for (knob, old) in [("k_block", "0"), ("simd", "compiler")] {
+            for (knob, old) in [("k_block", "0"), ("simd", "compiler"), ("kernel", "loops")] {
                 if !has(knob) {
                     text = format!("{text};{knob}={old}");
                 }
@@ -546,6 +660,9 @@ impl CpuTemplate {
         if let Some(conv) = &self.conv {
             return conv.encode(cfg);
         }
+        if let Some(rows) = &self.rows {
+            return rows.encode(&crate::template::rows::RowsCpuConfig::from_cpu_config(cfg));
+        }
         let axis = |a: Option<usize>| self.axes.iter().position(|x| *x == a);
         let idx = |list: &[i64], v: usize| list.iter().position(|&x| x == v as i64);
         let c = Config::new(vec![
@@ -558,6 +675,11 @@ impl CpuTemplate {
             tuner::Value::Categorical(usize::from(cfg.unroll_outer)),
             tuner::Value::Discrete(idx(&K_BLOCK_CHOICES, cfg.k_block)?),
             tuner::Value::Categorical(usize::from(cfg.wide_simd)),
+            tuner::Value::Categorical(match cfg.vector_code {
+                0 => 0,
+                l if l == self.lanes => 1,
+                _ => return None,
+            }),
         ]);
         self.space.is_valid(&c).then_some(c)
     }
@@ -642,6 +764,83 @@ mod tests {
         assert!(cfg.validate(&ew).is_err());
         let t = CpuTemplate::new(&ew, &[100], 16).unwrap();
         assert!(t.encode(&cfg).is_none());
+    }
+
+    #[test]
+    fn the_default_comes_from_the_machine() {
+        let k = matmul();
+        let m = |lanes: usize, l2: usize| CpuMachine {
+            lanes,
+            vector_registers: if lanes >= 16 { 32 } else { 16 },
+            l1d_bytes: 32 << 10,
+            l2_bytes: l2,
+        };
+        // AVX-512: 16 of 32 zmm as accumulators, 8 rows of two vectors, vector code.
+        let avx512 = CpuConfig::heuristic_for(&k, &[512, 512, 512], &m(16, 1 << 20));
+        assert_eq!(
+            (avx512.unroll, avx512.vector, avx512.vector_code),
+            (8, 32, 16)
+        );
+        assert!(avx512.wide_simd && avx512.k_block == 0);
+        // AVX2: 8 of 16 ymm, 4 rows of two vectors.
+        let avx2 = CpuConfig::heuristic_for(&k, &[512, 512, 512], &m(8, 1 << 20));
+        assert_eq!((avx2.unroll, avx2.vector, avx2.vector_code), (4, 16, 8));
+        // Without 8 lanes: loops for the compiler.
+        assert_eq!(
+            CpuConfig::heuristic_for(&k, &[64, 64, 64], &m(4, 1 << 20)).vector_code,
+            0
+        );
+        // A panel (K x 40 floats) larger than L2 is blocked, in blocks of at most half of it:
+        // 8192 x 160 B = 1.25 MiB > 1 MiB; 512 x 160 B = 80 KiB <= 512 KiB.
+        let long = CpuConfig::heuristic_for(&k, &[512, 512, 8192], &m(16, 1 << 20));
+        assert_eq!(long.k_block, 512);
+        let small_l2 = CpuConfig::heuristic_for(&k, &[512, 512, 8192], &m(16, 64 << 10));
+        assert_eq!(small_l2.k_block, 128);
+        assert!(long.validate(&k).is_ok() && small_l2.validate(&k).is_ok());
+        let t = CpuTemplate::new(&k, &[512, 512, 8192], 16).unwrap();
+        assert!(t.space().is_valid(&t.default_config()));
+    }
+
+    #[test]
+    fn vector_code_is_a_knob_and_old_records_read_as_loops() {
+        let k = matmul();
+        let t = CpuTemplate::new(&k, &[512, 64, 1024], 16).unwrap();
+        let vectors = t.decode(&t.default_config()).unwrap();
+        assert_eq!(vectors.vector_code, 16);
+        let text = t.space().format(&t.default_config()).unwrap();
+        assert!(text.contains("kernel=vectors"), "{text}");
+        // A record from before the knob: the loop tile it measured.
+        let old = text.replace(";kernel=vectors", "");
+        let loops = t.decode(&t.parse(&old).unwrap()).unwrap();
+        assert_eq!(
+            loops,
+            CpuConfig {
+                vector_code: 0,
+                ..vectors.clone()
+            }
+        );
+        // Only the machine's width is a point of the space.
+        assert!(t
+            .encode(&CpuConfig {
+                vector_code: 8,
+                ..vectors.clone()
+            })
+            .is_none());
+        // Vector tiles may use the register file: 14 rows of two zmm, not 16.
+        assert!(vector_tile_fits(14, 32, 16, 32) && !vector_tile_fits(16, 32, 16, 32));
+        assert!(vector_tile_fits(6, 64, 16, 32) && !vector_tile_fits(8, 64, 16, 32));
+        for (unroll, ok) in [(14, true), (16, false)] {
+            let cfg = CpuConfig {
+                unroll,
+                ..vectors.clone()
+            };
+            assert_eq!(t.encode(&cfg).is_some(), ok, "unroll {unroll}");
+        }
+        let bad = CpuConfig {
+            vector_code: 12,
+            ..vectors
+        };
+        assert!(bad.validate(&k).is_err());
     }
 
     #[test]

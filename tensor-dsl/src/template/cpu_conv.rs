@@ -138,47 +138,18 @@ pub struct Machine {
 }
 
 impl Machine {
-    /// This machine with `lanes` f32 SIMD lanes: the register count follows from the lanes
-    /// (AVX-512: 32, else 16), the L2 size is read from
-    /// `/sys/devices/system/cpu/cpu0/cache/index*/` (1 MiB if absent).
+    /// This machine with `lanes` f32 SIMD lanes, from the CPU model every CPU default reads
+    /// ([`super::cpu_machine::CpuMachine`]: the register count follows from the lanes, the
+    /// L2 size comes from sysfs), plus its core count.
     pub fn with_lanes(lanes: usize) -> Machine {
+        let m = super::cpu_machine::CpuMachine::with_lanes(lanes);
         Machine {
-            lanes: lanes.max(1),
-            registers: if lanes >= 16 { 32 } else { 16 },
-            l2: l2_bytes(),
+            lanes: m.lanes.max(1),
+            registers: m.vector_registers,
+            l2: m.l2_bytes,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
-}
-
-/// This CPU's L2 size (read once), 1 MiB where sysfs does not say.
-fn l2_bytes() -> usize {
-    static L2: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *L2.get_or_init(|| cache_bytes(2).unwrap_or(1 << 20))
-}
-
-/// The size of this CPU's data or unified cache of `level`, from sysfs (Linux).
-pub fn cache_bytes(level: usize) -> Option<usize> {
-    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        let read = |f: &str| std::fs::read_to_string(entry.path().join(f)).ok();
-        let lvl = read("level").and_then(|s| s.trim().parse::<usize>().ok());
-        let ty = read("type").unwrap_or_default();
-        if lvl != Some(level) || ty.trim() == "Instruction" {
-            continue;
-        }
-        let size = read("size")?;
-        let size = size.trim();
-        let (num, mult) = match size.strip_suffix('K') {
-            Some(n) => (n, 1 << 10),
-            None => match size.strip_suffix('M') {
-                Some(n) => (n, 1 << 20),
-                None => (size, 1),
-            },
-        };
-        return num.parse::<usize>().ok().map(|n| n * mult);
-    }
-    None
 }
 
 /// Pixel tiles the space offers.

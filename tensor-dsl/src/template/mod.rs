@@ -17,6 +17,7 @@
 //! ```
 pub mod cpu;
 pub mod cpu_conv;
+pub mod cpu_machine;
 pub mod cuda;
 pub mod gpu;
 pub mod gpu_simt;

@@ -58,13 +58,35 @@ pub struct RowPlan<'a> {
     pub stmts: Vec<RowStmt<'a>>,
     /// The longest loop inside a row (points), for the heuristics.
     pub row_len: usize,
+    /// A reduction statement (index into `stmts`) whose body the output's body contains
+    /// and whose points are the output's points in a row (softmax's `exp(x - m)`): its
+    /// values can be kept in the output row for the output's pass ([`RowsCpuConfig::stash`]).
+    /// Only for an `f32` output, a body that calls a function (storing a plain read
+    /// saves nothing) and reads that stay inside their tensors.
+    pub stash: Option<usize>,
+    /// See [`RowPlan::across`].
+    across: bool,
+    /// Points of the last outer index (1 without outer indices): the lanes' line when
+    /// vector lanes walk neighbouring rows.
+    pub line: usize,
 }
+
+/// The most points of the last outer index for vector lanes across rows.
+pub const ACROSS_MAX: usize = 4096;
 
 fn points(ids: &[usize], extents: &[usize]) -> usize {
     ids.iter().map(|&i| extents[i]).product()
 }
 
 impl<'a> RowPlan<'a> {
+    /// Whether the vector lanes may walk neighbouring rows ([`RowsCpuConfig::across`]):
+    /// a kernel without intermediates whose output reduces (pooling, row reductions), whose
+    /// last outer index has at most [`ACROSS_MAX`] points (an accumulator array per line)
+    /// and appears in reads only with a positive coefficient.
+    pub fn across(&self) -> bool {
+        self.across
+    }
+
     /// The plan of `kernel` at `extents`, or why it is not of the row form.
     pub fn new(kernel: &'a Kernel, extents: &[usize]) -> Result<RowPlan<'a>, String> {
         let staged = kernel
@@ -134,13 +156,80 @@ impl<'a> RowPlan<'a> {
             .map(|s| points(&s.inner, extents) * points(&s.over, extents))
             .max()
             .unwrap_or(1);
+        let stash = stash_stage(kernel, &stmts);
+        let across = match (outer.last(), stmts.as_slice()) {
+            (Some(&last), [only]) if only.reducer.is_some() && extents[last] <= ACROSS_MAX => {
+                let mut positive = true;
+                only.body.visit_accesses(&mut |a| {
+                    for map in &a.dims {
+                        positive &= map.terms.iter().all(|&(v, c)| v != last || c > 0);
+                    }
+                });
+                positive
+            }
+            _ => false,
+        };
         Ok(RowPlan {
+            across,
+            line: outer.last().map_or(1, |&v| extents[v]),
             rows: points(&outer, extents),
             outer,
             stmts,
             row_len,
+            stash,
         })
     }
+}
+
+/// The last reduction whose body the output's elementwise body reuses (see
+/// [`RowPlan::stash`]).
+fn stash_stage(kernel: &Kernel, stmts: &[RowStmt<'_>]) -> Option<usize> {
+    let out = stmts.last()?;
+    if out.reducer.is_some()
+        || out.inner.is_empty()
+        || kernel.params[kernel.output].dtype != crate::ir::DType::F32
+    {
+        return None;
+    }
+    let sorted = |v: &[usize]| {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v
+    };
+    let inner = sorted(&out.inner);
+    stmts[..stmts.len() - 1].iter().rposition(|st| {
+        st.reducer.is_some()
+            && sorted(&st.over) == inner
+            && has_call(st.body)
+            && plain_reads(st.body)
+            && contains(out.body, st.body)
+    })
+}
+
+fn has_call(e: &Expr) -> bool {
+    match e {
+        Expr::Call(..) => true,
+        Expr::Neg(a) => has_call(a),
+        Expr::Bin(_, a, b) => has_call(a) || has_call(b),
+        _ => false,
+    }
+}
+
+fn plain_reads(e: &Expr) -> bool {
+    let mut plain = true;
+    e.visit_accesses(&mut |a| plain &= a.dims.iter().all(|d| d.as_var().is_some()));
+    plain
+}
+
+/// Whether `part` is a subexpression of `e`.
+pub fn contains(e: &Expr, part: &Expr) -> bool {
+    e == part
+        || match e {
+            Expr::Neg(a) => contains(a, part),
+            Expr::Bin(_, a, b) => contains(a, part) || contains(b, part),
+            Expr::Call(_, args) => args.iter().any(|a| contains(a, part)),
+            _ => false,
+        }
 }
 
 /// The CPU knobs of the row template.
@@ -148,25 +237,272 @@ impl<'a> RowPlan<'a> {
 pub struct RowsCpuConfig {
     /// Rows run in parallel (`omp parallel for`).
     pub parallel: bool,
-    /// The loops in a row are vectorized (`omp simd`, with a reduction clause).
-    pub vector: bool,
+    /// Lanes of the loops in a row: 1 is scalar code; more is `omp simd simdlen(vector)`
+    /// (with a reduction clause on the reductions). With 16-lane registers, 32 and 64 lanes
+    /// keep 2 and 4 independent vector accumulators per reduction (the reduction split).
+    pub vector: u32,
+    /// Ask GCC for 512-bit vectors (it prefers 256-bit ones on AVX-512 machines).
+    #[serde(default)]
+    pub wide: bool,
+    /// Keep a reduction's values in the output row and reuse them in the output's pass
+    /// instead of computing them again (softmax: `exp(x - m)` once per element, stored by
+    /// the sum's pass, then scaled in place), where [`RowPlan::stash`] finds such a stage.
+    #[serde(default)]
+    pub stash: bool,
+    /// Vector lanes walk neighbouring rows (the last outer index) and each lane runs the
+    /// whole reduction, where [`RowPlan::across`] allows it: short reductions over many
+    /// rows, such as pooling windows.
+    #[serde(default)]
+    pub across: bool,
+}
+
+/// The vector lanes a CPU row configuration may take.
+pub const CPU_VECTOR_CHOICES: [i64; 5] = [1, 8, 16, 32, 64];
+
+impl Default for RowsCpuConfig {
+    fn default() -> Self {
+        RowsCpuConfig {
+            parallel: false,
+            vector: 16,
+            wide: false,
+            stash: false,
+            across: false,
+        }
+    }
 }
 
 impl RowsCpuConfig {
-    /// Parallel when there are several rows and enough work to share; always vectorized.
+    /// Parallel when there are several rows and enough work to share; vectorized with two
+    /// vector accumulators (32 lanes on 512-bit registers, where the machine has them),
+    /// stashing where it applies; lanes across rows for reductions shorter than 64 points
+    /// (16 lanes there, 8 where that divides the line and 16 does not).
     pub fn heuristic(plan: &RowPlan<'_>) -> RowsCpuConfig {
+        Self::heuristic_for(plan, crate::runtime::cpu::simd_lanes())
+    }
+
+    /// [`RowsCpuConfig::heuristic`] for a machine with `lanes` f32 lanes per register.
+    pub fn heuristic_for(plan: &RowPlan<'_>, lanes: usize) -> RowsCpuConfig {
+        let wide = lanes >= 16;
+        let across = plan.across() && plan.row_len < 64;
+        let vector = if !across {
+            if wide {
+                32
+            } else {
+                16
+            }
+        } else if !plan.line.is_multiple_of(16) && plan.line.is_multiple_of(8) {
+            // No remainder loop: a 56-point pooling line is 7 vectors of 8 (timed about 7%
+            // faster than 16 lanes on the 112x112x64 pooling, one thread).
+            8
+        } else {
+            16
+        };
         RowsCpuConfig {
             parallel: plan.rows > 1 && plan.rows.saturating_mul(plan.row_len) >= 1 << 15,
-            vector: true,
+            vector,
+            wide,
+            stash: plan.stash.is_some(),
+            across,
         }
     }
 
-    /// Every configuration (the whole space: four points).
+    /// The configuration as the CPU backend's schedule type carries it, so that records,
+    /// tuning and the bench reach the row template through
+    /// [`crate::template::cpu::CpuTemplate`]: `parallel`, `vector` (lanes), `wide_simd`
+    /// `pack` (stash) and `unroll_outer` (across) hold the knobs; no axes, no unrolling,
+    /// no reduction block.
+    pub fn to_cpu_config(&self) -> crate::template::cpu::CpuConfig {
+        crate::template::cpu::CpuConfig {
+            vector_axis: None,
+            vector: self.vector as usize,
+            unroll_axis: None,
+            unroll: 1,
+            parallel: self.parallel,
+            pack: self.stash,
+            unroll_outer: self.across,
+            k_block: 0,
+            wide_simd: self.wide,
+            vector_code: 0,
+            conv: None,
+        }
+    }
+
+    /// The inverse of [`RowsCpuConfig::to_cpu_config`]; an einsum schedule's tile width
+    /// becomes the largest lane count of [`CPU_VECTOR_CHOICES`] not above it (at least 8;
+    /// 1 stays scalar).
+    pub fn from_cpu_config(c: &crate::template::cpu::CpuConfig) -> RowsCpuConfig {
+        let want = if c.vector <= 1 { 1 } else { c.vector.max(8) };
+        let vector = CPU_VECTOR_CHOICES
+            .iter()
+            .rev()
+            .find(|&&v| v as usize <= want)
+            .map_or(1, |&v| v as u32);
+        RowsCpuConfig {
+            parallel: c.parallel,
+            vector,
+            wide: c.wide_simd,
+            stash: c.pack,
+            across: c.unroll_outer,
+        }
+    }
+
+    /// Whether the knobs fit the template's rules.
+    pub fn validate(&self) -> Result<(), String> {
+        if !CPU_VECTOR_CHOICES.contains(&i64::from(self.vector)) {
+            return Err(format!(
+                "vector lanes {} are not one of {CPU_VECTOR_CHOICES:?}",
+                self.vector
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every configuration of the space (stash only where the plan has a stage to stash).
+    pub fn all_for(plan: &RowPlan<'_>) -> Vec<RowsCpuConfig> {
+        let mut out = Vec::new();
+        for parallel in [false, true] {
+            for &v in &CPU_VECTOR_CHOICES {
+                for wide in [false, true] {
+                    for stash in [false, true] {
+                        for across in [false, true] {
+                            if stash && plan.stash.is_none() || across && !plan.across() {
+                                continue;
+                            }
+                            out.push(RowsCpuConfig {
+                                parallel,
+                                vector: v as u32,
+                                wide,
+                                stash,
+                                across,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// A small spread of configurations for tests: scalar and vector, serial and parallel,
+    /// with and without stashing and wide vectors.
     pub fn all() -> Vec<RowsCpuConfig> {
-        [(false, false), (false, true), (true, false), (true, true)]
-            .into_iter()
-            .map(|(parallel, vector)| RowsCpuConfig { parallel, vector })
-            .collect()
+        [
+            (false, 1, false, false, false),
+            (false, 16, false, true, true),
+            (true, 1, false, true, true),
+            (true, 32, true, false, false),
+            (false, 64, true, true, false),
+            (true, 16, true, false, true),
+        ]
+        .into_iter()
+        .map(|(parallel, vector, wide, stash, across)| RowsCpuConfig {
+            parallel,
+            vector,
+            wide,
+            stash,
+            across,
+        })
+        .collect()
+    }
+}
+
+/// The CPU search space of the row template for one kernel at one shape: rows in parallel
+/// or not, vector lanes ([`CPU_VECTOR_CHOICES`]), 512-bit vectors (only with AVX-512),
+/// stashing (only where [`RowPlan::stash`] applies), vector lanes within or across rows
+/// (across only where [`RowPlan::across`] allows). Its text form reads like
+/// `parallel=parallel;vector=32;simd=wide;stash=on;lanes=within_rows`.
+///
+/// ```
+/// use tensor_dsl::ir::parse_text;
+/// use tensor_dsl::template::rows::{RowPlan, RowsCpuConfig, RowsCpuSpace};
+/// let k = parse_text("softmax", "m[[i]] = max(x[[i, j]]); s[[i]] = sum(exp(x[[i, j]] - m[[i]])); \
+///                                y[[i, j]] = exp(x[[i, j]] - m[[i]]) / s[[i]];", None).unwrap();
+/// let space = RowsCpuSpace::new(&k, &[512, 1024], 16).unwrap();
+/// let default = space.decode(&space.default_point()).unwrap();
+/// assert_eq!(default, RowsCpuConfig::heuristic_for(&RowPlan::new(&k, &[512, 1024]).unwrap(), 16));
+/// assert!(default.stash && default.parallel);
+/// assert_eq!(space.space().size(), 2 * 5 * 2 * 2 * 2);
+/// ```
+#[derive(Clone, Debug)]
+pub struct RowsCpuSpace {
+    space: tuner::SearchSpace,
+    default: tuner::Config,
+}
+
+impl RowsCpuSpace {
+    /// The space of `kernel` at `extents` on a machine with `lanes` f32 lanes per register;
+    /// an error when the kernel is not of the row form.
+    pub fn new(kernel: &Kernel, extents: &[usize], lanes: usize) -> Result<RowsCpuSpace, String> {
+        let plan = RowPlan::new(kernel, extents)?;
+        let mut b = tuner::SearchSpace::builder();
+        b.categorical("parallel", &["serial", "parallel"]);
+        let vector = b.discrete("vector", &CPU_VECTOR_CHOICES);
+        let simd = b.categorical("simd", &["compiler", "wide"]);
+        let stash = b.categorical("stash", &["off", "on"]);
+        let lanes_knob = b.categorical("lanes", &["within_rows", "across_rows"]);
+        let wide_ok = lanes >= 16;
+        b.constraint("wide vectors need AVX-512", move |c| {
+            wide_ok || c.index(simd) == Some(0)
+        });
+        b.constraint("scalar rows ask for no vector width", move |c| {
+            c.index(vector) != Some(0) || c.index(simd) == Some(0)
+        });
+        let can_cross = plan.across();
+        b.constraint(
+            "lanes across rows need a reduction without intermediates",
+            move |c| can_cross || c.index(lanes_knob) == Some(0),
+        );
+        let can_stash = plan.stash.is_some();
+        b.constraint("stashing needs a reduction the output reuses", move |c| {
+            can_stash || c.index(stash) == Some(0)
+        });
+        let space = b.build().map_err(|e| e.to_string())?;
+        let mut t = RowsCpuSpace {
+            space,
+            default: tuner::Config::new(Vec::new()),
+        };
+        t.default = t
+            .encode(&RowsCpuConfig::heuristic_for(&plan, lanes))
+            .ok_or("the row template's default is not in its space")?;
+        Ok(t)
+    }
+
+    /// The knobs.
+    pub fn space(&self) -> &tuner::SearchSpace {
+        &self.space
+    }
+
+    /// The heuristic default ([`RowsCpuConfig::heuristic_for`]) as a point.
+    pub fn default_point(&self) -> tuner::Config {
+        self.default.clone()
+    }
+
+    /// The configuration a point stands for.
+    pub fn decode(&self, c: &tuner::Config) -> Result<RowsCpuConfig, String> {
+        self.space.check(c).map_err(|e| e.to_string())?;
+        let on = |k: usize| c.index(k) == Some(1);
+        Ok(RowsCpuConfig {
+            parallel: on(0),
+            vector: self.space.discrete_value(c, 1).map_or(1, |v| v as u32),
+            wide: on(2),
+            stash: on(3),
+            across: on(4),
+        })
+    }
+
+    /// The point of a configuration, if the space has it.
+    pub fn encode(&self, cfg: &RowsCpuConfig) -> Option<tuner::Config> {
+        let v = CPU_VECTOR_CHOICES
+            .iter()
+            .position(|&x| x == i64::from(cfg.vector))?;
+        let c = tuner::Config::new(vec![
+            tuner::Value::Categorical(usize::from(cfg.parallel)),
+            tuner::Value::Discrete(v),
+            tuner::Value::Categorical(usize::from(cfg.wide)),
+            tuner::Value::Categorical(usize::from(cfg.stash)),
+            tuner::Value::Categorical(usize::from(cfg.across)),
+        ]);
+        self.space.is_valid(&c).then_some(c)
     }
 }
 

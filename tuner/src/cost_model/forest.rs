@@ -9,6 +9,10 @@ use super::CostModel;
 
 type Tree = RandomForestRegressor<f64, f64, DenseMatrix<f64>, Vec<f64>>;
 
+/// Copies of an online point in the bootstrap when there is prior data (a prior point of
+/// weight 1 gets `2 · prior_weight` times as many).
+const PRIOR_COPIES: usize = 4;
+
 /// A random forest regressor on feature vectors, retrained from scratch on every
 /// [`update`](CostModel::update) (the tune loop passes all data each time).
 ///
@@ -30,6 +34,11 @@ type Tree = RandomForestRegressor<f64, f64, DenseMatrix<f64>, Vec<f64>>;
 ///   (`prior_weight` = 0.5, so an online point weighs twice a prior one), and at most
 ///   `max_train` prior points are kept. With prior data and no online data the model
 ///   predicts z-scores from the prior alone.
+/// * **Weighted prior** ([`Forest::warm_start_weighted`]): each prior point carries a
+///   weight in [0, 1] (its similarity to the tuned problem); it enters the bootstrap
+///   `round(weight · 2 · prior_weight · PRIOR_COPIES)` times against `PRIOR_COPIES` (4) for an
+///   online point, so a weight-1 prior point counts as in [`Forest::warm_start`] and one
+///   below 1/8 is left out.
 #[derive(Debug)]
 pub struct Forest {
     /// Number of trees.
@@ -47,7 +56,8 @@ pub struct Forest {
     /// Fewer online points than this (and no prior) give equal predictions.
     pub min_samples: usize,
     seed: u64,
-    prior: Vec<(Vec<f64>, f64)>,
+    /// Prior points: features, standardised score, copies in the bootstrap.
+    prior: Vec<(Vec<f64>, f64, usize)>,
     fitted: Vec<Tree>,
     width: usize,
     /// Mean and standard deviation of the last online scores (0 and 1 with none).
@@ -85,13 +95,29 @@ impl Forest {
     /// Adds prior data (other shapes or devices) that is kept across updates as
     /// down-weighted extra samples, and refits on it alone. Later calls add more prior data.
     pub fn warm_start(&mut self, features: &[Vec<f64>], scores: &[f64]) {
-        let rows = clean(features, scores, self.prior.first().map(|(f, _)| f.len()));
-        let Some((mean, sd)) = stats(rows.iter().map(|(_, s)| *s)) else {
+        self.warm_start_weighted(features, scores, &vec![1.0; scores.len()]);
+    }
+
+    /// [`warm_start`](Self::warm_start) with a weight in [0, 1] per point (see the type's
+    /// docs): records of a closer problem (the same kernel at another shape) weigh more
+    /// than those of a farther one (another kernel, another device). A missing weight is 1.
+    /// The scores are standardised together, so a caller that wants several problems to be
+    /// comparable normalises each problem's scores first (e.g. `ln(best / seconds)`).
+    pub fn warm_start_weighted(&mut self, features: &[Vec<f64>], scores: &[f64], weights: &[f64]) {
+        let width = self.prior.first().map(|(f, _, _)| f.len());
+        let rows = clean(features, scores, width);
+        let Some((mean, sd)) = stats(rows.iter().map(|(_, s, _)| *s)) else {
             return;
         };
         let sd = if sd > 0.0 { sd } else { 1.0 };
-        self.prior
-            .extend(rows.into_iter().map(|(f, s)| (f.clone(), (s - mean) / sd)));
+        let per_weight = 2.0 * self.prior_weight.clamp(1e-3, 1.0) * PRIOR_COPIES as f64;
+        for (f, s, i) in rows {
+            let w = weights.get(i).copied().unwrap_or(1.0).clamp(0.0, 1.0);
+            let copies = (w * per_weight).round() as usize;
+            if copies > 0 {
+                self.prior.push((f.clone(), (s - mean) / sd, copies));
+            }
+        }
         if self.prior.len() > self.max_train {
             self.prior = cap(std::mem::take(&mut self.prior), self.max_train);
         }
@@ -115,7 +141,7 @@ impl Forest {
         let repeat = if self.prior.is_empty() {
             1
         } else {
-            (1.0 / self.prior_weight.clamp(1e-3, 1.0)).round().max(1.0) as usize
+            PRIOR_COPIES
         };
         let mut x: Vec<Vec<f64>> = Vec::new();
         let mut y: Vec<f64> = Vec::new();
@@ -125,9 +151,11 @@ impl Forest {
                 y.push(*s);
             }
         }
-        for (f, s) in &self.prior {
-            x.push(f.clone());
-            y.push(*s);
+        for (f, s, copies) in &self.prior {
+            for _ in 0..*copies {
+                x.push(f.clone());
+                y.push(*s);
+            }
         }
         let Some(width) = x.first().map(Vec::len) else {
             return;
@@ -163,10 +191,10 @@ impl CostModel for Forest {
     }
 
     fn update(&mut self, features: &[Vec<f64>], scores: &[f64]) {
-        let width = self.prior.first().map(|(f, _)| f.len());
+        let width = self.prior.first().map(|(f, _, _)| f.len());
         let mut rows: Vec<(Vec<f64>, f64)> = clean(features, scores, width)
             .into_iter()
-            .map(|(f, s)| (f.clone(), s))
+            .map(|(f, s, _)| (f.clone(), s))
             .collect();
         if rows.len() > self.max_train {
             rows = cap(rows, self.max_train);
@@ -194,6 +222,10 @@ impl CostModel for Forest {
             .map(|(f, s)| (f, (s - mean) / sd))
             .collect();
         self.fit(online);
+    }
+
+    fn learn_prior(&mut self, features: &[Vec<f64>], scores: &[f64], weights: &[f64]) {
+        self.warm_start_weighted(features, scores, weights);
     }
 
     fn predict(&self, features: &[Vec<f64>]) -> Vec<f64> {
@@ -233,18 +265,21 @@ impl CostModel for Forest {
 }
 
 /// The rows with finite scores and finite features of the expected width (the first row's
-/// when none is given).
+/// when none is given), with their index.
 fn clean<'a>(
     features: &'a [Vec<f64>],
     scores: &[f64],
     width: Option<usize>,
-) -> Vec<(&'a Vec<f64>, f64)> {
+) -> Vec<(&'a Vec<f64>, f64, usize)> {
     let width = width.or_else(|| features.first().map(Vec::len));
     features
         .iter()
         .zip(scores)
-        .filter(|(f, s)| s.is_finite() && Some(f.len()) == width && f.iter().all(|v| v.is_finite()))
-        .map(|(f, s)| (f, *s))
+        .enumerate()
+        .filter(|(_, (f, s))| {
+            s.is_finite() && Some(f.len()) == width && f.iter().all(|v| v.is_finite())
+        })
+        .map(|(i, (f, s))| (f, *s, i))
         .collect()
 }
 
@@ -259,12 +294,29 @@ fn stats(values: impl Iterator<Item = f64> + Clone) -> Option<(f64, f64)> {
     Some((mean, var.sqrt()))
 }
 
+/// A training row whose score is [`Row::score`].
+trait Row: Clone {
+    fn score(&self) -> f64;
+}
+
+impl Row for (Vec<f64>, f64) {
+    fn score(&self) -> f64 {
+        self.1
+    }
+}
+
+impl Row for (Vec<f64>, f64, usize) {
+    fn score(&self) -> f64 {
+        self.1
+    }
+}
+
 /// At most `cap` rows: the best quarter of the cap, then an even stride over the rest.
-fn cap(mut rows: Vec<(Vec<f64>, f64)>, cap: usize) -> Vec<(Vec<f64>, f64)> {
+fn cap<R: Row>(mut rows: Vec<R>, cap: usize) -> Vec<R> {
     if rows.len() <= cap {
         return rows;
     }
-    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    rows.sort_by(|a, b| b.score().total_cmp(&a.score()));
     let top = cap / 4;
     let rest = rows.split_off(top);
     let want = cap - top;

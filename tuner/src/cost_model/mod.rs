@@ -18,6 +18,13 @@ pub trait CostModel {
 
     /// Predicted scores, one per feature vector. An untrained model returns equal scores.
     fn predict(&self, features: &[Vec<f64>]) -> Vec<f64>;
+
+    /// Learns from prior data before any measurement (transfer: records of other shapes,
+    /// kernels or devices), `weights[i]` in [0, 1] saying how much point `i` is like the
+    /// problem being tuned; the prior is kept across [`update`](Self::update)s. Scores of
+    /// different problems should be made comparable by the caller (normalised per problem).
+    /// Defaults to ignoring it (a model that cannot use prior data).
+    fn learn_prior(&mut self, _features: &[Vec<f64>], _scores: &[f64], _weights: &[f64]) {}
 }
 
 /// The model that knows nothing: every point scores 0.

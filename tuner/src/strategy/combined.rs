@@ -20,6 +20,8 @@ pub struct Combined {
     converged_at: Option<f64>,
     /// Whether the droplet made the last proposal (it gets the observation).
     droplet_active: bool,
+    /// A droplet converged and nothing faster was found since (checked at each observe).
+    settled: bool,
     name: String,
 }
 
@@ -44,6 +46,7 @@ impl Combined {
             droplet: None,
             converged_at: None,
             droplet_active: false,
+            settled: false,
             name,
         }
     }
@@ -93,6 +96,17 @@ impl SearchStrategy for Combined {
             (Some(droplet), true) => droplet.observe(ctx, trials),
             _ => self.explorer.observe(ctx, trials),
         }
+        self.settled = match &self.droplet {
+            Some(droplet) => droplet.converged(),
+            None => self
+                .converged_at
+                .is_some_and(|f| best_fitness(ctx.history) <= f),
+        };
+    }
+
+    /// A droplet converged and exploration has found nothing faster since.
+    fn settled(&self) -> bool {
+        self.settled
     }
 
     fn wants_remeasure(&mut self) -> Vec<Config> {

@@ -337,6 +337,10 @@ impl SearchStrategy for Droplet {
         self.step(ctx);
     }
 
+    fn settled(&self) -> bool {
+        self.done
+    }
+
     fn wants_remeasure(&mut self) -> Vec<Config> {
         std::mem::take(&mut self.remeasure)
     }

@@ -96,6 +96,13 @@ pub trait SearchStrategy {
     fn wants_remeasure(&mut self) -> Vec<Config> {
         Vec::new()
     }
+
+    /// Whether the strategy's own test says it sits at a local optimum that nothing near
+    /// improves on (Droplet: every knob's best neighbour failed its rank-sum test). The tune
+    /// loop may stop early on it ([`Budget::early_stop`]). Defaults to false.
+    fn settled(&self) -> bool {
+        false
+    }
 }
 
 /// The strategy [`by_name`] builds when asked for `"default"`, chosen from the synthetic

@@ -45,4 +45,8 @@ impl SearchStrategy for Seeded {
     fn wants_remeasure(&mut self) -> Vec<Config> {
         self.inner.wants_remeasure()
     }
+
+    fn settled(&self) -> bool {
+        self.seeds.is_empty() && self.inner.settled()
+    }
 }

@@ -1,0 +1,222 @@
+//! The CPU register micro-kernel as explicit vector code: a packed tile function (see
+//! [`crate::lower::cpu`]) written with vectors of `L` lanes ([`CpuConfig::vector_code`])
+//! instead of `u`/`v` loops that the compiler must unroll and vectorize.
+//!
+//! For a tile of `nu × nv` (`nv` a multiple of `L`) it declares `nu · nv/L` vector
+//! accumulators `c<u>_<j>`, and for every reduction point loads the panel row as `nv/L`
+//! vectors `b<j>` and adds `body(u0 + u, b<j>)` to each accumulator, where every access of
+//! the body other than the packed one is a scalar (a broadcast): on AVX-512 the inner loop
+//! is `nv/L` loads, `nu` broadcasts and `nu · nv/L` FMAs on `zmm` registers. The sums are
+//! stored straight to the output when it is `f32`, unit-stride along the vector axis and
+//! without an epilogue; otherwise through the accumulator array and the scalar epilogue.
+//!
+//! Why: GCC 12 already turns the loop tile into broadcast + FMA on `zmm`, but zeroes its
+//! accumulator array with `memset` before and copies it out through the stack after every
+//! tile, which shows on short reductions (a batch of 128×128·128×64 matmuls); the vector
+//! tile has neither. Its speed is for the bench to say, on an idle machine.
+//!
+//! ```
+//! use tensor_dsl::{codegen::c, ir::parse_text, template::cpu::CpuConfig};
+//! let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+//! let shapes: [&[usize]; 3] = [&[8, 5], &[5, 32], &[8, 32]];
+//! let cfg = CpuConfig { vector_code: 16, ..CpuConfig::heuristic(&k, &[8, 32, 5], 16) };
+//! let src = c::generate(&k, &[8, 32, 5], &shapes, &cfg);
+//! assert!(src.contains("c0_1 += (t0[5 * (u0 + 0) + i_k] * b1);"), "{src}");
+//! ```
+
+use super::cpu::Lower;
+use super::{AssignOp, Binding, Func, Stmt, Target, Ty, Value};
+use crate::codegen::strides;
+use crate::ir::{Access, BodyKind, Expr, Kernel};
+use crate::lower::{Layout, LoopKind};
+use crate::template::cpu::pack_stride;
+
+#[cfg(doc)]
+use crate::template::cpu::CpuConfig;
+
+/// Whether `expr` may be evaluated with `packed` as a vector: the packed access appears
+/// only under `+ - * /` and negation (a built-in function of it would be a call on a
+/// vector), and the expression reads neither the output nor an intermediate.
+fn vector_safe(expr: &Expr, packed: &Access) -> bool {
+    fn reads(e: &Expr, packed: &Access) -> bool {
+        let mut found = false;
+        e.visit_accesses(&mut |a| found |= a == packed);
+        found
+    }
+    match expr {
+        Expr::Lit(_) | Expr::Access(_) => true,
+        Expr::Output | Expr::Temp(_) => false,
+        Expr::Neg(e) => vector_safe(e, packed),
+        Expr::Bin(_, a, b) => vector_safe(a, packed) && vector_safe(b, packed),
+        Expr::Call(_, args) => args.iter().all(|a| !reads(a, packed)),
+    }
+}
+
+/// Whether every access of `kernel`'s main statement that walks index `v` is `packed` (the
+/// others are broadcast).
+fn only_packed_walks(kernel: &Kernel, v: usize, packed: &Access) -> bool {
+    let mut ok = true;
+    kernel.body.visit_accesses(&mut |a| {
+        let walks = a.dims.iter().any(|d| d.terms.iter().any(|&(x, _)| x == v));
+        ok &= !walks || a == packed;
+    });
+    ok
+}
+
+impl Lower<'_> {
+    /// The output's element stride along the vector axis.
+    fn out_vector_stride(&self) -> Option<usize> {
+        let v = self.config.vector_axis?;
+        let out = strides(self.shapes[self.kernel.output]);
+        let d = self.kernel.spatial().iter().position(|&s| s == v)?;
+        out.get(d).copied()
+    }
+
+    /// Whether the tile sums go straight to the output as vectors: an `f32` output,
+    /// unit-stride along the vector axis, without an epilogue.
+    fn direct_store(&self) -> bool {
+        self.kernel.params[self.kernel.output].dtype == crate::ir::DType::F32
+            && self.kernel.epilogue.is_empty()
+            && self.out_vector_stride() == Some(1)
+    }
+
+    /// The packed tile function of `size` as vector code (see the module documentation),
+    /// if it has one: the config asks for vector code of `L` lanes, the tile's width is a
+    /// multiple of `L`, the kernel sums a vector-safe body whose only access along the
+    /// vector axis is the packed one, and (with a blocked reduction, whose partial sums are
+    /// reloaded as vectors) the output is unit-stride along the vector axis.
+    pub(super) fn micro_tile(&self, name: &str, (nu, nv): (usize, usize)) -> Option<Func> {
+        let lanes = self.config.vector_code;
+        let v = self.config.vector_axis?;
+        let packed = self.plan.packed.clone()?;
+        let pk = self.pk?;
+        let fits = lanes > 0
+            && nv.is_multiple_of(lanes)
+            && self.kernel.kind == BodyKind::Sum
+            && vector_safe(&self.kernel.body, &packed)
+            && only_packed_walks(self.kernel, v, &packed)
+            && (self.plan.block.is_none() || self.out_vector_stride() == Some(1));
+        if !fits {
+            return None;
+        }
+        let vectors = nv / lanes;
+        let acc = |u: usize, j: usize| format!("c{u}_{j}");
+        let tiles = || (0..nu).flat_map(move |u| (0..vectors).map(move |j| (u, j)));
+        // The index strings of tile element (u, the first lane of vector j).
+        let at = |u: usize, j: usize| {
+            let mut index = self.names.clone();
+            if let Some(ua) = self.config.unroll_axis {
+                index[ua] = format!("(u0 + {u})");
+            }
+            if let Some(va) = self.config.vector_axis {
+                index[va] = format!("(v0 + {})", j * lanes);
+            }
+            index
+        };
+        let out_lanes = |u: usize, j: usize| Target::Lanes {
+            buf: self.out,
+            index: vec![self.out_offset_at(&at(u, j))],
+            width: lanes,
+        };
+        let set = |dst: Target, value: Value| Stmt::Assign {
+            dst,
+            op: AssignOp::Set,
+            value,
+        };
+
+        let mut body = vec![
+            Stmt::Assume(self.tile_facts((nu, nv))),
+            Stmt::Let {
+                ty: Ty::Vector(lanes),
+                konst: false,
+                defs: tiles()
+                    .map(|(u, j)| (acc(u, j), Value::Float(0.0)))
+                    .collect(),
+            },
+        ];
+        if self.plan.block.is_some() {
+            // Later blocks continue from the partial sums the earlier ones stored.
+            body.push(Stmt::If {
+                cond: "k0 != 0".into(),
+                then: tiles()
+                    .map(|(u, j)| set(Target::Var(acc(u, j)), Value::Read(out_lanes(u, j))))
+                    .collect(),
+                els: None,
+                braced: true,
+            });
+        }
+
+        // One reduction point: the panel row as vectors, then every accumulator.
+        let row = self.reduction_point();
+        let stride = pack_stride(self.config.vector);
+        let mut step = vec![Stmt::Let {
+            ty: Ty::Vector(lanes),
+            konst: true,
+            defs: (0..vectors)
+                .map(|j| {
+                    let b = Target::Lanes {
+                        buf: pk,
+                        index: vec![format!("({row}) * {stride} + {}", j * lanes)],
+                        width: lanes,
+                    };
+                    (format!("b{j}"), Value::Read(b))
+                })
+                .collect(),
+        }];
+        for (u, j) in tiles() {
+            step.push(Stmt::Compute {
+                acc: Target::Var(acc(u, j)),
+                reduce: true,
+                value: Value::Kernel {
+                    expr: self.kernel.body.clone(),
+                    binding: Binding {
+                        index: at(u, j),
+                        reads: vec![(packed.clone(), format!("b{j}"))],
+                    },
+                },
+            });
+        }
+        body.extend(self.reduction_loops(LoopKind::InOrder, Layout::Flat, vec![Stmt::Block(step)]));
+
+        // Partial sums of a block that is not the last go back to the output.
+        if let Some((r0, _)) = self.plan.block {
+            let mut then: Vec<Stmt> = tiles()
+                .map(|(u, j)| set(out_lanes(u, j), Value::Read(Target::Var(acc(u, j)))))
+                .collect();
+            then.push(Stmt::Return);
+            body.push(Stmt::If {
+                cond: format!("k0 + nk < {}", self.extents[r0]),
+                then,
+                els: None,
+                braced: true,
+            });
+        }
+        if self.direct_store() {
+            body.extend(
+                tiles().map(|(u, j)| set(out_lanes(u, j), Value::Read(Target::Var(acc(u, j))))),
+            );
+        } else {
+            // Through the accumulator array, then the epilogue and the store of each element.
+            body.push(Stmt::Alloc {
+                buf: self.acc,
+                init: None,
+            });
+            body.extend(tiles().map(|(u, j)| {
+                set(
+                    Target::Lanes {
+                        buf: self.acc,
+                        index: vec![u.to_string(), (j * lanes).to_string()],
+                        width: lanes,
+                    },
+                    Value::Read(Target::Var(acc(u, j))),
+                )
+            }));
+            body.push(self.epilogue_stores((nu, nv)));
+        }
+        Some(Func {
+            name: name.into(),
+            params: self.tile_params(true),
+            body,
+        })
+    }
+}

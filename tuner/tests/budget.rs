@@ -1,0 +1,160 @@
+//! The tune loop's budgets: seconds (the batch is shrunk to what fits), early stop when the
+//! strategy's test and the model agree, the model's out-of-sample ranking accuracy, and
+//! the weighted warm start.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use tuner::cost_model::Forest;
+use tuner::strategy::by_name;
+use tuner::{tune, Budget, Config, SearchSpace, StopReason, SyntheticMeasurer};
+
+/// Three tiles of 4096 and an unroll depth (6370 points): fastest at outer tile 2^6 and
+/// unroll 8, smooth around it.
+fn space() -> (SearchSpace, usize, usize) {
+    let mut b = SearchSpace::builder();
+    let t = b.factorization("tile", 4096, 3);
+    let u = b.discrete("unroll", &[1, 2, 4, 8, 16, 32, 64]);
+    (b.build().unwrap(), t, u)
+}
+
+fn time(c: &Config, t: usize, u: usize, space: &SearchSpace) -> f64 {
+    let f = c.factors(t).unwrap()[0] as f64;
+    let v = space.discrete_value(c, u).unwrap() as f64;
+    1e-3 * (1.0 + (f.log2() - 6.0).powi(2) * 0.1 + (v.log2() - 3.0).powi(2) * 0.2)
+}
+
+#[test]
+fn a_time_budget_is_kept_to_within_ten_percent() {
+    let (space, t, u) = space();
+    let s2 = space.clone();
+    // 30 ms a measurement: a batch of 8 takes 0.24 s, so checking only between batches
+    // would overrun a 1.0 s budget by up to a quarter.
+    let mut m = SyntheticMeasurer::new(move |c| {
+        std::thread::sleep(Duration::from_millis(30));
+        Some(time(c, t, u, &s2))
+    });
+    let budget = Budget::new(10_000).with_seconds(1.0).with_batch(8);
+    let mut strategy = by_name("random", &budget).unwrap();
+    let features = |c: &Config| space.to_features(c).unwrap_or_default();
+    let start = Instant::now();
+    let r = tune(
+        &space,
+        strategy.as_mut(),
+        &mut tuner::Untrained,
+        &features,
+        &mut m,
+        &budget,
+        1,
+        &mut |_| {},
+    );
+    let took = start.elapsed().as_secs_f64();
+    assert_eq!(r.stopped, StopReason::Time);
+    assert!(
+        (0.9..=1.1).contains(&took),
+        "took {took} s for a 1 s budget"
+    );
+}
+
+#[test]
+fn early_stop_needs_the_strategy_and_the_model_to_agree() {
+    let (space, t, u) = space();
+    let s2 = space.clone();
+    let features = |c: &Config| space.to_features(c).unwrap_or_default();
+    let run = |early: bool| {
+        let s3 = s2.clone();
+        let mut m = SyntheticMeasurer::new(move |c| Some(time(c, t, u, &s3)));
+        let budget = Budget::new(200).with_early_stop(early);
+        let mut strategy = by_name("combined", &budget).unwrap();
+        let mut model = Forest::new(3);
+        tune(
+            &space,
+            strategy.as_mut(),
+            &mut model,
+            &features,
+            &mut m,
+            &budget,
+            3,
+            &mut |_| {},
+        )
+    };
+    let full = run(false);
+    let early = run(true);
+    assert_eq!(early.stopped, StopReason::Converged);
+    assert!(early.trials.len() < full.trials.len());
+    // It stopped at the optimum.
+    assert_eq!(early.best.unwrap().1, full.best.unwrap().1);
+    // An untrained model never agrees: the run goes on.
+    let s3 = s2.clone();
+    let mut m = SyntheticMeasurer::new(move |c| Some(time(c, t, u, &s3)));
+    let budget = Budget::new(200).with_early_stop(true);
+    let mut strategy = by_name("combined", &budget).unwrap();
+    let r = tune(
+        &space,
+        strategy.as_mut(),
+        &mut tuner::Untrained,
+        &features,
+        &mut m,
+        &budget,
+        3,
+        &mut |_| {},
+    );
+    assert_ne!(r.stopped, StopReason::Converged);
+}
+
+#[test]
+fn the_run_reports_its_models_ranking_accuracy() {
+    let (space, t, u) = space();
+    let s2 = space.clone();
+    let features = |c: &Config| space.to_features(c).unwrap_or_default();
+    let mut m = SyntheticMeasurer::new(move |c| Some(time(c, t, u, &s2)));
+    let budget = Budget::new(64);
+    let mut strategy = by_name("random", &budget).unwrap();
+    let mut model = Forest::new(0);
+    let r = tune(
+        &space,
+        strategy.as_mut(),
+        &mut model,
+        &features,
+        &mut m,
+        &budget,
+        0,
+        &mut |_| {},
+    );
+    let acc = r.model_accuracy.unwrap();
+    assert!(acc > 0.6, "pairwise accuracy {acc}");
+    // Without a model every pair is a tie.
+    let s3 = space.clone();
+    let mut m = SyntheticMeasurer::new(move |c| Some(time(c, t, u, &s3)));
+    let mut strategy = by_name("random", &budget).unwrap();
+    let r = tune(
+        &space,
+        strategy.as_mut(),
+        &mut tuner::Untrained,
+        &features,
+        &mut m,
+        &budget,
+        0,
+        &mut |_| {},
+    );
+    assert_eq!(r.model_accuracy, Some(0.5));
+}
+
+#[test]
+fn a_weighted_warm_start_leaves_out_weightless_points_and_ranks_from_the_prior() {
+    use tuner::CostModel;
+    let (space, t, u) = space();
+    let points = space.enumerate(10_000).unwrap();
+    let feats: Vec<Vec<f64>> = points
+        .iter()
+        .map(|c| space.to_features(c).unwrap())
+        .collect();
+    let scores: Vec<f64> = points.iter().map(|c| -time(c, t, u, &space).ln()).collect();
+    let mut weights = vec![1.0; points.len()];
+    weights[0] = 0.0;
+    let mut f = Forest::new(0);
+    f.warm_start_weighted(&feats, &scores, &weights);
+    assert_eq!(f.prior_len(), points.len() - 1);
+    let pred = f.predict(&feats);
+    assert!(tuner::pairwise_accuracy(&pred, &scores) > 0.9);
+}
