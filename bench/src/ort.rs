@@ -172,6 +172,12 @@ impl crate::baselines::Baseline for Ort {
         Ok(())
     }
 
+    fn settle(&self) -> f64 {
+        // ONNX Runtime's intra-op workers spin after a call (`allow_spinning`, its default,
+        // kept: it is ORT's fastest setting); the next contender must not compete with them.
+        crate::openblas::SETTLE_SECONDS
+    }
+
     fn time_calls(&mut self, calls: usize) -> Option<Result<f64, String>> {
         Some(self.ask(&format!("time {calls}")).and_then(|t| {
             t.parse::<f64>()
