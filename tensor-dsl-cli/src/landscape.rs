@@ -153,18 +153,7 @@ pub fn replay(
     let points: Vec<(Config, Outcome)> = recs
         .iter()
         .filter(|r| r.kernel == fingerprint && r.shapes == p.shapes)
-        .filter_map(|r| {
-            let c = space.parse(&r.config).ok()?;
-            let o = match (&r.error, r.samples.is_empty()) {
-                (None, false) => Outcome::Valid {
-                    samples: r.samples.clone(),
-                },
-                _ => Outcome::Invalid {
-                    reason: r.error.clone().unwrap_or_default(),
-                },
-            };
-            Some((c, o))
-        })
+        .filter_map(|r| Some((space.parse(&r.config).ok()?, outcome_of(r))))
         .collect();
     if points.is_empty() {
         return Err(format!(
@@ -294,4 +283,16 @@ fn sample(space: &tuner::SearchSpace, n: usize) -> Result<Vec<Config>, String> {
         out.len()
     );
     Ok(out)
+}
+
+/// A recorded measurement as the replay sees it: its samples, or invalid with the reason.
+pub fn outcome_of(r: &Record) -> Outcome {
+    match (&r.error, r.samples.is_empty()) {
+        (None, false) => Outcome::Valid {
+            samples: r.samples.clone(),
+        },
+        _ => Outcome::Invalid {
+            reason: r.error.clone().unwrap_or_default(),
+        },
+    }
 }

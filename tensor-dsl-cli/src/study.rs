@@ -80,16 +80,10 @@ fn landscapes_of(file: &Path) -> Result<Vec<Landscape>, String> {
         let points: Vec<(Config, Outcome)> = rs
             .iter()
             .filter_map(|r| {
-                let c = template.parse(&r.config).ok()?;
-                let o = match (&r.error, r.samples.is_empty()) {
-                    (None, false) => Outcome::Valid {
-                        samples: r.samples.clone(),
-                    },
-                    _ => Outcome::Invalid {
-                        reason: r.error.clone().unwrap_or_default(),
-                    },
-                };
-                Some((c, o))
+                Some((
+                    template.parse(&r.config).ok()?,
+                    crate::landscape::outcome_of(r),
+                ))
             })
             .collect();
         let mut samples: HashMap<Config, Vec<f64>> = HashMap::new();
