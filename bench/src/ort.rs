@@ -152,7 +152,7 @@ impl crate::baselines::Baseline for Ort {
         self.name.clone()
     }
 
-    /// One call in the helper (the output stays there until [`Ort::fetch`]).
+    /// One call in the helper (the output stays there until [`fetch`](crate::baselines::Baseline::fetch)).
     fn run(&mut self, _inputs: &[&[f32]], _out: &mut [f32]) -> Result<(), String> {
         self.ask("run").map(|_| ())
     }
