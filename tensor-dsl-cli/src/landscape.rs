@@ -179,17 +179,7 @@ pub fn replay(
         return Err("the landscape has no valid point".into());
     }
     let target = best / share;
-    let names: Vec<String> = if strategies == "all" {
-        tuner::strategy::STRATEGY_NAMES
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-    } else {
-        strategies
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .collect()
-    };
+    let names = strategy_names(strategies);
     let features = |c: &Config| space.to_features(c).unwrap_or_default();
     let mut rows = Vec::new();
     for name in &names {
@@ -294,5 +284,17 @@ pub fn outcome_of(r: &Record) -> Outcome {
         _ => Outcome::Invalid {
             reason: r.error.clone().unwrap_or_default(),
         },
+    }
+}
+
+/// The strategies a `--strategies` list names: `all`, or names separated by commas.
+pub fn strategy_names(list: &str) -> Vec<String> {
+    if list == "all" {
+        tuner::strategy::STRATEGY_NAMES
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    } else {
+        list.split(',').map(|s| s.trim().to_string()).collect()
     }
 }

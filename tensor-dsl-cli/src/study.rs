@@ -256,17 +256,7 @@ pub fn run(
     share: f64,
     out: &Path,
 ) -> Result<ExitCode, String> {
-    let names: Vec<String> = if strategies == "all" {
-        tuner::strategy::STRATEGY_NAMES
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-    } else {
-        strategies
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .collect()
-    };
+    let names = crate::landscape::strategy_names(strategies);
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut json = Vec::new();
     let mut md = format!(

@@ -349,6 +349,19 @@ pub struct Searched {
     pub pick: Config,
 }
 
+/// The strategy `opts` names, with the budget it plans for; an unknown name is an
+/// [`Error::InvalidSetting`] listing the valid ones.
+fn strategy_of(
+    opts: &TuneOptions,
+    budget: &Budget,
+) -> Result<Box<dyn tuner::strategy::SearchStrategy>, Error> {
+    tuner::strategy::by_name(&opts.strategy, budget).ok_or_else(|| Error::InvalidSetting {
+        name: "strategy".into(),
+        value: opts.strategy.clone(),
+        expected: format!("one of {}", tuner::strategy::STRATEGY_NAMES.join(", ")),
+    })
+}
+
 /// One search with transfer, as the product's tuning runs it: the cost model of `opts`
 /// learns `prior` first ([`Prior::teach`]); the [`transfer::pick`] is measured first, then
 /// the model's own pick ([`transfer::model_pick`]) and `default` (tuning never ends worse
@@ -371,12 +384,7 @@ pub fn search_with_prior(
     let mut budget = Budget::new(opts.trials)
         .with_batch(opts.batch.max(1))
         .with_early_stop(opts.seconds.is_some());
-    let inner =
-        tuner::strategy::by_name(&opts.strategy, &budget).ok_or_else(|| Error::InvalidSetting {
-            name: "strategy".into(),
-            value: opts.strategy.clone(),
-            expected: format!("one of {}", tuner::strategy::STRATEGY_NAMES.join(", ")),
-        })?;
+    let inner = strategy_of(opts, &budget)?;
     let mut model = opts.cost_model.make(opts.seed);
     prior.teach(model.as_mut());
     let top = transfer::model_pick(
@@ -479,12 +487,7 @@ pub fn search(
 ) -> Result<(TuneResult, f64), Error> {
     let mut budget = Budget::new(opts.trials).with_batch(opts.batch.max(1));
     budget.seconds = opts.seconds;
-    let inner =
-        tuner::strategy::by_name(&opts.strategy, &budget).ok_or_else(|| Error::InvalidSetting {
-            name: "strategy".into(),
-            value: opts.strategy.clone(),
-            expected: format!("one of {}", tuner::strategy::STRATEGY_NAMES.join(", ")),
-        })?;
+    let inner = strategy_of(opts, &budget)?;
     let mut strategy = tuner::strategy::Seeded::new(seeds, inner);
     let mut model = opts.cost_model.make(opts.seed);
     let start = Instant::now();

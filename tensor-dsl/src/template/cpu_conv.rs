@@ -248,11 +248,10 @@ impl ConvTemplate {
     ) -> Option<Result<ConvTemplate, String>> {
         let shape = ConvShape::of(kernel)?;
         let heuristic = heuristic(kernel, extents, Machine::with_lanes(lanes))?;
-        Some(Self::build(kernel, extents, lanes, &shape, heuristic))
+        Some(Self::build(extents, lanes, &shape, heuristic))
     }
 
     fn build(
-        kernel: &Kernel,
         extents: &[usize],
         lanes: usize,
         shape: &ConvShape,
@@ -268,7 +267,7 @@ impl ConvTemplate {
             c.index(k).and_then(|i| list.get(i)).map(|&v| v as usize)
         };
         let (fe, np) = (extents[shape.f], shape.pixel_count(extents));
-        let regs = if lanes >= 16 { 32 } else { 16 };
+        let regs = Machine::with_lanes(lanes).registers;
         b.constraint("tiles fit their axes", move |c| {
             value(c, vector, &CHANNEL_CHOICES).is_some_and(|v| v <= fe.next_power_of_two())
                 && value(c, pixels, &PIXEL_CHOICES).is_some_and(|m| m <= np)
@@ -295,7 +294,6 @@ impl ConvTemplate {
         t.default = t
             .encode(&heuristic)
             .ok_or_else(|| "the convolution default is not in its space".to_string())?;
-        let _ = kernel;
         Ok(t)
     }
 
