@@ -5,6 +5,12 @@
 # One device call may run 10 minutes: run the tests with the smoke suite first, then one
 # suite per call (SKIP_TESTS=1 SUITES=resnet50_conv2d ...). Each suite is stopped after
 # $SUITE_SECONDS (default 540) so that what it finished still comes back.
+# Half precision (tensor-core template against cuBLAS GemmEx / cuDNN in half), one call each:
+#   SKIP_TESTS=1 DTYPES=bf16 SUITES="bert_matmul opevo_matmul" bash bench/gpu/run.sh
+#   SKIP_TESTS=1 DTYPES=bf16 SUITES=bolt_epilogue bash bench/gpu/run.sh   # fused vs cuBLAS + kernel
+#   SKIP_TESTS=1 DTYPES=bf16 SUITES=opevo_batch_matmul bash bench/gpu/run.sh
+#   SKIP_TESTS=1 DTYPES=f16 SUITES=resnet50_conv2d bash bench/gpu/run.sh
+# DTYPES is passed as --dtypes and named in the output files.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 CARRY="$PWD/.gpu-carry"
@@ -25,12 +31,18 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     done
 fi
 date=$(date -u +%Y-%m-%d)
+dtypes=()
+tag=""
+if [ -n "${DTYPES:-}" ]; then
+    dtypes=(--dtypes "$DTYPES")
+    tag="-$(echo "$DTYPES" | tr -c 'a-z0-9\n' '_')"
+fi
 for s in ${SUITES:-smoke}; do
-    echo "== bench $s"
+    echo "== bench $s ${DTYPES:-}"
     timeout "${SUITE_SECONDS:-540}" \
     "$CARRY/bench" --suite "$s" --device cuda --trials "${TRIALS:-64}" --seed "${SEED:-1}" \
-        ${BENCH_ARGS:-} \
-        --json "$OUT/$date-cuda-$s.json" --plot "$OUT/$date-cuda-$s.svg" \
+        "${dtypes[@]}" ${BENCH_ARGS:-} \
+        --json "$OUT/$date-cuda-$s$tag.json" --plot "$OUT/$date-cuda-$s$tag.svg" \
         --record-landscape "$OUT/landscapes" 2>&1 | tail -60 || status=1
 done
 # Landscapes travel back as one archive ($OUT is copied at most two folders deep).

@@ -19,6 +19,7 @@ use crate::workloads::{Conv, Op};
 pub fn name(op: &Op) -> &'static str {
     match op {
         Op::Matmul { .. } => "matrixmultiply 0.3 sgemm (threading)",
+        Op::GemmBiasRelu { .. } => "matrixmultiply 0.3 sgemm (threading), then bias + ReLU",
         Op::BatchMatmul { .. } => "matrixmultiply 0.3 sgemm per batch (threading)",
         Op::Conv2d(_) => "im2col + matrixmultiply 0.3 sgemm per image (threading)",
         Op::Stage(_) => crate::stages::NAIVE,
@@ -162,6 +163,24 @@ pub fn run_on(
         _ => return Err("the baseline needs two inputs".into()),
     };
     match op {
+        Op::GemmBiasRelu { m, n, k } => {
+            let bias = inputs
+                .get(2)
+                .ok_or("a GEMM with a bias needs three inputs")?;
+            let plain = Op::Matmul {
+                m: *m,
+                n: *n,
+                k: *k,
+            };
+            run_on(lib, &plain, inputs, out, scratch)?;
+            // The epilogue as a separate pass over the output, as an unfused library runs it.
+            for row in out.chunks_mut(*n).take(*m) {
+                for (y, b) in row.iter_mut().zip(bias.iter()) {
+                    *y = (*y + b).max(0.0);
+                }
+            }
+            Ok(())
+        }
         Op::Matmul { m, n, k } => {
             lib.threads_for(false);
             Gemm {
@@ -404,10 +423,14 @@ fn conv(
 pub mod testing {
     use crate::workloads::{kernel_text, Conv, Op, Workload};
 
-    /// Matmul, every batched layout the bench uses (and an interleaved output), and
-    /// convolutions with 1×1, padded, strided and wide windows.
+    /// Matmul (plain and with the bias + ReLU epilogue), every batched layout the bench
+    /// uses (and an interleaved output), and convolutions with 1×1, padded, strided and wide
+    /// windows.
     pub fn cases() -> Vec<Op> {
-        let mut ops = vec![Op::Matmul { m: 7, n: 13, k: 5 }];
+        let mut ops = vec![
+            Op::Matmul { m: 7, n: 13, k: 5 },
+            Op::GemmBiasRelu { m: 7, n: 13, k: 5 },
+        ];
         for (lhs, rhs, out) in [
             ("bmk", "bkn", "bmn"),
             ("bkm", "bkn", "bmn"),

@@ -77,6 +77,15 @@ fn column(library: &'static str, name: String, made: Result<Box<dyn Baseline>, S
 /// with the NCHW reorders), then ONNX Runtime ([`crate::ort`]; the only one for the
 /// `stages` suite).
 pub fn for_op(op: &Op, inputs: &[&[f32]]) -> Vec<Column> {
+    if let Op::GemmBiasRelu { .. } = op {
+        // OpenBLAS's GEMM, then the epilogue as a separate pass (`crate::baseline::run_on`);
+        // oneDNN and ONNX Runtime get no graph for it here.
+        return vec![column(
+            "OpenBLAS",
+            crate::openblas::name(op),
+            crate::openblas::Baseline::new(op).map(|b| Box::new(b) as Box<dyn Baseline>),
+        )];
+    }
     let ort = column(
         "ONNX Runtime",
         crate::ort::graph(op).0,
@@ -91,6 +100,7 @@ pub fn for_op(op: &Op, inputs: &[&[f32]]) -> Vec<Column> {
         crate::openblas::Baseline::new(op).map(|b| Box::new(b) as Box<dyn Baseline>),
     )];
     match op {
+        Op::GemmBiasRelu { .. } => {}
         Op::Matmul { .. } | Op::BatchMatmul { .. } => columns.push(column(
             "oneDNN",
             "oneDNN matmul".into(),

@@ -71,6 +71,12 @@ struct Args {
     /// Draw best-so-far GFLOPS against trials, one line per kernel, into this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
+    /// Element types (GPU only): a bare type (`bf16`, `f16`) for the two operands of every
+    /// contraction, the output and any bias staying `f32`; or `name=type` pairs for the
+    /// kernel's tensors (`a=bf16,b=bf16,c=f32`). Half operands take the tensor-core
+    /// template and, as baselines, cuBLAS `GemmEx` / cuDNN in half precision.
+    #[arg(long, default_value = "")]
+    dtypes: String,
     /// Only these workloads (names, comma-separated, e.g. M0,M3).
     #[arg(long, value_delimiter = ',')]
     filter: Vec<String>,
@@ -221,6 +227,10 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         ));
     }
     let chosen = select(args)?;
+    let dtype = workloads::operand_dtype(&args.dtypes)?;
+    if !gpu && !args.dtypes.trim().is_empty() {
+        return Err("--dtypes is for --device cuda (the CPU baselines are f32)".into());
+    }
     match args.omp_wait_policy.as_str() {
         // Set before anything loads libgomp (it reads the variable once, at load).
         "passive" => std::env::set_var("OMP_WAIT_POLICY", "PASSIVE"),
@@ -245,9 +255,9 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     };
     let baseline_name = |op: &workloads::Op| {
         if gpu {
-            cuda::baseline_name(op)
+            cuda::baseline_name(op, dtype)
         } else {
-            baseline::name(op)
+            baseline::name(op).to_string()
         }
     };
     let settings = tuning::Settings {
@@ -292,10 +302,10 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         results: Vec::new(),
     };
     for w in &chosen {
-        let mut result = match w.problem() {
+        let mut result = match w.problem_with(&args.dtypes) {
             Err(e) => {
                 let mut r =
-                    KernelResult::empty(&w.suite, &w.name, w.shape.clone(), baseline_name(&w.op));
+                    KernelResult::empty(&w.suite, &w.name, w.shape.clone(), &baseline_name(&w.op));
                 r.device = args.device.clone();
                 r.fail(e);
                 r
@@ -306,7 +316,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
                         &w.suite,
                         &w.name,
                         w.shape.clone(),
-                        baseline_name(&w.op),
+                        &baseline_name(&w.op),
                     );
                     r.device = args.device.clone();
                     r.flops = p.flops();

@@ -666,7 +666,9 @@ impl Matmul {
                     (vec![*b, *m, *n], st(&lc, 'm', 'n')),
                 ]
             }
-            Op::Conv2d(_) | Op::Stage(_) => return Err("oneDNN matmul is for matmuls".into()),
+            Op::Conv2d(_) | Op::Stage(_) | Op::GemmBiasRelu { .. } => {
+                return Err("oneDNN matmul is for matmuls without an epilogue".into())
+            }
         };
         // The bench's layouts are permutations of dense ones: each spans its element count.
         let sizes = shapes.clone().map(|(dv, _)| dv.iter().product());

@@ -232,6 +232,7 @@ impl Sgemm for OpenBlas {
 pub fn name(op: &Op) -> String {
     let what = match op {
         Op::Matmul { .. } => "OpenBLAS sgemm",
+        Op::GemmBiasRelu { .. } => "OpenBLAS sgemm, then bias + ReLU",
         Op::BatchMatmul { .. } => "OpenBLAS sgemm per batch",
         Op::Conv2d(_) => "im2col + OpenBLAS sgemm",
         Op::Stage(_) => "OpenBLAS (no row kernels)",

@@ -26,6 +26,11 @@ pub fn graph(op: &Op) -> (String, Value) {
             "ONNX Runtime MatMul (CPU)".into(),
             json!({"op": "matmul", "constant": [1]}),
         ),
+        // No graph: `crate::baselines` gives this op no ONNX Runtime column.
+        Op::GemmBiasRelu { .. } => (
+            "ONNX Runtime (no fused GEMM epilogue graph)".into(),
+            json!({"op": "gemm_bias_relu"}),
+        ),
         Op::BatchMatmul { lhs, rhs, out, .. } => (
             "ONNX Runtime Einsum (CPU)".into(),
             json!({"op": "einsum", "equation": format!("{lhs},{rhs}->{out}")}),

@@ -38,6 +38,11 @@ fn cpu_err(e: CpuError) -> String {
 /// The first element where `got` and `want` differ by more than 1e-3 relative (1e-3
 /// absolute below magnitude 1), and the largest absolute difference.
 pub fn compare(got: &[f32], want: &[f32]) -> (Option<String>, f64) {
+    compare_within(got, want, 1e-3)
+}
+
+/// [`compare`] with the relative tolerance `rel` (for half-precision outputs).
+pub fn compare_within(got: &[f32], want: &[f32], rel: f32) -> (Option<String>, f64) {
     let mut first = None;
     let mut max_diff = 0.0f64;
     if got.len() != want.len() {
@@ -48,7 +53,7 @@ pub fn compare(got: &[f32], want: &[f32]) -> (Option<String>, f64) {
     }
     for (n, (&g, &w)) in got.iter().zip(want).enumerate() {
         let d = f64::from((g - w).abs());
-        if d.is_nan() || d > 1e-3 * f64::from(w.abs().max(1.0)) {
+        if d.is_nan() || d > f64::from(rel) * f64::from(w.abs().max(1.0)) {
             first.get_or_insert_with(|| format!("element {n}: ours {g}, baseline {w}"));
         }
         if d.is_nan() {

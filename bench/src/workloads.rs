@@ -4,13 +4,15 @@
 //! - matmul `M,N,K`: `c[[i, j]] += a[[i, k]] * b[[k, j]]`, a: M×K, b: K×N, c: M×N;
 //! - batched matmul with an einsum such as `bkm,bkn->bmn`: `out[[b, m, n]] += lhs[[b, k, m]] *
 //!   rhs[[b, k, n]]`, each tensor's axes in the einsum's order;
+//! - matmul with a fused epilogue (`"epilogue": "bias_relu"`, the Bolt comparison):
+//!   `c[[i, j]] += a[[i, k]] * b[[k, j]]; c[[i, j]] = relu(c[[i, j]] + bias[[j]])`;
 //! - convolution (NCHW input, FCRS weights, stride S, zero padding P on each side):
 //!   `y[[n, f, p, q]] += x[[n, c, S * p + r - P, S * q + s - P]] * w[[f, c, r, s]]`, with
 //!   the output P×Q from the usual formula `(H + 2P - R) / S + 1`.
 
 use serde_json::{json, Map, Value};
-use tensor_dsl::ir::parse_text;
 pub use tensor_dsl::ir::Problem;
+use tensor_dsl::ir::{parse_text, DType};
 
 /// The workloads file, as committed beside this crate.
 pub const WORKLOADS_JSON: &str = include_str!("../workloads.json");
@@ -48,6 +50,13 @@ pub enum Op {
         out: String,
     },
     Conv2d(Conv),
+    /// A matmul whose output gets a bias (one value per column) and a ReLU, in the same
+    /// kernel: `c = relu(a · b + bias)` (Bolt's fused-epilogue comparison).
+    GemmBiasRelu {
+        m: usize,
+        n: usize,
+        k: usize,
+    },
     /// A kernel of several stages (softmax, layer norm, max pooling), `"op"` in the file.
     Stage(crate::stages::Stage),
 }
@@ -190,10 +199,15 @@ fn workload(suite: &str, entry: &Value) -> Result<Workload, String> {
             out,
         }
     } else {
-        Op::Matmul {
-            m: f("M")?,
-            n: f("N")?,
-            k: f("K")?,
+        let (m, n, k) = (f("M")?, f("N")?, f("K")?);
+        match obj.get("epilogue").map(|e| e.as_str()) {
+            None => Op::Matmul { m, n, k },
+            Some(Some("bias_relu")) => Op::GemmBiasRelu { m, n, k },
+            Some(_) => {
+                return Err(format!(
+                    "{what}: `epilogue` must be \"bias_relu\" (the only fused epilogue here)"
+                ))
+            }
         }
     };
     Ok(Workload {
@@ -298,6 +312,16 @@ pub fn kernel_text(op: &Op) -> (String, Vec<(String, Vec<usize>, bool)>) {
                 ("c".into(), vec![*m, *n], true),
             ],
         ),
+        Op::GemmBiasRelu { m, n, k } => (
+            "c[[i, j]] += a[[i, k]] * b[[k, j]]; c[[i, j]] = relu(c[[i, j]] + bias[[j]])"
+                .to_string(),
+            vec![
+                ("a".into(), vec![*m, *k], false),
+                ("b".into(), vec![*k, *n], false),
+                ("bias".into(), vec![*n], false),
+                ("c".into(), vec![*m, *n], true),
+            ],
+        ),
         Op::BatchMatmul { lhs, rhs, out, .. } => {
             let size = |ch: char| op.batch_axis(ch);
             let idx = |s: &str| {
@@ -340,13 +364,55 @@ pub fn kernel_text(op: &Op) -> (String, Vec<(String, Vec<usize>, bool)>) {
     }
 }
 
+/// The `name=type` pairs `--dtypes` means for a kernel whose parameters are `params`
+/// (`(name, is_output)` in order): a bare type (`bf16`) is the element type of the two
+/// operands of the contraction (the first two inputs; the output and any bias stay `f32`),
+/// anything else is passed on as written (`a=bf16,b=bf16,c=f32`). Empty means all `f32`.
+pub fn dtype_spec(spec: &str, params: &[(String, bool)]) -> String {
+    let spec = spec.trim();
+    if spec.is_empty() || spec.contains('=') {
+        return spec.to_string();
+    }
+    params
+        .iter()
+        .filter(|(_, out)| !out)
+        .take(2)
+        .map(|(name, _)| format!("{name}={spec}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The operands' element type `--dtypes` asks for: the bare type, or for `name=type` pairs
+/// the first type other than `f32` (`f32` when none is). For naming baselines before a
+/// kernel exists; the kernel's own types decide what runs.
+pub fn operand_dtype(spec: &str) -> Result<DType, String> {
+    let mut first = DType::F32;
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let ty = part.split_once('=').map_or(part, |(_, t)| t.trim());
+        let d = DType::from_name(ty).ok_or_else(|| {
+            format!("--dtypes: `{ty}` is not an element type: use f32, f16 or bf16")
+        })?;
+        if first == DType::F32 {
+            first = d;
+        }
+    }
+    Ok(first)
+}
+
 impl Workload {
-    /// The workload as a kernel with bound shapes.
+    /// The workload as a kernel with bound shapes, every tensor `f32`.
     pub fn problem(&self) -> Result<Problem, String> {
+        self.problem_with("")
+    }
+
+    /// The workload with the element types `dtypes` asks for (see [`dtype_spec`]).
+    pub fn problem_with(&self, dtypes: &str) -> Result<Problem, String> {
         let (text, tensors) = kernel_text(&self.op);
         let decl: Vec<(String, bool)> = tensors.iter().map(|(n, _, o)| (n.clone(), *o)).collect();
         let kernel = parse_text(&self.name, &text, Some(&decl))
-            .map_err(|e| format!("{}: kernel `{text}`: {e}", self.name))?;
+            .map_err(|e| format!("{}: kernel `{text}`: {e}", self.name))?
+            .with_dtypes(&dtype_spec(dtypes, &decl))
+            .map_err(|e| format!("{}: --dtypes: {e}", self.name))?;
         let shapes: Vec<Vec<usize>> = tensors.into_iter().map(|(_, s, _)| s).collect();
         Problem::new(kernel, shapes).map_err(|e| format!("{}: {e}", self.name))
     }
@@ -383,6 +449,36 @@ mod tests {
         assert_eq!(p.flops(), 2.0 * (64 * 112 * 112 * 3 * 7 * 7) as f64);
         assert_eq!(affine(2, "p", "r", 3), "2 * p + r - 3");
         assert_eq!(affine(1, "q", "s", 0), "q + s");
+    }
+
+    #[test]
+    fn dtypes_name_the_contraction_operands() {
+        let suites = load(WORKLOADS_JSON).unwrap();
+        let find = |n: &str| {
+            suites
+                .iter()
+                .flat_map(|(_, l)| l)
+                .find(|w| w.name == n)
+                .unwrap()
+                .clone()
+        };
+        let text = |w: &Workload, d: &str| w.problem_with(d).unwrap().kernel.dtypes_text();
+        assert_eq!(text(&find("M1"), "bf16"), "a=bf16,b=bf16,c=f32");
+        assert_eq!(text(&find("R1"), "f16"), "x=f16,w=f16,y=f32");
+        assert_eq!(text(&find("BMM1"), "bf16"), "lhs=bf16,rhs=bf16,out=f32");
+        let bolt = find("BR3");
+        assert!(matches!(bolt.op, Op::GemmBiasRelu { .. }));
+        assert_eq!(text(&bolt, "bf16"), "a=bf16,b=bf16,bias=f32,c=f32");
+        assert_eq!(text(&bolt, ""), "a=f32,b=f32,bias=f32,c=f32");
+        assert_eq!(text(&bolt, "a=f16,b=f16"), "a=f16,b=f16,bias=f32,c=f32");
+        assert!(find("M1").problem_with("f64").is_err());
+        assert_eq!(operand_dtype("bf16"), Ok(DType::BF16));
+        assert_eq!(operand_dtype("a=f32, b=f16"), Ok(DType::F16));
+        assert_eq!(operand_dtype(""), Ok(DType::F32));
+        assert!(operand_dtype("a=f64").is_err());
+        assert!(find("M1").problem_with("x=bf16").is_err());
+        let bad = json!({"name": "e", "M": 2, "N": 2, "K": 2, "epilogue": "gelu"});
+        assert!(workload("t", &bad).unwrap_err().contains("bias_relu"));
     }
 
     #[test]

@@ -1,8 +1,17 @@
-//! The GPU baselines, on the CUDA runtime's own stream and buffers: cuBLAS
-//! `sgemmStridedBatched` for matmuls and batched matmuls, cuDNN's forward convolution for
-//! convolutions. Both in fp32 with TF32 off (cuBLAS `CUBLAS_DEFAULT_MATH`, cuDNN
-//! `CUDNN_FMA_MATH`; `bench` also sets `NVIDIA_TF32_OVERRIDE=0` before CUDA loads), so they
-//! compute what our kernels compute.
+//! The GPU baselines, on the CUDA runtime's own stream and buffers: cuBLAS for matmuls and
+//! batched matmuls, cuDNN's forward convolution for convolutions, and for Bolt's fused
+//! epilogue (`c = relu(a · b + bias)`) the cuBLAS GEMM followed by a separate NVRTC-compiled
+//! bias + ReLU kernel ([`super::epilogue`]), timed together.
+//!
+//! The operands' element type picks the call:
+//! - `f32`: `sgemm` / `sgemmStridedBatched` with TF32 off (cuBLAS `CUBLAS_DEFAULT_MATH`,
+//!   cuDNN `CUDNN_FMA_MATH`; `bench` also sets `NVIDIA_TF32_OVERRIDE=0` before CUDA loads),
+//!   so they compute what our kernels compute;
+//! - `bf16` / `f16` (`--dtypes`): `cublasGemmEx` / `cublasGemmStridedBatchedEx` with half
+//!   inputs, an `f32` output and `CUBLAS_COMPUTE_32F` (tensor cores, f32 accumulation: what
+//!   our tensor-core template computes); cuDNN in half precision with `f32` compute and
+//!   tensor-core math. cuDNN has no half-input, `f32`-output convolution, so its output is
+//!   in the input type ([`output_dtype`]) and the check against ours allows that rounding.
 //!
 //! cuDNN is given its best chance: every forward algorithm its heuristics list for the
 //! problem is run and timed once, and the fastest is the baseline (what
@@ -18,18 +27,83 @@ use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::cudnn::result as dnn;
 use cudarc::cudnn::sys as dnn_sys;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use tensor_dsl::runtime::cuda::{self, guarded, DeviceBuffer};
+use tensor_dsl::ir::DType;
+use tensor_dsl::runtime::cuda::{self, guarded, CompiledKernel, DeviceBuffer};
 
+use super::epilogue;
 use super::gemm_plan::{self, Operand};
 use crate::workloads::{Conv, Op};
 
-/// What the report calls the baseline of `op` on the GPU.
-pub fn name(op: &Op) -> &'static str {
+/// What the report calls the baseline of `op` on the GPU when its operands are `dtype`.
+pub fn name(op: &Op, dtype: DType) -> String {
+    let half =
+        |call: &str| format!("cuBLAS {call} ({dtype} inputs, f32 output, CUBLAS_COMPUTE_32F)");
+    match (op, dtype) {
+        (Op::Matmul { .. }, DType::F32) => "cuBLAS sgemm (fp32, TF32 off)".into(),
+        (Op::Matmul { .. }, _) => half("GemmEx"),
+        (Op::BatchMatmul { .. }, DType::F32) => {
+            "cuBLAS sgemmStridedBatched (fp32, TF32 off)".into()
+        }
+        (Op::BatchMatmul { .. }, _) => half("GemmStridedBatchedEx"),
+        (Op::GemmBiasRelu { .. }, DType::F32) => {
+            "cuBLAS sgemm (fp32, TF32 off) + bias/ReLU kernel".into()
+        }
+        (Op::GemmBiasRelu { .. }, _) => format!("{} + bias/ReLU kernel", half("GemmEx")),
+        (Op::Conv2d(_), DType::F32) => {
+            "cuDNN convolution forward (fp32, TF32 off, fastest algorithm)".into()
+        }
+        (Op::Conv2d(_), _) => format!(
+            "cuDNN convolution forward ({dtype} in and out, f32 compute, tensor ops, fastest algorithm)"
+        ),
+        (Op::Stage(_), _) => "none (no GPU baseline for row kernels yet)".into(),
+    }
+}
+
+/// The element type of the baseline's output for `op` with operands of type `dtype`: `f32`,
+/// except for a half-precision convolution (cuDNN writes it in the input type).
+pub fn output_dtype(op: &Op, dtype: DType) -> DType {
     match op {
-        Op::Matmul { .. } => "cuBLAS sgemm (fp32, TF32 off)",
-        Op::BatchMatmul { .. } => "cuBLAS sgemmStridedBatched (fp32, TF32 off)",
-        Op::Conv2d(_) => "cuDNN convolution forward (fp32, TF32 off, fastest algorithm)",
-        Op::Stage(_) => "none (no GPU baseline for row kernels yet)",
+        Op::Conv2d(_) => dtype,
+        _ => DType::F32,
+    }
+}
+
+/// The relative tolerance for comparing our `f32` output with the baseline's of type
+/// `dtype`: the usual 1e-3, or two units in the last place of a half-precision output.
+pub fn tolerance(dtype: DType) -> f32 {
+    match dtype {
+        DType::F32 => 1e-3,
+        DType::F16 => 2.0 * 2f32.powi(-10),
+        DType::BF16 => 2.0 * 2f32.powi(-7),
+    }
+}
+
+/// The one element type of both operands (cuBLAS and cuDNN take one type for both).
+pub fn operand_dtype(a: DType, b: DType) -> Result<DType, String> {
+    if a == b {
+        Ok(a)
+    } else {
+        Err(format!(
+            "the operands are {a} and {b}: the library baselines need one type for both"
+        ))
+    }
+}
+
+/// cuBLAS's name for a half-precision operand type (`None` for `f32`, which takes `sgemm`).
+pub fn blas_type(dtype: DType) -> Option<blas_sys::cudaDataType> {
+    match dtype {
+        DType::F32 => None,
+        DType::F16 => Some(blas_sys::cudaDataType::CUDA_R_16F),
+        DType::BF16 => Some(blas_sys::cudaDataType::CUDA_R_16BF),
+    }
+}
+
+/// cuDNN's name for an element type.
+fn dnn_type(dtype: DType) -> dnn_sys::cudnnDataType_t {
+    match dtype {
+        DType::F32 => dnn_sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+        DType::F16 => dnn_sys::cudnnDataType_t::CUDNN_DATA_HALF,
+        DType::BF16 => dnn_sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
     }
 }
 
@@ -40,8 +114,18 @@ enum Kind {
     Gemm {
         blas: CudaBlas,
         plan: gemm_plan::Plan,
+        /// `None`: `f32` operands (`sgemm`); else cuBLAS's half type (`GemmEx`).
+        half: Option<blas_sys::cudaDataType>,
+        epilogue: Option<Epilogue>,
     },
     Conv(Box<ConvState>),
+}
+
+/// The separate bias + ReLU pass after the GEMM: the GEMM writes `t`, the kernel reads it
+/// and the bias and writes the output.
+struct Epilogue {
+    t: DeviceBuffer,
+    kernel: Arc<CompiledKernel>,
 }
 
 /// cuDNN through its C API (`cudarc::cudnn::result`): the safe wrappers do not list every
@@ -93,38 +177,60 @@ fn dim(v: usize, what: &str) -> Result<i32, String> {
 }
 
 impl Baseline {
-    /// Prepares the baseline for `op` (`inputs` in parameter order, `out` the output), on
-    /// the CUDA runtime's stream. For a convolution this runs every algorithm cuDNN lists
-    /// (once to warm up, three times timed) and keeps the fastest.
+    /// Prepares the baseline for `op` (`inputs` in parameter order, `out` the output, of
+    /// type [`output_dtype`]), on the CUDA runtime's stream. For a convolution this runs
+    /// every algorithm cuDNN lists (once to warm up, three times timed) and keeps the
+    /// fastest.
     pub fn new(
         op: &Op,
         inputs: &[&DeviceBuffer],
         out: &mut DeviceBuffer,
     ) -> Result<Baseline, String> {
+        let dtype = match inputs {
+            [a, b, ..] => operand_dtype(a.dtype(), b.dtype())?,
+            _ => return Err("the baseline needs two inputs".into()),
+        };
+        let row_major = |rows: usize, cols: usize| Operand {
+            rows,
+            cols,
+            rs: cols,
+            cs: 1,
+            bs: 0,
+        };
         match op {
             Op::Matmul { m, n, k } => {
-                let a = Operand {
-                    rows: *m,
-                    cols: *k,
-                    rs: *k,
-                    cs: 1,
-                    bs: 0,
-                };
-                let b = Operand {
-                    rows: *k,
-                    cols: *n,
-                    rs: *n,
-                    cs: 1,
-                    bs: 0,
-                };
-                let c = Operand {
-                    rows: *m,
-                    cols: *n,
-                    rs: *n,
-                    cs: 1,
-                    bs: 0,
-                };
-                Self::gemm(gemm_plan::plan(&a, &b, &c, 1)?, "cuBLAS sgemm")
+                let plan = gemm_plan::plan(
+                    &row_major(*m, *k),
+                    &row_major(*k, *n),
+                    &row_major(*m, *n),
+                    1,
+                )?;
+                Self::gemm(plan, dtype, None, &name(op, dtype))
+            }
+            Op::GemmBiasRelu { m, n, k } => {
+                let plan = gemm_plan::plan(
+                    &row_major(*m, *k),
+                    &row_major(*k, *n),
+                    &row_major(*m, *n),
+                    1,
+                )?;
+                if inputs.get(2).is_none_or(|b| b.dtype() != DType::F32) {
+                    return Err("the bias + ReLU baseline needs an f32 bias as third input".into());
+                }
+                let kernel = epilogue::kernel()?;
+                let shapes: [&[usize]; 3] = [&[*m, *n], &[*n], &[*m, *n]];
+                let compiled = cuda::compile_source(&kernel, &shapes, epilogue::source(*m, *n)?)
+                    .map_err(|e| format!("the bias + ReLU kernel: {e}"))?;
+                let t = DeviceBuffer::zeros(m * n).map_err(|e| e.to_string())?;
+                Self::gemm(
+                    plan,
+                    dtype,
+                    Some(Epilogue {
+                        t,
+                        kernel: compiled,
+                    }),
+                    &name(op, dtype),
+                )
             }
             Op::BatchMatmul {
                 b: batch, m, n, k, ..
@@ -156,15 +262,22 @@ impl Baseline {
                 };
                 Self::gemm(
                     gemm_plan::plan(&a, &b, &c, *batch)?,
-                    "cuBLAS sgemmStridedBatched",
+                    dtype,
+                    None,
+                    &name(op, dtype),
                 )
             }
-            Op::Conv2d(cv) => Self::conv(cv, inputs, out),
+            Op::Conv2d(cv) => Self::conv(cv, dtype, inputs, out),
             Op::Stage(_) => Err("no GPU baseline for row kernels yet".into()),
         }
     }
 
-    fn gemm(plan: gemm_plan::Plan, what: &str) -> Result<Baseline, String> {
+    fn gemm(
+        plan: gemm_plan::Plan,
+        dtype: DType,
+        epilogue: Option<Epilogue>,
+        what: &str,
+    ) -> Result<Baseline, String> {
         // SAFETY: only tries to dlopen the library.
         if !unsafe { blas_sys::is_culib_present() } {
             return Err(
@@ -193,7 +306,12 @@ impl Baseline {
             dim(v, "a GEMM size")?;
         }
         Ok(Baseline {
-            kind: Kind::Gemm { blas, plan },
+            kind: Kind::Gemm {
+                blas,
+                plan,
+                half: blas_type(dtype),
+                epilogue,
+            },
             description: format!(
                 "{what} (m={} n={} k={} batch={}, op {}{})",
                 plan.m,
@@ -208,6 +326,7 @@ impl Baseline {
 
     fn conv(
         cv: &Conv,
+        dtype: DType,
         inputs: &[&DeviceBuffer],
         out: &mut DeviceBuffer,
     ) -> Result<Baseline, String> {
@@ -259,6 +378,13 @@ impl Baseline {
             s.handle = dnn::create_handle().map_err(err("cudnnCreate"))?;
             let nchw = dnn_sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
             let f32_t = dnn_sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
+            // The tensors' type; the convolution computes in f32 whatever they are.
+            let data_t = dnn_type(dtype);
+            let math = if dtype == DType::F32 {
+                dnn_sys::cudnnMathType_t::CUDNN_FMA_MATH
+            } else {
+                dnn_sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
+            };
             s.x = dnn::create_tensor_descriptor().map_err(err("the input descriptor"))?;
             s.w = dnn::create_filter_descriptor().map_err(err("the filter descriptor"))?;
             s.y = dnn::create_tensor_descriptor().map_err(err("the output descriptor"))?;
@@ -272,11 +398,11 @@ impl Baseline {
             unsafe {
                 dnn::set_stream(s.handle, s.stream.cu_stream() as dnn_sys::cudaStream_t)
                     .map_err(err("cudnnSetStream"))?;
-                dnn::set_tensor4d_descriptor(s.x, nchw, f32_t, x_dims)
+                dnn::set_tensor4d_descriptor(s.x, nchw, data_t, x_dims)
                     .map_err(err("the input descriptor"))?;
-                dnn::set_filter4d_descriptor(s.w, f32_t, nchw, w_dims)
+                dnn::set_filter4d_descriptor(s.w, data_t, nchw, w_dims)
                     .map_err(err("the filter descriptor"))?;
-                dnn::set_tensor4d_descriptor(s.y, nchw, f32_t, y_dims)
+                dnn::set_tensor4d_descriptor(s.y, nchw, data_t, y_dims)
                     .map_err(err("the output descriptor"))?;
                 dnn::set_convolution2d_descriptor(
                     s.conv,
@@ -290,7 +416,7 @@ impl Baseline {
                     f32_t,
                 )
                 .map_err(err("the convolution descriptor"))?;
-                dnn::set_convolution_math_type(s.conv, dnn_sys::cudnnMathType_t::CUDNN_FMA_MATH)
+                dnn::set_convolution_math_type(s.conv, math)
                     .map_err(err("cudnnSetConvolutionMathType"))?;
                 dnn::get_convolution_forward_algorithm(
                     s.handle,
@@ -344,7 +470,7 @@ impl Baseline {
         state.prepare_workspace()?;
         Ok(Baseline {
             kind: Kind::Conv(state),
-            description: format!("cuDNN convolution forward, {algo:?}"),
+            description: format!("cuDNN convolution forward ({dtype}), {algo:?}"),
         })
     }
 
@@ -359,54 +485,197 @@ impl Baseline {
             _ => return Err("the baseline needs two inputs".into()),
         };
         match &mut self.kind {
-            Kind::Gemm { blas, plan } => {
+            Kind::Gemm {
+                blas,
+                plan,
+                half,
+                epilogue,
+            } => {
                 let (l, r) = if plan.swap { (b, a) } else { (a, b) };
-                let op = |t: bool| {
-                    if t {
-                        blas_sys::cublasOperation_t::CUBLAS_OP_T
-                    } else {
-                        blas_sys::cublasOperation_t::CUBLAS_OP_N
-                    }
+                let y = match epilogue {
+                    Some(e) => &mut e.t,
+                    None => &mut *out,
                 };
-                let gemm = GemmConfig {
-                    transa: op(plan.trans_l),
-                    transb: op(plan.trans_r),
-                    m: plan.m as i32,
-                    n: plan.n as i32,
-                    k: plan.k as i32,
-                    alpha: 1.0f32,
-                    lda: plan.ld_l as i32,
-                    ldb: plan.ld_r as i32,
-                    beta: 0.0f32,
-                    ldc: plan.ld_y as i32,
-                };
-                let slices = || -> Result<_, String> {
-                    let f = |e: tensor_dsl::Error| e.to_string();
-                    Ok((l.cuda_slice().map_err(f)?, r.cuda_slice().map_err(f)?))
-                };
-                let (ls, rs) = slices()?;
-                let os = out.cuda_slice_mut().map_err(|e| e.to_string())?;
-                let result = if plan.batch <= 1 {
-                    // SAFETY: `plan` was derived from the operands' shapes and strides (tested
-                    // against a model of cuBLAS), so every element cuBLAS touches lies inside
-                    // the buffers, whose lengths are those of the kernel's tensors.
-                    unsafe { blas.gemm(gemm, ls, rs, os) }
-                } else {
-                    let cfg = StridedBatchedConfig {
-                        gemm,
-                        batch_size: plan.batch as i32,
-                        stride_a: plan.stride_l as i64,
-                        stride_b: plan.stride_r as i64,
-                        stride_c: plan.stride_y as i64,
-                    };
-                    // SAFETY: as above, for every batch.
-                    unsafe { blas.gemm_strided_batched(cfg, ls, rs, os) }
-                };
-                result.map_err(|e| format!("cuBLAS: {e:?}"))
+                match half {
+                    None => sgemm(blas, plan, l, r, y)?,
+                    Some(ty) => gemm_ex(blas, plan, *ty, l, r, y)?,
+                }
+                if let Some(e) = epilogue {
+                    let bias = inputs
+                        .get(2)
+                        .ok_or("the bias + ReLU baseline needs a bias")?;
+                    e.kernel
+                        .launch(&[&e.t, bias], out)
+                        .map_err(|e| format!("the bias + ReLU kernel: {e}"))?;
+                }
+                Ok(())
             }
             Kind::Conv(state) => state.launch(a, b, out),
         }
     }
+}
+
+fn blas_op(t: bool) -> blas_sys::cublasOperation_t {
+    if t {
+        blas_sys::cublasOperation_t::CUBLAS_OP_T
+    } else {
+        blas_sys::cublasOperation_t::CUBLAS_OP_N
+    }
+}
+
+/// `f32` operands: cudarc's `sgemm` / `sgemmStridedBatched`.
+fn sgemm(
+    blas: &CudaBlas,
+    plan: &gemm_plan::Plan,
+    l: &DeviceBuffer,
+    r: &DeviceBuffer,
+    y: &mut DeviceBuffer,
+) -> Result<(), String> {
+    let gemm = GemmConfig {
+        transa: blas_op(plan.trans_l),
+        transb: blas_op(plan.trans_r),
+        m: plan.m as i32,
+        n: plan.n as i32,
+        k: plan.k as i32,
+        alpha: 1.0f32,
+        lda: plan.ld_l as i32,
+        ldb: plan.ld_r as i32,
+        beta: 0.0f32,
+        ldc: plan.ld_y as i32,
+    };
+    let f = |e: tensor_dsl::Error| e.to_string();
+    let (ls, rs) = (l.cuda_slice().map_err(f)?, r.cuda_slice().map_err(f)?);
+    let os = y.cuda_slice_mut().map_err(f)?;
+    let result = if plan.batch <= 1 {
+        // SAFETY: `plan` was derived from the operands' shapes and strides (tested
+        // against a model of cuBLAS), so every element cuBLAS touches lies inside
+        // the buffers, whose lengths are those of the kernel's tensors.
+        unsafe { blas.gemm(gemm, ls, rs, os) }
+    } else {
+        let cfg = StridedBatchedConfig {
+            gemm,
+            batch_size: plan.batch as i32,
+            stride_a: plan.stride_l as i64,
+            stride_b: plan.stride_r as i64,
+            stride_c: plan.stride_y as i64,
+        };
+        // SAFETY: as above, for every batch.
+        unsafe { blas.gemm_strided_batched(cfg, ls, rs, os) }
+    };
+    result.map_err(|e| format!("cuBLAS: {e:?}"))
+}
+
+/// Half-precision operands of cuBLAS type `ty`, `f32` output and compute:
+/// `cublasGemmEx`, or `cublasGemmStridedBatchedEx` for a batch.
+fn gemm_ex(
+    blas: &CudaBlas,
+    plan: &gemm_plan::Plan,
+    ty: blas_sys::cudaDataType,
+    l: &DeviceBuffer,
+    r: &DeviceBuffer,
+    y: &mut DeviceBuffer,
+) -> Result<(), String> {
+    let stream = cuda::stream().map_err(|e| e.to_string())?;
+    let f = |e: tensor_dsl::Error| e.to_string();
+    let (lp, _l) = l.half_slice().map_err(f)?.device_ptr(&stream);
+    let (rp, _r) = r.half_slice().map_err(f)?.device_ptr(&stream);
+    let (yp, _y) = y.cuda_slice_mut().map_err(f)?.device_ptr_mut(&stream);
+    let (one, zero) = (1.0f32, 0.0f32);
+    let (alpha, beta) = (
+        (&one as *const f32).cast::<std::ffi::c_void>(),
+        (&zero as *const f32).cast::<std::ffi::c_void>(),
+    );
+    let f32_t = blas_sys::cudaDataType::CUDA_R_32F;
+    let compute = blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F;
+    let algo = blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
+    let (ta, tb) = (blas_op(plan.trans_l), blas_op(plan.trans_r));
+    let (m, n, k) = (plan.m as i32, plan.n as i32, plan.k as i32);
+    let (lda, ldb, ldc) = (plan.ld_l as i32, plan.ld_r as i32, plan.ld_y as i32);
+    let (lp, rp, yp) = (
+        lp as *const std::ffi::c_void,
+        rp as *const std::ffi::c_void,
+        yp as *mut std::ffi::c_void,
+    );
+    // SAFETY: a live handle on the runtime's stream; `plan` was derived from the operands'
+    // shapes and strides (tested against a model of cuBLAS), so every element cuBLAS touches
+    // lies inside the buffers (half inputs, an f32 output), whose lengths are those of the
+    // kernel's tensors; alpha and beta are f32, as CUBLAS_COMPUTE_32F requires.
+    let status = unsafe {
+        if plan.batch <= 1 {
+            blas_sys::cublasGemmEx(
+                *blas.handle(),
+                ta,
+                tb,
+                m,
+                n,
+                k,
+                alpha,
+                lp,
+                ty,
+                lda,
+                rp,
+                ty,
+                ldb,
+                beta,
+                yp,
+                f32_t,
+                ldc,
+                compute,
+                algo,
+            )
+        } else {
+            blas_sys::cublasGemmStridedBatchedEx(
+                *blas.handle(),
+                ta,
+                tb,
+                m,
+                n,
+                k,
+                alpha,
+                lp,
+                ty,
+                lda,
+                plan.stride_l as i64,
+                rp,
+                ty,
+                ldb,
+                plan.stride_r as i64,
+                beta,
+                yp,
+                f32_t,
+                ldc,
+                plan.stride_y as i64,
+                plan.batch as i32,
+                compute,
+                algo,
+            )
+        }
+    };
+    status.result().map_err(|e| format!("cuBLAS GemmEx: {e:?}"))
+}
+
+/// The device address of a buffer of either element type, for reading on `stream`.
+fn read_ptr<'a>(
+    buf: &'a DeviceBuffer,
+    stream: &'a CudaStream,
+) -> Result<(u64, cudarc::driver::SyncOnDrop<'a>), String> {
+    let f = |e: tensor_dsl::Error| e.to_string();
+    Ok(match buf.dtype() {
+        DType::F32 => buf.cuda_slice().map_err(f)?.device_ptr(stream),
+        DType::F16 | DType::BF16 => buf.half_slice().map_err(f)?.device_ptr(stream),
+    })
+}
+
+/// [`read_ptr`], for writing.
+fn write_ptr<'a>(
+    buf: &'a mut DeviceBuffer,
+    stream: &'a CudaStream,
+) -> Result<(u64, cudarc::driver::SyncOnDrop<'a>), String> {
+    let f = |e: tensor_dsl::Error| e.to_string();
+    Ok(match buf.dtype() {
+        DType::F32 => buf.cuda_slice_mut().map_err(f)?.device_ptr_mut(stream),
+        DType::F16 | DType::BF16 => buf.half_slice_mut().map_err(f)?.device_ptr_mut(stream),
+    })
 }
 
 impl ConvState {
@@ -447,10 +716,9 @@ impl ConvState {
     ) -> Result<(), String> {
         let (alpha, beta) = (1.0f32, 0.0f32);
         let stream = &self.stream;
-        let f = |e: tensor_dsl::Error| e.to_string();
-        let (xp, _x) = x.cuda_slice().map_err(f)?.device_ptr(stream);
-        let (wp, _w) = w.cuda_slice().map_err(f)?.device_ptr(stream);
-        let (yp, _y) = y.cuda_slice_mut().map_err(f)?.device_ptr_mut(stream);
+        let (xp, _x) = read_ptr(x, stream)?;
+        let (wp, _w) = read_ptr(w, stream)?;
+        let (yp, _y) = write_ptr(y, stream)?;
         let (ws, ws_bytes) = match &mut self.workspace {
             Some(buf) => {
                 let bytes = buf.len();
@@ -480,5 +748,50 @@ impl ConvState {
             )
         }
         .map_err(|e| format!("cudnnConvolutionForward ({:?}): {e:?}", self.algo))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_operands_pick_gemm_ex_and_half_cudnn() {
+        let mm = Op::Matmul { m: 2, n: 3, k: 4 };
+        let conv = Op::Conv2d(Conv {
+            n: 1,
+            c: 2,
+            h: 5,
+            w: 5,
+            f: 3,
+            r: 3,
+            s: 3,
+            stride: 1,
+            pad: 1,
+        });
+        assert_eq!(name(&mm, DType::F32), "cuBLAS sgemm (fp32, TF32 off)");
+        assert!(name(&mm, DType::BF16).contains("GemmEx (bf16 inputs, f32 output"));
+        let bolt = Op::GemmBiasRelu { m: 2, n: 3, k: 4 };
+        assert!(name(&bolt, DType::F16).ends_with("+ bias/ReLU kernel"));
+        assert!(name(&conv, DType::BF16).contains("bf16 in and out"));
+        assert_eq!(blas_type(DType::F32), None);
+        assert_eq!(
+            blas_type(DType::BF16),
+            Some(blas_sys::cudaDataType::CUDA_R_16BF)
+        );
+        assert_eq!(
+            blas_type(DType::F16),
+            Some(blas_sys::cudaDataType::CUDA_R_16F)
+        );
+        assert_eq!(
+            dnn_type(DType::BF16),
+            dnn_sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16
+        );
+        // cuDNN writes a half convolution's output in half; cuBLAS writes f32.
+        assert_eq!(output_dtype(&conv, DType::F16), DType::F16);
+        assert_eq!(output_dtype(&mm, DType::BF16), DType::F32);
+        assert!(tolerance(DType::BF16) > tolerance(DType::F16));
+        assert!(tolerance(DType::F16) > tolerance(DType::F32));
+        assert!(operand_dtype(DType::BF16, DType::F16).is_err());
     }
 }

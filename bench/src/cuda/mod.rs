@@ -9,23 +9,32 @@
 //! as it would be in an application.
 
 mod baseline;
+mod epilogue;
 mod gemm_plan;
 
-use tensor_dsl::autotune::combined_features;
-use tensor_dsl::features::{gpu_features, GpuFeatures};
 use tensor_dsl::measure::cuda::CudaMeasurer;
 use tensor_dsl::records::Target;
 use tensor_dsl::runtime::cuda::{self, DeviceBuffer};
-use tensor_dsl::template::gpu::GpuTemplate;
+use tensor_dsl::template::cuda::CudaSpace;
+use tensor_dsl::transfer::cuda_features;
 use tuner::Trial;
 
 use crate::report::KernelResult;
-use crate::run::{compare, Options};
+use crate::run::{compare_within, Options};
 use crate::timing::{median, Timing};
 use crate::tuning::{search, Bounded, Settings, TrialLog, Tuned};
 use crate::workloads::{Problem, Workload};
 
 pub use baseline::name as baseline_name;
+
+/// The one element type of the contraction's two operands (the first two inputs).
+fn operand_dtype(problem: &Problem) -> Result<tensor_dsl::ir::DType, String> {
+    let k = &problem.kernel;
+    match k.inputs()[..] {
+        [a, b, ..] => baseline::operand_dtype(k.params[a].dtype, k.params[b].dtype),
+        _ => Err("the kernel has fewer than two inputs".into()),
+    }
+}
 
 /// What the report says about the GPU (name, index, architecture, SMs, memory, driver).
 pub fn describe_gpu() -> Result<String, String> {
@@ -34,7 +43,13 @@ pub fn describe_gpu() -> Result<String, String> {
 
 /// Tunes and times one workload on the GPU; every failure lands in the result.
 pub fn run(w: &Workload, problem: &Problem, opts: &Options<'_>) -> KernelResult {
-    let mut r = KernelResult::empty(&w.suite, &w.name, w.shape.clone(), baseline::name(&w.op));
+    let dtype = operand_dtype(problem).unwrap_or_default();
+    let mut r = KernelResult::empty(
+        &w.suite,
+        &w.name,
+        w.shape.clone(),
+        &baseline::name(&w.op, dtype),
+    );
     r.device = "cuda".into();
     r.kernel = problem.kernel.to_string();
     r.tensor_shapes = problem.shapes.clone();
@@ -56,26 +71,20 @@ fn gpu_limit(m: &mut CudaMeasurer, per_call: f64) {
 
 fn tune(
     problem: &Problem,
-    template: &GpuTemplate,
+    template: &CudaSpace,
     measurer: &mut CudaMeasurer,
     settings: &Settings,
     on_trial: &mut dyn FnMut(&Trial),
 ) -> Result<Tuned, String> {
     let target = measurer.target().clone();
-    let features = combined_features(template.space(), GpuFeatures::NAMES.len(), |c| {
-        let s = template.decode(c).ok()?;
-        Some(
-            gpu_features(
-                &problem.kernel,
-                &problem.extents,
-                &problem.shapes,
-                &s,
-                &target,
-                None,
-            )
-            .to_vec(),
-        )
-    });
+    // The analytic features read the SIMT nest; tensor-core points have knob features only.
+    let features = cuda_features(
+        &problem.kernel,
+        &problem.extents,
+        &problem.shapes,
+        template,
+        &target,
+    );
     let mut bounded = Bounded {
         flops: measurer.flops(),
         inner: measurer,
@@ -84,7 +93,7 @@ fn tune(
         floor_gflops: settings.floor_gflops,
         best: None,
     };
-    let seeds = settings.seeds(template.default_config()?);
+    let seeds = settings.seeds(template.default_point()?);
     search(
         template.space(),
         seeds,
@@ -144,12 +153,14 @@ fn run_into(
     let info = cuda::available()?;
     let target = info.target();
     let (kernel, extents) = (&problem.kernel, &problem.extents);
-    let template = GpuTemplate::new(kernel, extents, &target)
+    // Tensor cores where the kernel has a tensor-core form (half operands), else SIMT.
+    let shapes = problem.shape_refs();
+    let template = CudaSpace::new(kernel, extents, &shapes, &target)
         .map_err(|e| format!("building the GPU space: {e}"))?;
 
     // --- tune -----------------------------------------------------------------------
     let tuned = {
-        let mut measurer = CudaMeasurer::new(kernel, &problem.shapes, template.clone())
+        let mut measurer = CudaMeasurer::with_space(kernel, &problem.shapes, template.clone())
             .map_err(|e| format!("preparing the measurer: {e}"))?;
         let mut log = TrialLog::new(
             w,
@@ -165,15 +176,15 @@ fn run_into(
         log.finish();
         tuned
     };
-    let best = tuned.report(r, template.space(), template.default_config().ok().as_ref())?;
+    let best = tuned.report(r, template.space(), template.default_point().ok().as_ref())?;
     let ours_schedule = template.decode(&best)?;
     let default_schedule = template.default_schedule();
 
     // --- check and time side by side ----------------------------------------------
-    let shapes = problem.shape_refs();
     let err = |e: tensor_dsl::Error| e.to_string();
-    let ours = cuda::compile(kernel, extents, &shapes, &ours_schedule).map_err(err)?;
-    let default = cuda::compile(kernel, extents, &shapes, &default_schedule).map_err(err)?;
+    let ours = cuda::compile_schedule(kernel, extents, &shapes, &ours_schedule).map_err(err)?;
+    let default =
+        cuda::compile_schedule(kernel, extents, &shapes, &default_schedule).map_err(err)?;
     let data =
         tensor_dsl::measure::random_inputs(&problem.kernel, &problem.shapes, opts.settings.seed);
     let inputs = kernel
@@ -184,9 +195,11 @@ fn run_into(
         .map_err(err)?;
     let refs: Vec<&DeviceBuffer> = inputs.iter().collect();
     let out_len: usize = problem.shapes[kernel.output].iter().product();
-    let mut ours_out = DeviceBuffer::zeros(out_len).map_err(err)?;
-    let mut base_out = DeviceBuffer::zeros(out_len).map_err(err)?;
-    let mut default_out = DeviceBuffer::zeros(out_len).map_err(err)?;
+    let out_dtype = kernel.params[kernel.output].dtype;
+    let base_dtype = baseline::output_dtype(&w.op, operand_dtype(problem)?);
+    let mut ours_out = DeviceBuffer::zeros_of(out_dtype, out_len).map_err(err)?;
+    let mut base_out = DeviceBuffer::zeros_of(base_dtype, out_len).map_err(err)?;
+    let mut default_out = DeviceBuffer::zeros_of(out_dtype, out_len).map_err(err)?;
     let mut base = baseline::Baseline::new(&w.op, &refs, &mut base_out)?;
     r.baseline = base.description.clone();
     ours.launch(&refs, &mut ours_out).map_err(err)?;
@@ -197,12 +210,14 @@ fn run_into(
         base_out.to_host().map_err(err)?,
         default_out.to_host().map_err(err)?,
     );
-    let (mismatch, max_diff) = compare(&ours_host, &base_host);
+    // The looser of the two outputs' roundings.
+    let tol = baseline::tolerance(base_dtype).max(baseline::tolerance(out_dtype));
+    let (mismatch, max_diff) = compare_within(&ours_host, &base_host, tol);
     r.max_abs_diff = Some(max_diff).filter(|d| d.is_finite());
     if let Some(m) = mismatch {
         return Err(format!("our output differs from the baseline's: {m}"));
     }
-    if let (Some(m), _) = compare(&default_host, &base_host) {
+    if let (Some(m), _) = compare_within(&default_host, &base_host, tol) {
         return Err(format!(
             "the default schedule's output differs from the baseline's: {m}"
         ));
@@ -216,4 +231,43 @@ fn run_into(
         side_by_side(&mut contenders, opts.plan.rounds, opts.plan.round_seconds)?
     };
     r.timed(&timings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensor_dsl::template::gpu::GpuTarget;
+
+    /// With `--dtypes bf16` every GEMM-shaped workload (matmuls, batched matmuls, the
+    /// fused-epilogue GEMMs, convolutions) is tuned in the tensor-core space on an H100, and
+    /// the baseline reads the same operand type.
+    #[test]
+    fn half_workloads_take_the_tensor_core_space() {
+        let suites = crate::workloads::load(crate::workloads::WORKLOADS_JSON).unwrap();
+        let h100 = GpuTarget::h100();
+        for suite in [
+            "bert_matmul",
+            "opevo_batch_matmul",
+            "bolt_epilogue",
+            "resnet50_conv2d",
+        ] {
+            let (_, list) = suites.iter().find(|(n, _)| n == suite).unwrap();
+            for w in list {
+                let p = w.problem_with("bf16").unwrap();
+                assert_eq!(operand_dtype(&p), Ok(tensor_dsl::ir::DType::BF16));
+                let space = CudaSpace::new(&p.kernel, &p.extents, &p.shape_refs(), &h100)
+                    .unwrap_or_else(|e| panic!("{}: {e}", w.name));
+                assert_eq!(space.name(), "tensor_core", "{}", w.name);
+                let f32_problem = w.problem().unwrap();
+                let space = CudaSpace::new(
+                    &f32_problem.kernel,
+                    &f32_problem.extents,
+                    &f32_problem.shape_refs(),
+                    &h100,
+                )
+                .unwrap();
+                assert_eq!(space.name(), "simt", "{}", w.name);
+            }
+        }
+    }
 }

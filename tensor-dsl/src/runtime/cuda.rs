@@ -551,6 +551,18 @@ impl DeviceBuffer {
         }
     }
 
+    /// [`half_slice`](Self::half_slice), writable (for a half-precision cuDNN output).
+    pub fn half_slice_mut(&mut self) -> Result<&mut CudaSlice<u16>, Error> {
+        let dtype = self.dtype;
+        match &mut self.slice {
+            Slice::Half(s) => Ok(s),
+            Slice::F32(_) => Err(Error::Device {
+                device: DEVICE.into(),
+                message: format!("the buffer holds {dtype} elements, not f16 or bf16"),
+            }),
+        }
+    }
+
     fn wrong_type(&self, wanted: DType) -> Error {
         Error::Device {
             device: DEVICE.into(),
