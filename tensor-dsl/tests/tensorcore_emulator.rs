@@ -29,6 +29,9 @@ const CASES: &[(&str, &str, &str)] = &[
     ("c[[i, j]] += a[[i, k]] * b[[k, j]]", "a=21x46 b=46x30 c=21x30", "a=bf16,b=bf16"),
     // Transposed operands: A m-major (ldmatrix.trans), B k-major.
     ("c[[i, j]] += a[[k, i]] * b[[j, k]]", "a=56x37 b=40x56 c=37x40", "a=f16,b=f16,c=f16"),
+    // Both operands transposed with 16-byte rows: precomputed copy and ldmatrix
+    // addresses on the transposed (A) and k-major (B) sides.
+    ("c[[i, j]] += a[[k, i]] * b[[j, k]]", "a=40x48 b=56x40 c=48x56", "a=bf16,b=bf16"),
     // Batched.
     (
         "c[[b, i, j]] += x[[b, i, k]] * y[[b, k, j]]",

@@ -13,6 +13,13 @@
 //! epilogue on each accumulator (the kernel's later statements), rounded once, predicated store
 //! ```
 //!
+//! Shared memory holds the stages one after another, each A's tile then B's; the loop
+//! walks them with two running byte offsets (read and write stage). The hot loop does
+//! little address arithmetic: shared addresses are 32-bit values, each thread's `ldmatrix`
+//! and `cp.async` addresses are computed once before the loop (the swizzle's XOR applied
+//! to them, the fragments' steps then compile-time XORs and adds, see `Frags` and
+//! `Fast`), and a linear operand's global pointer moves one tile per copy.
+//!
 //! Loads past an edge are zero-filled (`cp.async` with a source size of 0), so extents no
 //! tile divides are fine; where a tensor's rows are not 16-, 8- or 4-byte aligned the copy
 //! falls back to 2-byte plain loads. Every PTX instruction is wrapped in a small
@@ -73,11 +80,15 @@ fn ptx_helpers(g: &Gemm, s: &TcSchedule) -> String {
     let mut h = String::new();
     let _ = write!(
         h,
-        "{q} unsigned td_smem(const void *p) {{\n\
+        "/* Shared-memory addresses are 32-bit values (the emulator: offsets into its shared array). */\n\
+         #ifndef __CUDA_ARCH__\n\
+         static unsigned char *td_shared_base;\n\
+         #endif\n\
+         {q} unsigned td_smem(const void *p) {{\n\
          #ifdef __CUDA_ARCH__\n\
          \x20   unsigned r; asm(\"{{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }}\" : \"=r\"(r) : \"l\"(p)); return r;\n\
          #else\n\
-         \x20   (void)p; return 0;\n\
+         \x20   return (unsigned)((const unsigned char *)p - td_shared_base);\n\
          #endif\n}}\n\
          /* d += a * b: one m16n8k16 MMA of the warp, {ty} inputs, f32 accumulators. */\n\
          {q} void td_mma(float *d, const unsigned *a, const unsigned *b) {{\n\
@@ -93,12 +104,12 @@ fn ptx_helpers(g: &Gemm, s: &TcSchedule) -> String {
     for (name, trans) in [("td_ldmatrix_x4", ""), ("td_ldmatrix_x4_trans", ".trans")] {
         let _ = write!(
             h,
-            "{q} void {name}(unsigned *r, const unsigned short *p) {{\n\
+            "{q} void {name}(unsigned *r, unsigned addr) {{\n\
              #ifdef __CUDA_ARCH__\n\
              \x20   asm volatile(\"ldmatrix.sync.aligned.m8n8.x4{trans}.shared.b16 {{%0,%1,%2,%3}}, [%4];\"\n\
-             \x20       : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(td_smem(p)));\n\
+             \x20       : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(addr));\n\
              #else\n\
-             \x20   td_emu_ldmatrix(r, p, 4, {t});\n\
+             \x20   td_emu_ldmatrix(r, (const unsigned short *)(td_shared_base + addr), 4, {t});\n\
              #endif\n}}\n",
             t = u8::from(!trans.is_empty())
         );
@@ -114,12 +125,12 @@ fn ptx_helpers(g: &Gemm, s: &TcSchedule) -> String {
         let cache = if bytes == 16 { "cg" } else { "ca" };
         let _ = write!(
             h,
-            "/* {bytes} bytes global -> shared, asynchronously; zeros when !ok. */\n\
-             {q} void td_cp_async{bytes}(unsigned short *dst, const unsigned short *src, bool ok) {{\n\
+            "/* {bytes} bytes global -> shared, asynchronously; zeros when !ok (then nothing is read). */\n\
+             {q} void td_cp_async{bytes}(unsigned dst, const unsigned short *src, bool ok) {{\n\
              #ifdef __CUDA_ARCH__\n\
-             \x20   asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {bytes}, %2;\" :: \"r\"(td_smem(dst)), \"l\"(src), \"r\"(ok ? {bytes} : 0) : \"memory\");\n\
+             \x20   asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {bytes}, %2;\" :: \"r\"(dst), \"l\"(src), \"r\"(ok ? {bytes} : 0) : \"memory\");\n\
              #else\n\
-             \x20   td_emu_cp_async(dst, src, {bytes}, ok ? {bytes} : 0);\n\
+             \x20   td_emu_cp_async(td_shared_base + dst, src, {bytes}, ok ? {bytes} : 0);\n\
              #endif\n}}\n"
         );
     }
@@ -247,7 +258,9 @@ fn open_unrolled(out: &mut String, ind: &str, var: &str, trip: usize) {
     }
 }
 
-/// The cooperative copy of k-tile `kt` of one operand into shared stage `stage`.
+/// The cooperative copy of k-tile `kt` of one operand into the shared stage that starts
+/// `stage` bytes into the pipeline: with precomputed addresses ([`Fast`]) where the operand
+/// allows, else each chunk's coordinates and addresses computed from its index.
 #[allow(clippy::too_many_arguments)]
 fn load_tile(
     out: &mut String,
@@ -261,6 +274,9 @@ fn load_tile(
     kt: &str,
 ) {
     let t = Tile::for_operand(s, a, op);
+    if let Some(f) = Fast::new(s, op, &t) {
+        return f.load(out, ind, g, s, op, a, stage, kt);
+    }
     let (buf, base, row0, rows_extent, name) = if a {
         ("sA", "a_base", "m0", g.m_extent, 'm')
     } else {
@@ -324,13 +340,13 @@ fn load_tile(
         }
         format!("t{} + ({ok} ? {offset} : 0)", op.param)
     };
-    let dst = format!(
-        "{buf} + ({stage}) * {} + {}",
-        t.elements(),
-        offset(&t, "r", "c")
-    );
+    let dst = format!("{buf} + ({stage}) / 2 + {}", offset(&t, "r", "c"));
     if w > 1 {
-        let _ = writeln!(out, "{ind}    td_cp_async{}({dst}, {src}, ok);", 2 * w);
+        let _ = writeln!(
+            out,
+            "{ind}    td_cp_async{}(td_smem({dst}), {src}, ok);",
+            2 * w
+        );
     } else {
         let _ = writeln!(
             out,
@@ -342,6 +358,259 @@ fn load_tile(
         let _ = writeln!(out, "{}}}", &ind[4..]);
     } else {
         let _ = writeln!(out, "{ind}}}");
+    }
+}
+
+/// A linear operand copied with per-thread addresses computed once: chunk `it` of every
+/// tile is tile row `X_r + it * step`, column `X_c` (the thread's first chunk), so its
+/// shared address is the first chunk's plus a compile-time constant (the swizzle's row
+/// bits do not change: `step` is a multiple of its span) and its global address a pointer
+/// that moves one tile along `k` per copy (tiles are copied in order, each once). Row
+/// checks are per thread and chunk, made once; the `k` check (only when `block_k` does not
+/// divide the extent) compares with the tile's remaining depth. A chunk outside the tensor
+/// copies nothing (`cp.async` source size 0) whatever its pointer.
+struct Fast {
+    step: usize,
+    iterations: usize,
+    /// The chunks do not divide among the threads: in the last round, threads past the
+    /// tile's last chunk copy nothing.
+    guard: bool,
+}
+
+impl Fast {
+    fn new(s: &TcSchedule, op: &Operand, t: &Tile) -> Option<Fast> {
+        if !op.linear || op.width == 1 {
+            return None;
+        }
+        let per_row = t.cols / op.width;
+        let threads = s.threads();
+        let span = if t.swizzle { t.swizzle_span() } else { 1 };
+        if !threads.is_multiple_of(per_row) || !(threads / per_row).is_multiple_of(span) {
+            return None;
+        }
+        let chunks = t.rows * per_row;
+        Some(Fast {
+            step: threads / per_row,
+            iterations: chunks.div_ceil(threads),
+            guard: !chunks.is_multiple_of(threads),
+        })
+    }
+
+    /// The per-thread addresses and row checks (before the prologue).
+    fn setup(&self, out: &mut String, ind: &str, g: &Gemm, s: &TcSchedule, op: &Operand, a: bool) {
+        let t = Tile::for_operand(s, a, op);
+        let p = if a { "a" } else { "b" };
+        let (row0, rows_extent, block_rows) = if a {
+            ("m0", g.m_extent, s.block_m())
+        } else {
+            ("n0", g.n_extent, s.block_n())
+        };
+        let w = op.width;
+        let per_row = t.cols / w;
+        let _ = writeln!(
+            out,
+            "{ind}/* {}: chunk it of each tile is row {p}_r + it * {}, column {p}_c */",
+            if a { "A" } else { "B" },
+            self.step
+        );
+        let _ = writeln!(
+            out,
+            "{ind}const int {p}_r = threadIdx.x / {per_row}, {p}_c = threadIdx.x % {per_row} * {w};"
+        );
+        let (ri, ki) = if op.k_major {
+            (format!("{p}_r"), format!("{p}_c"))
+        } else {
+            (format!("{p}_c"), format!("{p}_r"))
+        };
+        let _ = writeln!(
+            out,
+            "{ind}const unsigned short *{p}_src = t{} + ({p}_base + ({row0} + {ri}) * {} + {ki} * {});",
+            op.param, op.row_stride, op.k_stride
+        );
+        let buf = if a {
+            0
+        } else {
+            2 * Tile::for_operand(s, true, &g.a).elements()
+        };
+        let _ = writeln!(
+            out,
+            "{ind}const unsigned {p}_dst = sbase + {buf}u + 2u * ({});",
+            offset(&t, &format!("{p}_r"), &format!("{p}_c"))
+        );
+        let rows_checked = !rows_extent.is_multiple_of(block_rows);
+        for it in 0..self.iterations {
+            let mut conds = Vec::new();
+            if rows_checked {
+                conds.push(if op.k_major {
+                    format!("{row0} + {p}_r + {} < {rows_extent}", it * self.step)
+                } else {
+                    format!("{row0} + {p}_c < {rows_extent}")
+                });
+            }
+            if !conds.is_empty() {
+                let _ = writeln!(out, "{ind}const bool {p}_in{it} = {};", conds.join(" && "));
+            }
+        }
+    }
+
+    /// The copy of k tile `kt` into the stage `stage` bytes into the pipeline.
+    #[allow(clippy::too_many_arguments)]
+    fn load(
+        &self,
+        out: &mut String,
+        ind: &str,
+        g: &Gemm,
+        s: &TcSchedule,
+        op: &Operand,
+        a: bool,
+        stage: &str,
+        kt: &str,
+    ) {
+        let t = Tile::for_operand(s, a, op);
+        let p = if a { "a" } else { "b" };
+        let (rows_extent, block_rows) = if a {
+            (g.m_extent, s.block_m())
+        } else {
+            (g.n_extent, s.block_n())
+        };
+        let rows_checked = !rows_extent.is_multiple_of(block_rows);
+        let k_checked = !g.k_extent.is_multiple_of(s.block_k);
+        if k_checked {
+            let _ = writeln!(
+                out,
+                "{ind}const int {p}_kl = {} - ({kt}) * {};",
+                g.k_extent, s.block_k
+            );
+        }
+        for it in 0..self.iterations {
+            let mut ok = Vec::new();
+            if rows_checked {
+                ok.push(format!("{p}_in{it}"));
+            }
+            if k_checked {
+                ok.push(if op.k_major {
+                    format!("{p}_c < {p}_kl")
+                } else {
+                    format!("{p}_r + {} < {p}_kl", it * self.step)
+                });
+            }
+            let ok = if ok.is_empty() {
+                "true".to_string()
+            } else {
+                ok.join(" && ")
+            };
+            let along = if op.k_major {
+                op.row_stride
+            } else {
+                op.k_stride
+            };
+            // A thread past the tile's last chunk copies nothing (a zero fill would land
+            // in the next tile).
+            let idle = if self.guard && it + 1 == self.iterations {
+                format!("if ({p}_r + {} < {}) ", it * self.step, t.rows)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                "{ind}{idle}td_cp_async{}({p}_dst + {stage} + {}u, {p}_src + {}, {ok});",
+                2 * op.width,
+                2 * it * self.step * t.pitch(),
+                it * self.step * along
+            );
+        }
+        let _ = writeln!(out, "{ind}{p}_src += {};", s.block_k * op.k_stride);
+    }
+}
+
+/// Per-thread `ldmatrix` addresses: an operand's fragment for 16-deep step `kq` and its
+/// `j`-th 16-row block is at `{p}_frag + stage + (({p}_x ^ X) + Y)` with compile-time `X`
+/// and `Y` (see [`Frags::addr`]). The swizzle's XOR distributes over the steps and blocks
+/// because every tile is a power of two: a block's column chunk is the warp's (a multiple
+/// of the warp tile's chunks) ORed with bits the XOR leaves in place, and the rows a
+/// fragment adds are multiples of 8 (the span is at most 8). `None` where the warp tile or
+/// the split is not a power of two (the addresses are then computed in full).
+struct Frags {
+    k_major: bool,
+    pitch: usize,
+    split: usize,
+}
+
+impl Frags {
+    fn new(s: &TcSchedule, op: &Operand, a: bool) -> Option<Frags> {
+        let warp = if a { s.warp_m } else { s.warp_n };
+        if !warp.is_power_of_two() || !s.split_k.is_power_of_two() {
+            return None;
+        }
+        Some(Frags {
+            k_major: op.k_major,
+            pitch: Tile::for_operand(s, a, op).pitch(),
+            split: s.split_k,
+        })
+    }
+
+    fn setup(&self, out: &mut String, ind: &str, g: &Gemm, s: &TcSchedule, a: bool) {
+        let p = if a { "a" } else { "b" };
+        let t = Tile::for_operand(s, a, if a { &g.a } else { &g.b });
+        let w0 = if a { "wm" } else { "wn" };
+        // A's four 8x8 matrices: (rows +0/+8) x (k +0/+8), row half from mat & 1; B's: k
+        // half from mat & 1.
+        let (row_half, col_half) = if a {
+            ("(mat & 1)", "(mat >> 1)")
+        } else {
+            ("(mat >> 1)", "(mat & 1)")
+        };
+        let rs = if t.swizzle {
+            format!(" ^ (lr & {})", t.swizzle_span() - 1)
+        } else {
+            String::new()
+        };
+        let split = s.split_k > 1;
+        let buf = if a {
+            0
+        } else {
+            2 * Tile::for_operand(s, true, &g.a).elements()
+        };
+        let (row, x) = if self.k_major {
+            (
+                format!("{w0} + lr + {row_half} * 8"),
+                if split {
+                    format!("((({col_half}{rs}) << 3) ^ (kw << 4))")
+                } else {
+                    format!("(({col_half}{rs}) << 3)")
+                },
+            )
+        } else {
+            // Rows are k: the k half, and the warp group's steps of a split K.
+            (
+                format!(
+                    "lr + {col_half} * 8{}",
+                    if split { " + kw * 16" } else { "" }
+                ),
+                format!("(((({w0} >> 3) ^ {row_half}){rs}) << 3)"),
+            )
+        };
+        let _ = writeln!(
+            out,
+            "{ind}const unsigned {p}_frag = sbase + {buf}u + 2u * (({row}) * {}), {p}_x = 2u * {x};",
+            self.pitch
+        );
+    }
+
+    /// The address of step `kq`'s block `j` (A: `mi`; B: the pair of `n8` blocks `nj`).
+    fn addr(&self, p: &str, kq: &str, j: &str) -> String {
+        let (xor, add) = if self.k_major {
+            (
+                format!("(({kq}) * {} << 5)", self.split),
+                format!("({j}) * {}", 32 * self.pitch),
+            )
+        } else {
+            (
+                format!("(({j}) << 5)"),
+                format!("({kq}) * {}", 32 * self.split * self.pitch),
+            )
+        };
+        format!("{p}_s + (({p}_x ^ {xor}) + {add})")
     }
 }
 
@@ -442,8 +711,9 @@ fn source(
         params.join(", ")
     );
     let i = "    ";
-    // One array: the pipeline's stages of A then B, and (after the main loop) the partial
-    // sums of a split K.
+    // One array: the pipeline's stages, each A's tile then B's, and (after the main loop)
+    // the partial sums of a split K.
+    let stage_bytes = 2 * (ta.elements() + tb.elements());
     let _ = writeln!(
         src,
         "{i}__shared__ __align__(128) unsigned short smem[{}];",
@@ -451,12 +721,20 @@ fn source(
     );
     let _ = writeln!(
         src,
-        "{i}unsigned short *sA = smem, *sB = smem + {};",
-        s.stages * ta.elements()
+        "#ifndef __CUDA_ARCH__\n{i}td_shared_base = (unsigned char *)smem;\n#endif"
     );
+    // The element pointers of the stages' tiles, for operands copied without precomputed
+    // addresses.
+    if Fast::new(s, &g.a, &ta).is_none() {
+        let _ = writeln!(src, "{i}unsigned short *sA = smem;");
+    }
+    if Fast::new(s, &g.b, &tb).is_none() {
+        let _ = writeln!(src, "{i}unsigned short *sB = smem + {};", ta.elements());
+    }
+    let _ = writeln!(src, "{i}const unsigned sbase = td_smem(smem);");
     let _ = writeln!(
         src,
-        "{i}const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;"
+        "{i}const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, mat = lane >> 3, lr = lane & 7;"
     );
     let warps_mn = s.warps_m * s.warps_n;
     if s.split_k > 1 {
@@ -513,6 +791,17 @@ fn source(
         sum(&a_base),
         sum(&b_base)
     );
+    for (op, a) in [(&g.a, true), (&g.b, false)] {
+        if let Some(f) = Fast::new(s, op, &Tile::for_operand(s, a, op)) {
+            f.setup(&mut src, i, &g, s, op, a);
+        }
+    }
+    let frags = [Frags::new(s, &g.a, true), Frags::new(s, &g.b, false)];
+    for (f, a) in frags.iter().zip([true, false]) {
+        if let Some(f) = f {
+            f.setup(&mut src, i, &g, s, a);
+        }
+    }
     let _ = writeln!(src, "{i}float acc[{mi_n}][{ni_n}][4];");
     let _ = writeln!(
         src,
@@ -525,7 +814,18 @@ fn source(
     let _ = writeln!(src, "{i}#pragma unroll");
     let _ = writeln!(src, "{i}for (int st = 0; st < {}; ++st) {{", s.stages - 1);
     let _ = writeln!(src, "{i}    if (st < {k_tiles}) {{");
-    load_tile(&mut src, "            ", &cx, &g, s, &g.a, true, "st", "st");
+    let first = format!("st * {stage_bytes}u");
+    load_tile(
+        &mut src,
+        "            ",
+        &cx,
+        &g,
+        s,
+        &g.a,
+        true,
+        &first,
+        "st",
+    );
     load_tile(
         &mut src,
         "            ",
@@ -534,7 +834,7 @@ fn source(
         s,
         &g.b,
         false,
-        "st",
+        &first,
         "st",
     );
     let _ = writeln!(src, "{i}    }}");
@@ -542,6 +842,12 @@ fn source(
     let _ = writeln!(src, "{i}}}");
 
     // Main loop.
+    let last = (s.stages - 1) * stage_bytes;
+    let _ = writeln!(
+        src,
+        "{i}/* bytes into the pipeline of the stage read (rs) and written (ws) this iteration */"
+    );
+    let _ = writeln!(src, "{i}unsigned rs = 0, ws = {last}u;");
     // Rolled: unrolling it multiplies the code by the k tiles for nothing.
     let _ = writeln!(src, "{i}#pragma unroll 1");
     let _ = writeln!(src, "{i}for (int kt = 0; kt < {k_tiles}; ++kt) {{");
@@ -553,12 +859,7 @@ fn source(
         s.stages - 1
     );
     let _ = writeln!(src, "{i}    {{");
-    let _ = writeln!(
-        src,
-        "{i}        const int nt = kt + {}, ns = nt % {};",
-        s.stages - 1,
-        s.stages
-    );
+    let _ = writeln!(src, "{i}        const int nt = kt + {};", s.stages - 1);
     let _ = writeln!(src, "{i}        if (nt < {k_tiles}) {{");
     load_tile(
         &mut src,
@@ -568,7 +869,7 @@ fn source(
         s,
         &g.a,
         true,
-        "ns",
+        "ws",
         "nt",
     );
     load_tile(
@@ -579,7 +880,7 @@ fn source(
         s,
         &g.b,
         false,
-        "ns",
+        "ws",
         "nt",
     );
     let _ = writeln!(src, "{i}        }}");
@@ -587,70 +888,83 @@ fn source(
     let _ = writeln!(src, "{i}    }}");
     let _ = writeln!(
         src,
-        "{i}    const unsigned short *As = sA + kt % {} * {}, *Bs = sB + kt % {} * {};",
-        s.stages,
-        ta.elements(),
-        s.stages,
-        tb.elements()
+        "{i}    const unsigned a_s = {}, b_s = {};",
+        if frags[0].is_some() {
+            "a_frag + rs".to_string()
+        } else {
+            "sbase + rs".to_string()
+        },
+        if frags[1].is_some() {
+            "b_frag + rs".to_string()
+        } else {
+            format!("sbase + rs + {}u", 2 * ta.elements())
+        }
     );
-    let _ = writeln!(src, "{i}    const int mat = lane >> 3, lr = lane & 7;");
     open_unrolled(&mut src, "        ", "kq", s.block_k / 16 / s.split_k);
-    if s.split_k > 1 {
-        let _ = writeln!(
-            src,
-            "{i}        const int kk = (kq * {} + kw) * 16;",
-            s.split_k
-        );
-    } else {
-        let _ = writeln!(src, "{i}        const int kk = kq * 16;");
+    if frags.iter().any(Option::is_none) {
+        if s.split_k > 1 {
+            let _ = writeln!(
+                src,
+                "{i}        const int kk = (kq * {} + kw) * 16;",
+                s.split_k
+            );
+        } else {
+            let _ = writeln!(src, "{i}        const int kk = kq * 16;");
+        }
     }
     let _ = writeln!(src, "{i}        unsigned af[{mi_n}][4], bf[{ni_n}][2];");
     open_unrolled(&mut src, "            ", "mi", mi_n);
-    if g.a.k_major {
-        let _ = writeln!(
-            src,
-            "{i}            td_ldmatrix_x4(af[mi], As + {});",
+    let a_addr = match &frags[0] {
+        Some(f) => f.addr("a", "kq", "mi"),
+        None if g.a.k_major => format!(
+            "a_s + 2u * ({})",
             offset(
                 &ta,
                 "wm + mi * 16 + lr + (mat & 1) * 8",
                 "kk + (mat >> 1) * 8"
             )
-        );
-    } else {
-        let _ = writeln!(
-            src,
-            "{i}            td_ldmatrix_x4_trans(af[mi], As + {});",
+        ),
+        None => format!(
+            "a_s + 2u * ({})",
             offset(
                 &ta,
                 "kk + lr + (mat >> 1) * 8",
                 "wm + mi * 16 + (mat & 1) * 8"
             )
-        );
-    }
+        ),
+    };
+    let _ = writeln!(
+        src,
+        "{i}            td_ldmatrix_x4{}(af[mi], {a_addr});",
+        if g.a.k_major { "" } else { "_trans" }
+    );
     let _ = writeln!(src, "{i}        }}");
     open_unrolled(&mut src, "            ", "nj", ni_n / 2);
     let _ = writeln!(src, "{i}            unsigned t[4];");
-    if g.b.k_major {
-        let _ = writeln!(
-            src,
-            "{i}            td_ldmatrix_x4(t, Bs + {});",
+    let b_addr = match &frags[1] {
+        Some(f) => f.addr("b", "kq", "nj"),
+        None if g.b.k_major => format!(
+            "b_s + 2u * ({})",
             offset(
                 &tb,
                 "wn + nj * 16 + lr + (mat >> 1) * 8",
                 "kk + (mat & 1) * 8"
             )
-        );
-    } else {
-        let _ = writeln!(
-            src,
-            "{i}            td_ldmatrix_x4_trans(t, Bs + {});",
+        ),
+        None => format!(
+            "b_s + 2u * ({})",
             offset(
                 &tb,
                 "kk + lr + (mat & 1) * 8",
                 "wn + nj * 16 + (mat >> 1) * 8"
             )
-        );
-    }
+        ),
+    };
+    let _ = writeln!(
+        src,
+        "{i}            td_ldmatrix_x4{}(t, {b_addr});",
+        if g.b.k_major { "" } else { "_trans" }
+    );
     let _ = writeln!(
         src,
         "{i}            bf[2 * nj][0] = t[0]; bf[2 * nj][1] = t[1]; bf[2 * nj + 1][0] = t[2]; bf[2 * nj + 1][1] = t[3];"
@@ -665,6 +979,8 @@ fn source(
     let _ = writeln!(src, "{i}            }}");
     let _ = writeln!(src, "{i}        }}");
     let _ = writeln!(src, "{i}    }}");
+    let _ = writeln!(src, "{i}    rs = rs == {last}u ? 0u : rs + {stage_bytes}u;");
+    let _ = writeln!(src, "{i}    ws = ws == {last}u ? 0u : ws + {stage_bytes}u;");
     let _ = writeln!(src, "{i}}}");
     let _ = writeln!(src, "{i}td_cp_async_wait0();");
     let accs = s.accumulators();
