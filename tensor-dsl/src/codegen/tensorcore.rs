@@ -21,7 +21,8 @@
 //! `Fast`), and a linear operand's global pointer moves one tile per copy.
 //!
 //! Loads past an edge are zero-filled (`cp.async` with a source size of 0), so extents no
-//! tile divides are fine; where a tensor's rows are not 16-, 8- or 4-byte aligned the copy
+//! tile divides are fine (a reduction that `block_k` does not divide starts its first k
+//! tile before 0, so that only that tile, copied in the prologue, is partial); where a tensor's rows are not 16-, 8- or 4-byte aligned the copy
 //! falls back to 2-byte plain loads. Every PTX instruction is wrapped in a small
 //! `__device__` function: under `__CUDA_ARCH__` the inline `asm`, elsewhere a call of the
 //! CPU emulator's warp collective (`tests/cuda_emu.h`, `td_emu_*`: a CPU thread cannot
@@ -258,6 +259,13 @@ fn open_unrolled(out: &mut String, ind: &str, var: &str, trip: usize) {
     }
 }
 
+/// How far before `k = 0` the first k tile starts: `block_k - K % block_k` when `block_k`
+/// does not divide the reduction (else 0), so that only the first tile, copied in the
+/// prologue, is partial and the main loop's copies check no `k` bounds.
+fn k_pad(g: &Gemm, s: &TcSchedule) -> usize {
+    (s.block_k - g.k_extent % s.block_k) % s.block_k
+}
+
 /// The cooperative copy of k-tile `kt` of one operand into the shared stage that starts
 /// `stage` bytes into the pipeline: with precomputed addresses ([`Fast`]) where the operand
 /// allows, else each chunk's coordinates and addresses computed from its index.
@@ -272,10 +280,11 @@ fn load_tile(
     a: bool,
     stage: &str,
     kt: &str,
+    prologue: bool,
 ) {
     let t = Tile::for_operand(s, a, op);
     if let Some(f) = Fast::new(s, op, &t) {
-        return f.load(out, ind, g, s, op, a, stage, kt);
+        return f.load(out, ind, g, s, op, a, stage, kt, prologue);
     }
     let (buf, base, row0, rows_extent, name) = if a {
         ("sA", "a_base", "m0", g.m_extent, 'm')
@@ -307,14 +316,21 @@ fn load_tile(
     } else {
         ind.to_string()
     };
+    let pad = k_pad(g, s);
+    let shift = if pad > 0 {
+        format!(" - {pad}")
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "{ind}    const int g{name} = {row0} + {ri}, gk = ({kt}) * {} + {ki};",
+        "{ind}    const int g{name} = {row0} + {ri}, gk = ({kt}) * {} + {ki}{shift};",
         s.block_k
     );
     let _ = writeln!(
         out,
-        "{ind}    const bool ok = g{name} < {rows_extent} && gk < {};",
+        "{ind}    const bool ok = g{name} < {rows_extent} && {}gk < {};",
+        if pad > 0 { "gk >= 0 && " } else { "" },
         g.k_extent
     );
     let mut ok = "ok";
@@ -422,6 +438,13 @@ impl Fast {
         } else {
             (format!("{p}_c"), format!("{p}_r"))
         };
+        let pad = k_pad(g, s);
+        let ki = if pad > 0 {
+            format!("({ki} - {pad})")
+        } else {
+            ki
+        };
+        // Before the tensor when the first tile starts before k = 0: never read there.
         let _ = writeln!(
             out,
             "{ind}const unsigned short *{p}_src = t{} + ({p}_base + ({row0} + {ri}) * {} + {ki} * {});",
@@ -453,7 +476,8 @@ impl Fast {
         }
     }
 
-    /// The copy of k tile `kt` into the stage `stage` bytes into the pipeline.
+    /// The copy of k tile `kt` into the stage `stage` bytes into the pipeline (`prologue`:
+    /// the copy may be of the first tile).
     #[allow(clippy::too_many_arguments)]
     fn load(
         &self,
@@ -465,6 +489,7 @@ impl Fast {
         a: bool,
         stage: &str,
         kt: &str,
+        prologue: bool,
     ) {
         let t = Tile::for_operand(s, a, op);
         let p = if a { "a" } else { "b" };
@@ -474,24 +499,19 @@ impl Fast {
             (g.n_extent, s.block_n())
         };
         let rows_checked = !rows_extent.is_multiple_of(block_rows);
-        let k_checked = !g.k_extent.is_multiple_of(s.block_k);
-        if k_checked {
-            let _ = writeln!(
-                out,
-                "{ind}const int {p}_kl = {} - ({kt}) * {};",
-                g.k_extent, s.block_k
-            );
-        }
+        // Only the first tile can start before k = 0 (see `k_pad`), and only the prologue
+        // copies it.
+        let pad = if prologue { k_pad(g, s) } else { 0 };
         for it in 0..self.iterations {
             let mut ok = Vec::new();
             if rows_checked {
                 ok.push(format!("{p}_in{it}"));
             }
-            if k_checked {
+            if pad > 0 {
                 ok.push(if op.k_major {
-                    format!("{p}_c < {p}_kl")
+                    format!("({kt} > 0 || {p}_c >= {pad})")
                 } else {
-                    format!("{p}_r + {} < {p}_kl", it * self.step)
+                    format!("({kt} > 0 || {p}_r + {} >= {pad})", it * self.step)
                 });
             }
             let ok = if ok.is_empty() {
@@ -825,6 +845,7 @@ fn source(
         true,
         &first,
         "st",
+        true,
     );
     load_tile(
         &mut src,
@@ -836,6 +857,7 @@ fn source(
         false,
         &first,
         "st",
+        true,
     );
     let _ = writeln!(src, "{i}    }}");
     let _ = writeln!(src, "{i}    td_cp_async_commit();");
@@ -871,6 +893,7 @@ fn source(
         true,
         "ws",
         "nt",
+        false,
     );
     load_tile(
         &mut src,
@@ -882,6 +905,7 @@ fn source(
         false,
         "ws",
         "nt",
+        false,
     );
     let _ = writeln!(src, "{i}        }}");
     let _ = writeln!(src, "{i}        td_cp_async_commit();");
