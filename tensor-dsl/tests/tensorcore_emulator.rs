@@ -127,6 +127,21 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
             let c = t.encode(&s).unwrap_or_else(|e| panic!("{src}: {s:?}: {e}"));
             points.push((t.space().format(&c).unwrap(), s));
         }
+        // A warp tile that is no power of two (valid unswizzled, not a knob value): the
+        // fragments' addresses are computed in full, not from per-thread bases.
+        points.push((
+            "warp_m=48 (off the knobs)".into(),
+            TcSchedule {
+                warp_m: 48,
+                warp_n: 16,
+                warps_m: 1,
+                warps_n: 2,
+                block_k: 32,
+                stages: 2,
+                swizzle: false,
+                split_k: 1,
+            },
+        ));
 
         let mut cpp = String::from("#include \"cuda_emu.h\"\n");
         let mut main = String::from("int main(int argc, char **argv) {\n    (void)argc;\n");
