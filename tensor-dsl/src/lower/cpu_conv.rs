@@ -746,7 +746,9 @@ impl Conv<'_> {
         })
     }
 
-    /// Copies the affine input once into the zero-padded scratch buffer.
+    /// Copies the affine input once into the zero-padded scratch buffer (allocated before
+    /// the parallel region; the copy is shared out among its threads, the implicit barrier
+    /// at its end keeps the tiles from reading it early).
     fn pad_input(&self, buffers: &[Buffer], ranges: &[(i64, i64)]) -> Vec<Stmt> {
         let Some(xp) = self.xp else {
             return Vec::new();
@@ -807,16 +809,10 @@ impl Conv<'_> {
                 }
             })
             .collect();
-        let mut out = vec![
-            Stmt::Comment(format!(
-                "`{}` once, zero-padded: the tiles read it without bounds checks.",
-                self.kernel.params[self.shape.x.tensor].name
-            )),
-            Stmt::Alloc {
-                buf: xp,
-                init: None,
-            },
-        ];
+        let mut out = vec![Stmt::Comment(format!(
+            "`{}` once, zero-padded: the tiles read it without bounds checks.",
+            self.kernel.params[self.shape.x.tensor].name
+        ))];
         out.extend(band(loops, vec![mv]));
         out
     }
@@ -872,7 +868,8 @@ impl Conv<'_> {
                 args: self.args(buffers, &["f0", "p0"]),
             },
         ])];
-        let mut region = vec![
+        let mut region = self.pad_input(buffers, ranges);
+        region.extend([
             Stmt::Comment(format!(
                 "This thread's panel of `{}`: every reduction point x {} channels.",
                 self.kernel.params[self.shape.w.tensor].name, self.v
@@ -886,13 +883,18 @@ impl Conv<'_> {
                 konst: false,
                 defs: vec![("pk_f0".into(), Value::Code("-1".into()))],
             },
-        ];
+        ]);
         region.extend(band(
             vec![tiles("f0", fe, self.v), tiles("p0", np, self.mr)],
             work,
         ));
         region.push(Stmt::Free(self.wp));
-        let mut body = self.pad_input(buffers, ranges);
+        // One parallel region per call: the padding copy and the tiles share it.
+        let mut body: Vec<Stmt> = self
+            .xp
+            .map(|buf| Stmt::Alloc { buf, init: None })
+            .into_iter()
+            .collect();
         body.push(Stmt::Region {
             parallel: self.config.parallel,
             body: region,
