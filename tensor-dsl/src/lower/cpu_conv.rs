@@ -31,6 +31,11 @@ pub const TILE: &str = "td_conv_tile";
 /// Name of the weight-packing function (transposed packing only).
 pub const PACK: &str = "td_conv_pack";
 
+/// Longest innermost reduction loop of the tile that is unrolled: a 7-step loop around the
+/// register tile (the 7×7 window of a 3-channel convolution) ran a few percent faster
+/// unrolled (GCC 12, timed single-threaded).
+pub const UNROLL_SHORT: usize = 8;
+
 /// Bytes of the weight panel filled per slice of the first reduction index.
 pub const PACK_SLICE_BYTES: usize = 16 << 10;
 
@@ -293,15 +298,18 @@ impl Conv<'_> {
     }
 
     /// Loops over every reduction index (kernel order) around `body`.
+    /// The innermost one is unrolled instead when it is short (at most
+    /// [`UNROLL_SHORT`] steps, the `s` of a 3×3 or 7×7 window).
     fn reduction_loops(&self, kind: LoopKind, body: Vec<Stmt>) -> Vec<Stmt> {
+        let last = self.shape.reduction.last().copied();
         self.shape.reduction.iter().rev().fold(body, |inner, &r| {
-            vec![for_each(
-                &self.names[r],
-                self.extents[r],
-                kind,
-                Layout::Braced,
-                inner,
-            )]
+            let e = self.extents[r];
+            let kind = if Some(r) == last && (2..=UNROLL_SHORT).contains(&e) {
+                LoopKind::Unrolled(e)
+            } else {
+                kind
+            };
+            vec![for_each(&self.names[r], e, kind, Layout::Braced, inner)]
         })
     }
 
