@@ -200,7 +200,7 @@ pub fn lower<'a>(
         }
     };
 
-    let transpose = if tile.transpose && v % TRANSPOSE == 0 {
+    let transpose = if tile.transpose && v.is_multiple_of(TRANSPOSE) {
         channel_stride(kernel, extents, shapes, &shape)
     } else {
         None
@@ -724,7 +724,7 @@ impl Conv<'_> {
                 body: vec![for_each("v", v, LoopKind::Serial, Layout::Braced, vec![mv])],
             }));
         }
-        let body = if fe % v == 0 {
+        let body = if fe.is_multiple_of(v) {
             fast
         } else {
             vec![Stmt::If {

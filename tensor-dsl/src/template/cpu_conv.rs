@@ -220,7 +220,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
         conv: Some(ConvTile {
             pixels,
             pad: true,
-            transpose: vector % TRANSPOSE == 0,
+            transpose: vector.is_multiple_of(TRANSPOSE),
         }),
         ..base
     })
@@ -235,7 +235,7 @@ pub fn validate(kernel: &Kernel, config: &CpuConfig, tile: &ConvTile) -> Result<
     if config.unroll_axis.is_some() || config.unroll != 1 || config.k_block != 0 {
         return Err("a convolution tile has no unroll axis and no k_block".into());
     }
-    if tile.transpose && config.vector % TRANSPOSE != 0 {
+    if tile.transpose && !config.vector.is_multiple_of(TRANSPOSE) {
         return Err(format!(
             "transposed weight packing needs a channel tile that is a multiple of {TRANSPOSE}"
         ));
@@ -300,7 +300,7 @@ impl ConvTemplate {
         });
         b.constraint("transposes need 16-channel multiples", move |c| {
             c.index(packing) == Some(0)
-                || value(c, vector, &CHANNEL_CHOICES).is_some_and(|v| v % TRANSPOSE == 0)
+                || value(c, vector, &CHANNEL_CHOICES).is_some_and(|v| v.is_multiple_of(TRANSPOSE))
         });
         let wide_ok = lanes >= 16;
         b.constraint("wide vectors need AVX-512", move |c| {
