@@ -445,4 +445,41 @@ mod tests {
         assert_eq!(h.vector, 16);
         assert!(h.conv.unwrap().pixels <= 5);
     }
+
+    #[test]
+    fn resnet_defaults_pack_by_transposes_and_round_trip() {
+        let k = parse_text("conv", CONV, None).unwrap();
+        let m = Machine {
+            lanes: 16,
+            registers: 32,
+            l2: 1 << 20,
+            threads: 2,
+        };
+        // n f p q c r s: R0, R1, R5, R11, R12 of the bench (output extents).
+        for e in [
+            [1, 64, 112, 112, 3, 7, 7],
+            [1, 64, 56, 56, 64, 1, 1],
+            [1, 128, 28, 28, 128, 3, 3],
+            [1, 512, 7, 7, 512, 3, 3],
+            [1, 2048, 7, 7, 512, 1, 1],
+        ] {
+            let h = heuristic(&k, &e, m).unwrap();
+            assert!(h.conv.as_ref().unwrap().transpose, "{e:?}");
+            let t = ConvTemplate::build(&e, 16, &ConvShape::of(&k).unwrap(), h.clone()).unwrap();
+            assert_eq!(t.decode(&t.default_config()).unwrap(), h, "{e:?}");
+        }
+        // Fewer channels than a transpose: packed by the loops, and the space has no
+        // transposed point with an 8-channel tile.
+        let h = heuristic(&k, &[1, 8, 5, 5, 3, 3, 3], m).unwrap();
+        assert_eq!(h.vector, 8);
+        assert!(!h.conv.as_ref().unwrap().transpose);
+        let mut bad = h.clone();
+        if let Some(t) = bad.conv.as_mut() {
+            t.transpose = true;
+        }
+        let t = ConvTemplate::build(&[1, 8, 5, 5, 3, 3, 3], 16, &ConvShape::of(&k).unwrap(), h)
+            .unwrap();
+        assert_eq!(t.encode(&bad), None);
+        assert!(validate(&k, &bad, bad.conv.as_ref().unwrap()).is_err());
+    }
 }
