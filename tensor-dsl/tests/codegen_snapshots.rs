@@ -40,3 +40,24 @@ fn generated_c_blocked() {
         insta::assert_snapshot!(format!("c_blocked_{}", case.name), code);
     }
 }
+
+/// The convolution template's transposed weight packing (`conv_pack=transpose`): 20
+/// channels in a 32-channel tile (the second tile takes the guarded loops) and 45 reduction
+/// points (two 16×16 transposes, then 13 points one by one).
+#[test]
+fn generated_c_conv_transposed_pack() {
+    let kernel = tensor_dsl::ir::parse_text(
+        "conv",
+        "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
+        None,
+    )
+    .unwrap();
+    let shapes: [&[usize]; 3] = [&[1, 5, 6, 6], &[40, 5, 3, 3], &[1, 40, 6, 6]];
+    let extents = [1, 40, 6, 6, 5, 3, 3];
+    let config = CpuConfig::heuristic(&kernel, &extents, 16);
+    assert_eq!(config.vector, 32);
+    assert!(config.conv.as_ref().unwrap().transpose);
+    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    assert!(code.contains("__builtin_shuffle"));
+    insta::assert_snapshot!("c_conv_transposed_pack", code);
+}

@@ -343,9 +343,9 @@ fn mismatched_buffers_are_errors_not_panics() {
 
 /// The convolution template (`template::cpu_conv`) on awkward convolutions: odd and prime
 /// channel counts, stride 2, padding, 1×1, 7×7 over 3 channels, a batch, an epilogue, and
-/// channel counts below, at and past the channel tile; in f32 and with half-precision
-/// inputs. Each runs its default, every border/parallel variant of it and random points of
-/// its space.
+/// channel counts below, at and past the channel tile, weights with the channel innermost;
+/// in f32 and with half-precision inputs. Each runs its default, every border/parallel
+/// variant of it, the other weight packing and random points of its space.
 #[test]
 fn convolution_template_matches_reference() {
     let lanes = cpu::simd_lanes();
@@ -365,6 +365,14 @@ fn convolution_template_matches_reference() {
         (conv(2, 3), [1, 37, 8, 9, 3, 7, 7]),
         (format!("{}{epilogue}", conv(1, 2)), [3, 16, 5, 5, 2, 5, 5]),
         (format!("{}{epilogue}", conv(2, 1)), [1, 70, 3, 3, 11, 3, 3]),
+        // Channels past the last whole tile and points past the last whole transpose.
+        (conv(1, 1), [1, 48, 4, 5, 19, 3, 3]),
+        // Weights with the channel innermost: their points are not contiguous, so the
+        // transposed packing falls back to the loops.
+        (
+            "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[c, r, s, f]]".into(),
+            [1, 40, 3, 4, 5, 3, 3],
+        ),
     ];
     let types: [(DType, DType); 3] = [
         (DType::F32, DType::F32),
@@ -405,6 +413,14 @@ fn convolution_template_matches_reference() {
                     }
                     configs.push(c);
                 }
+            }
+            // The other weight packing, where the channel tile allows both.
+            let mut flipped = default.clone();
+            if let Some(t) = flipped.conv.as_mut() {
+                t.transpose = !t.transpose;
+            }
+            if template.encode(&flipped).is_some() {
+                configs.push(flipped);
             }
             for _ in 0..3 {
                 let point = template.space().sample_uniform(&mut rng).unwrap();

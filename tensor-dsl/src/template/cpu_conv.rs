@@ -11,7 +11,8 @@
 //!       has no bounds checks
 //! parallel for f0 in steps of `vector`, pixel block p0 in steps of `pixels`:
 //!     when f0 changed: pack w[f0..f0+vector, every reduction point] into this thread's
-//!                      panel wp[reduction point][vector] (zeros past the last f)
+//!                      panel wp[reduction point][vector] (zeros past the last f), by
+//!                      16×16 in-register transposes where w[f][point] is row-major
 //!     acc[pixels][vector] = 0
 //!     for every reduction point (c, r, s, ...):
 //!         for each pixel m:  acc[m][:] += x[pixel m, point] * wp[point][:]   // broadcast-FMA
@@ -49,7 +50,15 @@ pub struct ConvTile {
     /// Copy the affine input once into a zero-padded scratch buffer (no bounds checks in
     /// the hot loop); `false` reads it in place, each read guarded.
     pub pad: bool,
+    /// Pack the weights by 16×16 in-register transposes (GNU C vector shuffles) where their
+    /// reduction points are contiguous in memory and the channel tile is a multiple of 16;
+    /// `false` packs them one element at a time.
+    #[serde(default)]
+    pub transpose: bool,
 }
+
+/// Channels and reduction points of one in-register transpose of the weight packing.
+pub const TRANSPOSE: usize = 16;
 
 /// What makes a kernel a convolution for this template.
 #[derive(Clone, Debug, PartialEq)]
@@ -171,8 +180,10 @@ pub fn accumulator_registers(registers: usize) -> usize {
 /// when the channels are fewer), as many pixels as [`accumulator_registers`] allows, cut
 /// so that the pixel tiles cover the pixel axis with little waste (at least 95% of the
 /// computed pixels are real ones where a tile of at least half the size achieves it); the
-/// input padded once; parallel when there are cores and work for them. The channel tile
-/// is one register wide where two would make a thread's weight panel larger than L2.
+/// input padded once; the weights packed by in-register transposes where the channel tile
+/// is a multiple of [`TRANSPOSE`]; parallel when there are cores and work for them. The
+/// channel tile is one register wide where two would make a thread's weight panel larger
+/// than L2.
 pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option<CpuConfig> {
     let shape = ConvShape::of(kernel)?;
     let lanes = machine.lanes;
@@ -206,7 +217,11 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
         parallel: machine.threads > 1 && kernel.flops(extents) >= 65_536.0,
         pack: true,
         wide_simd: lanes >= 16,
-        conv: Some(ConvTile { pixels, pad: true }),
+        conv: Some(ConvTile {
+            pixels,
+            pad: true,
+            transpose: vector.is_multiple_of(TRANSPOSE),
+        }),
         ..base
     })
 }
@@ -220,6 +235,11 @@ pub fn validate(kernel: &Kernel, config: &CpuConfig, tile: &ConvTile) -> Result<
     if config.unroll_axis.is_some() || config.unroll != 1 || config.k_block != 0 {
         return Err("a convolution tile has no unroll axis and no k_block".into());
     }
+    if tile.transpose && !config.vector.is_multiple_of(TRANSPOSE) {
+        return Err(format!(
+            "transposed weight packing needs a channel tile that is a multiple of {TRANSPOSE}"
+        ));
+    }
     if tile.pixels == 0 || config.vector == 0 || tile.pixels * config.vector > 1024 {
         return Err(format!(
             "convolution tile {}x{} out of range",
@@ -229,14 +249,14 @@ pub fn validate(kernel: &Kernel, config: &CpuConfig, tile: &ConvTile) -> Result<
     Ok(())
 }
 
-/// The convolution schedule space: channel tile, pixel tile, padding, parallelism and the
-/// vector width asked of the compiler.
+/// The convolution schedule space: channel tile, pixel tile, padding, parallelism, the
+/// vector width asked of the compiler and how the weights are packed.
 #[derive(Clone, Debug)]
 pub struct ConvTemplate {
     space: SearchSpace,
     default: Config,
     base: CpuConfig,
-    knobs: [usize; 5],
+    knobs: [usize; 6],
 }
 
 impl ConvTemplate {
@@ -263,6 +283,7 @@ impl ConvTemplate {
         let pad = b.categorical("conv_border", &["guard", "pad"]);
         let parallel = b.categorical("parallel", &["serial", "parallel"]);
         let simd = b.categorical("simd", &["compiler", "wide"]);
+        let packing = b.categorical("conv_pack", &["loops", "transpose"]);
         let value = |c: &Config, k: usize, list: &[i64]| {
             c.index(k).and_then(|i| list.get(i)).map(|&v| v as usize)
         };
@@ -277,6 +298,10 @@ impl ConvTemplate {
             let m = value(c, pixels, &PIXEL_CHOICES).unwrap_or(1);
             m * v.div_ceil(lanes.max(1)) <= regs
         });
+        b.constraint("transposes need 16-channel multiples", move |c| {
+            c.index(packing) == Some(0)
+                || value(c, vector, &CHANNEL_CHOICES).is_some_and(|v| v.is_multiple_of(TRANSPOSE))
+        });
         let wide_ok = lanes >= 16;
         b.constraint("wide vectors need AVX-512", move |c| {
             wide_ok || c.index(simd) == Some(0)
@@ -289,7 +314,7 @@ impl ConvTemplate {
                 conv: None,
                 ..heuristic.clone()
             },
-            knobs: [vector, pixels, pad, parallel, simd],
+            knobs: [vector, pixels, pad, parallel, simd, packing],
         };
         t.default = t
             .encode(&heuristic)
@@ -310,7 +335,7 @@ impl ConvTemplate {
     /// The schedule a point stands for.
     pub fn decode(&self, c: &Config) -> Result<CpuConfig, String> {
         self.space.check(c).map_err(|e| e.to_string())?;
-        let [vector, pixels, pad, parallel, simd] = self.knobs;
+        let [vector, pixels, pad, parallel, simd, packing] = self.knobs;
         let num = |k: usize| self.space.discrete_value(c, k).map_or(1, |v| v as usize);
         let choice = |k: usize| c.index(k).unwrap_or(0) == 1;
         Ok(CpuConfig {
@@ -320,6 +345,7 @@ impl ConvTemplate {
             conv: Some(ConvTile {
                 pixels: num(pixels),
                 pad: choice(pad),
+                transpose: choice(packing),
             }),
             ..self.base.clone()
         })
@@ -338,6 +364,7 @@ impl ConvTemplate {
             Value::Categorical(usize::from(tile.pad)),
             Value::Categorical(usize::from(cfg.parallel)),
             Value::Categorical(usize::from(cfg.wide_simd)),
+            Value::Categorical(usize::from(tile.transpose)),
         ]);
         self.space.is_valid(&c).then_some(c)
     }
@@ -417,5 +444,42 @@ mod tests {
         let h = heuristic(&k, &[1, 512, 7, 7, 512, 3, 3], avx2).unwrap();
         assert_eq!(h.vector, 16);
         assert!(h.conv.unwrap().pixels <= 5);
+    }
+
+    #[test]
+    fn resnet_defaults_pack_by_transposes_and_round_trip() {
+        let k = parse_text("conv", CONV, None).unwrap();
+        let m = Machine {
+            lanes: 16,
+            registers: 32,
+            l2: 1 << 20,
+            threads: 2,
+        };
+        // n f p q c r s: R0, R1, R5, R11, R12 of the bench (output extents).
+        for e in [
+            [1, 64, 112, 112, 3, 7, 7],
+            [1, 64, 56, 56, 64, 1, 1],
+            [1, 128, 28, 28, 128, 3, 3],
+            [1, 512, 7, 7, 512, 3, 3],
+            [1, 2048, 7, 7, 512, 1, 1],
+        ] {
+            let h = heuristic(&k, &e, m).unwrap();
+            assert!(h.conv.as_ref().unwrap().transpose, "{e:?}");
+            let t = ConvTemplate::build(&e, 16, &ConvShape::of(&k).unwrap(), h.clone()).unwrap();
+            assert_eq!(t.decode(&t.default_config()).unwrap(), h, "{e:?}");
+        }
+        // Fewer channels than a transpose: packed by the loops, and the space has no
+        // transposed point with an 8-channel tile.
+        let h = heuristic(&k, &[1, 8, 5, 5, 3, 3, 3], m).unwrap();
+        assert_eq!(h.vector, 8);
+        assert!(!h.conv.as_ref().unwrap().transpose);
+        let mut bad = h.clone();
+        if let Some(t) = bad.conv.as_mut() {
+            t.transpose = true;
+        }
+        let t = ConvTemplate::build(&[1, 8, 5, 5, 3, 3, 3], 16, &ConvShape::of(&k).unwrap(), h)
+            .unwrap();
+        assert_eq!(t.encode(&bad), None);
+        assert!(validate(&k, &bad, bad.conv.as_ref().unwrap()).is_err());
     }
 }
