@@ -84,10 +84,12 @@ fn tune(
         floor_gflops: settings.floor_gflops,
         best: None,
     };
-    let seeds = settings.seeds(template.default_config()?);
+    // The one search, without transfer: the GPU bench's knob-and-analytic features are
+    // not the layout `transfer::cuda_prior` builds (its CUDA space may be tensor cores).
     search(
         template.space(),
-        seeds,
+        settings.default_point(template.default_config()?),
+        &tensor_dsl::transfer::Prior::default(),
         settings,
         &features,
         &mut bounded,
