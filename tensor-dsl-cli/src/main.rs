@@ -174,10 +174,11 @@ enum Command {
         #[arg(long, default_value_t = 0.95)]
         share: f64,
     },
-    /// Replay every strategy over several seeds on recorded CPU landscapes (records files
-    /// from `landscape` or `bench --record-landscape`): trials to 95% of each landscape's
-    /// best, final-result spread across seeds, convergence SVGs; writes study.json,
-    /// study.md and the SVGs into --out.
+    /// The tuner's acceptance check, offline: replay every strategy over several seeds on
+    /// recorded CPU landscapes (records files from `landscape` or `bench
+    /// --record-landscape`) at each trial budget: final ratio to each landscape's best (min
+    /// and median over seeds), spread across seeds, trials to 95%, the zero-trial pick
+    /// leave-one-shape-out, pass/fail; writes study.json, study.md and SVGs into --out.
     Study {
         /// Landscape files (records, JSON Lines; several problems per file are fine).
         #[arg(required = true)]
@@ -185,8 +186,14 @@ enum Command {
         /// Comma-separated names, or `all`.
         #[arg(long, default_value = "all")]
         strategies: String,
-        #[arg(long, default_value_t = 64)]
-        trials: usize,
+        /// Trial budgets, comma-separated (each replayed separately: strategies plan for
+        /// their budget).
+        #[arg(long, value_delimiter = ',', default_value = "32,64")]
+        budgets: Vec<usize>,
+        /// How a point the landscape did not record replays: as its nearest recorded
+        /// point, or as invalid.
+        #[arg(long, value_enum, default_value = "nearest")]
+        unrecorded: study::Unrecorded,
         #[arg(long, default_value_t = 10)]
         seeds: u64,
         /// Target share of the best throughput.
@@ -302,11 +309,20 @@ fn main() -> ExitCode {
         Command::Study {
             landscapes,
             strategies,
-            trials,
+            budgets,
+            unrecorded,
             seeds,
             share,
             out,
-        } => study::run(&landscapes, &strategies, trials, seeds, share, &out),
+        } => study::run(
+            &landscapes,
+            &strategies,
+            &budgets,
+            seeds,
+            share,
+            unrecorded,
+            &out,
+        ),
     };
     match result {
         Ok(code) => code,
