@@ -354,6 +354,7 @@ mod tests {
             candidates: vec![learned.clone()],
             keys: 1,
             evidence: vec![(learned.clone(), 0.0)],
+            default_score: None,
         };
         let mut m = SyntheticMeasurer::new(move |c| Some(1.0 + (x(c) - 4.0).abs()));
         let mut seen = Vec::new();

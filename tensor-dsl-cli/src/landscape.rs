@@ -14,15 +14,19 @@ use tensor_dsl::template::cpu::CpuTemplate;
 use tensor_dsl::tuned;
 use tuner::{Budget, Config, Forest, Measurer, Outcome, ReplayMeasurer};
 
-/// Measures every point of the space (up to `max`) not yet in `out` and appends the
-/// records; then measures the `refine` fastest points twice more each, so the landscape's
-/// best is not one lucky sample (the replay pools a config's samples).
+/// Measures every point of the space (up to `max`; a uniform sample of `max` valid points
+/// of a larger space, and the template's default) not yet in `out` and appends the
+/// records; then every valid neighbour (one knob step) of the `neighbours` fastest points,
+/// so a sampled landscape is dense where searches end up, whatever the strategy; then
+/// measures the `refine` fastest points twice more each, so the landscape's best is not
+/// one lucky sample (the replay pools a config's samples).
 pub fn record(
     args: &KernelArgs,
     out: &Path,
     max: usize,
     batch: usize,
     refine: usize,
+    neighbours: usize,
 ) -> Result<ExitCode, String> {
     let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
     let template = CpuTemplate::new(&p.kernel, &p.extents, simd_lanes())?;
@@ -35,11 +39,16 @@ pub fn record(
         .collect();
     let done: std::collections::HashSet<String> =
         existing.iter().map(|r| r.config.clone()).collect();
-    let all = match template.space().enumerate(max) {
+    let mut all = match template.space().enumerate(max) {
         Ok(all) => all,
         Err(tuner::Error::TooLarge { .. }) => sample(template.space(), max)?,
         Err(e) => return Err(e.to_string()),
     };
+    // The point every search measures first.
+    let default = template.default_config();
+    if !all.contains(&default) {
+        all.push(default);
+    }
     let total = all.len();
     let missing: Vec<Config> = all
         .into_iter()
@@ -53,25 +62,31 @@ pub fn record(
     let mut measurer =
         CpuMeasurer::new(&p.kernel, &p.shapes, template.clone()).map_err(|e| e.to_string())?;
     let mut measured = measure_all(&p, &template, &mut measurer, &missing, batch, out, "points")?;
-    if refine > 0 {
-        let (recs, _) = records::read(out).map_err(|e| e.to_string())?;
-        let mut best: Vec<(f64, String)> = recs
-            .into_iter()
-            .filter(|r| r.kernel == fingerprint && r.shapes == p.shapes)
-            .filter_map(|r| r.seconds.map(|s| (s, r.config)))
-            .collect();
-        best.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let mut top: Vec<Config> = Vec::new();
-        for (_, text) in best {
-            if let Ok(c) = template.space().parse(&text) {
-                if !top.contains(&c) {
-                    top.push(c);
+    if neighbours > 0 {
+        let recorded = fastest(out, &template, &p, usize::MAX)?;
+        let near: Vec<Config> = {
+            let mut near = Vec::new();
+            for c in recorded.iter().take(neighbours) {
+                for n in template.space().neighbors(c).unwrap_or_default() {
+                    if !recorded.contains(&n) && !near.contains(&n) {
+                        near.push(n);
+                    }
                 }
             }
-            if top.len() == refine {
-                break;
-            }
-        }
+            near
+        };
+        measured += measure_all(
+            &p,
+            &template,
+            &mut measurer,
+            &near,
+            batch,
+            out,
+            "neighbours",
+        )?;
+    }
+    if refine > 0 {
+        let top = fastest(out, &template, &p, refine)?;
         // Two rounds over the whole top set, so a drift of the machine hits them alike.
         for _ in 0..2 {
             measured += measure_all(&p, &template, &mut measurer, &top, batch, out, "refining")?;
@@ -81,6 +96,37 @@ pub fn record(
         serde_json::json!({ "space": total, "measured_now": measured, "file": out.display().to_string() }),
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `n` fastest distinct valid points of `p` recorded in `out`, fastest first (and, with
+/// `n == usize::MAX`, every recorded point: the valid ones first, then the others).
+fn fastest(
+    out: &Path,
+    template: &CpuTemplate,
+    p: &crate::args::Problem,
+    n: usize,
+) -> Result<Vec<Config>, String> {
+    let fingerprint = p.kernel.fingerprint();
+    let (recs, _) = records::read(out).map_err(|e| e.to_string())?;
+    let mut all: Vec<(f64, String)> = recs
+        .into_iter()
+        .filter(|r| r.kernel == fingerprint && r.shapes == p.shapes)
+        .filter(|r| n == usize::MAX || r.seconds.is_some())
+        .map(|r| (r.seconds.unwrap_or(f64::INFINITY), r.config))
+        .collect();
+    all.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut top: Vec<Config> = Vec::new();
+    for (_, text) in all {
+        if let Ok(c) = template.space().parse(&text) {
+            if !top.contains(&c) {
+                top.push(c);
+            }
+        }
+        if top.len() == n {
+            break;
+        }
+    }
+    Ok(top)
 }
 
 /// Measures `points` in batches, appending one record each; returns how many were measured.

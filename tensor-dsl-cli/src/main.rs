@@ -150,6 +150,10 @@ enum Command {
         /// landscape's best robust to one lucky measurement).
         #[arg(long, default_value_t = 16)]
         refine: usize,
+        /// After the sample, measure every valid neighbour (one knob step) of the N fastest
+        /// points, so a sampled landscape is dense where searches end up.
+        #[arg(long, default_value_t = 0)]
+        neighbours: usize,
     },
     /// Inspect records and prepare them for shipping.
     Records {
@@ -297,7 +301,8 @@ fn main() -> ExitCode {
             max,
             batch,
             refine,
-        } => landscape::record(&kernel, &out, max, batch, refine),
+            neighbours,
+        } => landscape::record(&kernel, &out, max, batch, refine, neighbours),
         Command::Replay {
             kernel,
             landscape,

@@ -361,8 +361,9 @@ fn strategy_of(
 
 /// The one search every tuning path runs (first-call tuning, `tensor-dsl tune`,
 /// build-time tuning, the bench's `--trials N`, the strategy study's replays): the cost
-/// model of `opts` learns `prior` first ([`Prior::teach`]); the [`transfer::pick`] is
-/// measured first, then the model's own pick ([`transfer::model_pick`]) and `default`
+/// model of `opts` learns `prior` first ([`Prior::teach`]); the pick (as
+/// [`transfer::pick`]: the default where it did as well on the kernel's other shapes, else
+/// the schedule measured best there, else the model's) is measured first, then the model's own pick ([`transfer::model_pick`]) and `default`
 /// (tuning never ends worse than not tuning), then the strategy of `opts` runs. With
 /// `opts.trials == 0` nothing is measured and the pick is the answer. With a time budget
 /// the run may stop early (`tuner::Budget::early_stop`): the user asked for "this many
@@ -404,10 +405,12 @@ pub fn search(
                 opts.seed,
             )
         });
-    let pick = prior
-        .measured_best()
-        .filter(|c| space.is_valid(c))
-        .cloned()
+    // As transfer::pick: the default where it did as well on the kernel's other shapes,
+    // else the schedule measured best there, else the model's pick.
+    let pick = default
+        .clone()
+        .filter(|_| prior.prefers_default())
+        .or_else(|| prior.measured_best().filter(|c| space.is_valid(c)).cloned())
         .or_else(|| top.clone());
     if opts.trials == 0 {
         return Ok(Searched {
