@@ -228,3 +228,33 @@ fn records_of_an_older_space_are_reported_and_skipped() {
     assert!(stderr.contains("no landscape to study"), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The CPU default strategy is set only from data: the winner of the latest committed
+/// study of today's CPU spaces (`bench/landscapes.sh`), when there is one.
+#[test]
+fn cpu_default_strategy_is_the_latest_committed_studys_winner() {
+    let results = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/results");
+    let mut studies: Vec<std::path::PathBuf> = std::fs::read_dir(&results)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            name.starts_with("strategies-") && name.ends_with("-cpu-v4") && p.is_dir()
+        })
+        .map(|p| p.join("study.json"))
+        .filter(|p| p.exists())
+        .collect();
+    studies.sort();
+    let Some(latest) = studies.last() else {
+        eprintln!("no committed v4 study yet: CPU_DEFAULT_STRATEGY rests on the older replays");
+        return;
+    };
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(latest).unwrap()).unwrap();
+    assert_eq!(
+        report["best_strategy"].as_str(),
+        Some(tensor_dsl::autotune::CPU_DEFAULT_STRATEGY),
+        "{} names another winner: set CPU_DEFAULT_STRATEGY from it",
+        latest.display()
+    );
+}

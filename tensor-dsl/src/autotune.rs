@@ -24,12 +24,13 @@ use tuner::tune::{tune, Budget, StopReason, TuneResult};
 use tuner::{Config, CostModel, Forest, Measurer, SearchSpace, Trial};
 
 /// The strategy CPU tuning uses by default: OpEvo exploration for 60% of the budget, then
-/// Droplet from the best point. Chosen from replays on three real CPU landscapes (every
-/// point of the CPU space measured; 5 seeds x 64 trials each; see
-/// `bench/results/strategies-2026-11-22-cpu.md`): it reached 95% of the landscape's best in
-/// 11 of 15 runs (Droplet 10, OpEvo 9, DGD 9, Combined with the evolutionary explorer 8,
-/// evolutionary 8, random 5) and its median share of the best was at least 0.96 on every
-/// landscape.
+/// Droplet from the best point. Set only from data: the winner of `tensor-dsl study`
+/// (most landscapes passing the 32/64-trial thresholds) on the latest committed study of
+/// today's CPU spaces, `bench/results/strategies-<date>-cpu-v4/study.json`
+/// (`bench/landscapes.sh` records it); a test in `tensor-dsl-cli/tests/study.rs` fails when
+/// that study names another winner. Until one is committed, it rests on the older replays
+/// of `bench/results/strategies-2026-11-22-cpu.md` (three matmul landscapes of an older
+/// space, 5 seeds x 64 trials: 95% of the best in 11 of 15 runs, more than any other).
 pub const CPU_DEFAULT_STRATEGY: &str = "opevo-droplet";
 
 /// The learned cost model a search uses, made fresh for each search from its seed: the
