@@ -6,13 +6,15 @@ use crate::args::problem;
 use crate::KernelArgs;
 use std::path::Path;
 use std::process::ExitCode;
+use tensor_dsl::autotune::{self, TuneOptions};
 use tensor_dsl::codegen::c::CODEGEN_VERSION;
 use tensor_dsl::measure::cpu::CpuMeasurer;
 use tensor_dsl::records::{self, Record, RECORD_VERSION};
 use tensor_dsl::runtime::cpu::simd_lanes;
 use tensor_dsl::template::cpu::CpuTemplate;
+use tensor_dsl::transfer::{cpu_transfer_features, Prior};
 use tensor_dsl::tuned;
-use tuner::{Budget, Config, Forest, Measurer, Outcome, ReplayMeasurer};
+use tuner::{Config, Measurer, Outcome, ReplayMeasurer};
 
 /// Measures every point of the space (up to `max`; a uniform sample of `max` valid points
 /// of a larger space, and the template's default) not yet in `out` and appends the
@@ -226,29 +228,36 @@ pub fn replay(
     }
     let target = best / share;
     let names = strategy_names(strategies);
-    let features = |c: &Config| space.to_features(c).unwrap_or_default();
+    // As tuning runs it: the portable features, through the product's one search.
+    let lanes = simd_lanes();
+    let features = |c: &Config| match template.decode(c) {
+        Ok(cfg) => cpu_transfer_features(&p.kernel, &p.extents, &cfg, lanes),
+        Err(_) => vec![0.0; tensor_dsl::transfer::CPU_TRANSFER_FEATURES],
+    };
     let mut rows = Vec::new();
     for name in &names {
         let mut reached = Vec::new();
         let mut shares = Vec::new();
         for seed in 0..seeds {
-            let budget = Budget::new(trials);
-            let inner = tuner::by_name(name, &budget)
-                .ok_or_else(|| format!("unknown strategy `{name}`"))?;
-            // As `tune` does: the template's default is measured first.
-            let mut strategy = tuner::strategy::Seeded::new(vec![template.default_config()], inner);
+            let opts = TuneOptions {
+                strategy: name.clone(),
+                trials,
+                seed,
+                ..TuneOptions::default()
+            };
             let mut measurer = ReplayMeasurer::new(points.clone()).with_resampling(seed);
-            let mut model = Forest::new(seed);
-            let result = tuner::tune(
+            // The template's default is measured among the first points; no transfer.
+            let result = autotune::search(
                 &space,
-                &mut strategy,
-                &mut model,
+                Some(template.default_config()),
+                &Prior::default(),
+                &opts,
                 &features,
                 &mut measurer,
-                &budget,
-                seed,
                 &mut |_| {},
-            );
+            )
+            .map_err(|e| e.to_string())?
+            .result;
             reached.push(result.trials_to_reach(target));
             // The share of the best throughput found, judged by pooled medians (the same
             // statistic as the landscape's best).
