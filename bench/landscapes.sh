@@ -5,6 +5,7 @@
 #   bench/landscapes.sh                # on an idle machine; about 10-11 minutes on 2 cores
 #   DATE=2026-11-24 bench/landscapes.sh
 #   SAMPLE=40 NEIGHBOURS=2 REFINE=4 bench/landscapes.sh   # a quicker, coarser run
+#   TRANSFER=1 bench/landscapes.sh     # also the study with leave-one-out transfer
 #
 # For each shape below (2 matmuls, 2 batched matmuls, 3 convolutions; the families of
 # /work/shared/workloads.json at shapes the bench suites do not tune), `tensor-dsl landscape`
@@ -71,3 +72,12 @@ cp "$STUDY/study.md" "$STUDY.md"
 sed -i "s|](\([^)]*\.svg\))|]($(basename "$STUDY")/\1)|" "$STUDY.md"
 echo "landscapes.sh: study took $(($(date +%s) - t0)) s; $(($(date +%s) - start)) s in all; wrote $STUDY.md" >&2
 grep -A20 '^## Over all landscapes' "$STUDY.md" >&2
+
+# TRANSFER=1: the study again with each run learning first from the kernel's other
+# shapes (leave-one-out), as users' tuning does with records at hand (~2-3 more minutes).
+if [ "${TRANSFER:-0}" = 1 ]; then
+  "$BIN" study "$OUT"/*.jsonl --seeds "$SEEDS" --budgets 32,64 --transfer --out "$STUDY-transfer" >/dev/null
+  cp "$STUDY-transfer/study.md" "$STUDY-transfer.md"
+  sed -i "s|](\([^)]*\.svg\))|]($(basename "$STUDY")-transfer/\1)|" "$STUDY-transfer.md"
+  grep -A20 '^## Over all landscapes' "$STUDY-transfer.md" >&2
+fi

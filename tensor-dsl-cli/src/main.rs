@@ -198,6 +198,10 @@ enum Command {
         /// point, or as invalid.
         #[arg(long, value_enum, default_value = "nearest")]
         unrecorded: study::Unrecorded,
+        /// Runs learn first from the other landscapes of their kernel (leave-one-shape-out),
+        /// as tuning with records of other shapes at hand does; without it they start cold.
+        #[arg(long)]
+        transfer: bool,
         #[arg(long, default_value_t = 10)]
         seeds: u64,
         /// Target share of the best throughput.
@@ -316,16 +320,20 @@ fn main() -> ExitCode {
             strategies,
             budgets,
             unrecorded,
+            transfer,
             seeds,
             share,
             out,
         } => study::run(
             &landscapes,
-            &strategies,
-            &budgets,
-            seeds,
-            share,
-            unrecorded,
+            &study::Settings {
+                strategies,
+                budgets,
+                seeds,
+                share,
+                unrecorded,
+                transfer,
+            },
             &out,
         ),
     };

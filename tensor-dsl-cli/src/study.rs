@@ -8,6 +8,9 @@
 //! (a sampled landscape) replays as its nearest recorded point by default, or as invalid
 //! (`--unrecorded invalid`): see [`Unrecorded`].
 //!
+//! Runs start cold (no records of other shapes) unless `--transfer`: then each run's model
+//! first learns the leave-one-out prior below, as users' tuning does with records at hand.
+//!
 //! Per landscape and strategy it reports, for each budget, the final ratio to the
 //! landscape's best (min and median over the seeds) and the spread across seeds (max − min
 //! of the final ratio, the ICS'24 run-to-run variability), plus the median trials to
@@ -47,6 +50,9 @@ use tuner::{Config, Outcome, ReplayMeasurer};
 pub const THRESHOLDS: [(usize, f64); 2] = [(32, 0.90), (64, 0.95)];
 /// The largest spread (max − min of the final ratio across seeds) at the largest budget.
 pub const MAX_SPREAD: f64 = 0.03;
+/// A landscape with fewer valid points than this many times the largest budget cannot tell
+/// strategies apart (a search measures most of it): a pass on it is inconclusive.
+pub const MIN_POINTS_PER_TRIAL: usize = 2;
 /// The least ratio of the zero-trial pick (leave-one-shape-out).
 pub const ZERO_TRIAL_SHARE: f64 = 0.90;
 
@@ -325,6 +331,7 @@ fn replay(
     seeds: u64,
     share: f64,
     mode: Unrecorded,
+    prior: &transfer::Prior,
 ) -> Result<Runs, String> {
     let space = l.template.space();
     let mut runs = Runs {
@@ -344,7 +351,7 @@ fn replay(
         let searched = autotune::search(
             space,
             Some(l.template.default_config()),
-            &transfer::Prior::default(),
+            prior,
             &options(strategy, budget, seed),
             &*l.features,
             &mut measurer,
@@ -421,11 +428,10 @@ impl ZeroTrial {
     }
 }
 
-/// Leave-one-shape-out: the records of the other landscapes of `l`'s kernel become the
-/// records at hand (as measured on this CPU by today's code generator: the study judges
-/// spaces, and a study's landscapes come from one machine), the product's search picks
-/// with zero trials, and the pick is read in `l`.
-fn zero_trial(l: &Landscape, all: &[Landscape]) -> Result<ZeroTrial, String> {
+/// The prior of `l` left out: the records of the other landscapes of its kernel (as
+/// measured on this CPU by today's code generator: the study judges spaces, and a study's
+/// landscapes come from one machine), and how many shapes they are.
+fn leave_one_out(l: &Landscape, all: &[Landscape]) -> (transfer::Prior, usize) {
     let fingerprint = l.kernel.fingerprint();
     let here = tensor_dsl::tuned::this_cpu().clone();
     let mut shapes = 0;
@@ -442,9 +448,20 @@ fn zero_trial(l: &Landscape, all: &[Landscape]) -> Result<ZeroTrial, String> {
         }));
     }
     if shapes == 0 {
+        return (transfer::Prior::default(), 0);
+    }
+    (transfer::cpu_prior(&l.kernel, &l.shapes, &recs), shapes)
+}
+
+/// Leave-one-shape-out: the records of the other landscapes of `l`'s kernel become the
+/// records at hand (as measured on this CPU by today's code generator: the study judges
+/// spaces, and a study's landscapes come from one machine), the product's search picks
+/// with zero trials, and the pick is read in `l`.
+fn zero_trial(l: &Landscape, all: &[Landscape]) -> Result<ZeroTrial, String> {
+    let (prior, shapes) = leave_one_out(l, all);
+    if shapes == 0 {
         return Ok(ZeroTrial::NoOtherShapes);
     }
-    let prior = transfer::cpu_prior(&l.kernel, &l.shapes, &recs);
     let space = l.template.space();
     let mut measurer = ReplayMeasurer::new(Vec::new());
     let searched = autotune::search(
@@ -492,16 +509,31 @@ struct Overall {
     spread: f64,
 }
 
+/// What a study replays (the command's options).
+pub struct Settings {
+    /// Comma-separated strategy names, or `all`.
+    pub strategies: String,
+    /// Trial budgets, each replayed separately.
+    pub budgets: Vec<usize>,
+    pub seeds: u64,
+    /// The share of the best that counts as reached (trials to 95%).
+    pub share: f64,
+    pub unrecorded: Unrecorded,
+    /// Runs learn the leave-one-out prior first.
+    pub transfer: bool,
+}
+
 /// Runs the study (see the module docs).
-pub fn run(
-    files: &[PathBuf],
-    strategies: &str,
-    budgets: &[usize],
-    seeds: u64,
-    share: f64,
-    unrecorded: Unrecorded,
-    out: &Path,
-) -> Result<ExitCode, String> {
+pub fn run(files: &[PathBuf], opts: &Settings, out: &Path) -> Result<ExitCode, String> {
+    let Settings {
+        strategies,
+        budgets,
+        seeds,
+        share,
+        unrecorded,
+        transfer: with_transfer,
+    } = opts;
+    let (seeds, share, unrecorded, with_transfer) = (*seeds, *share, *unrecorded, *with_transfer);
     let names = crate::landscape::strategy_names(strategies);
     let mut budgets = budgets.to_vec();
     budgets.sort_unstable();
@@ -546,6 +578,12 @@ pub fn run(
             Unrecorded::Invalid => "as invalid",
         }
     );
+    md.push_str(if with_transfer {
+        "Runs learn from the other landscapes of their kernel first (leave-one-shape-out \
+         transfer, `--transfer`).\n\n"
+    } else {
+        "Runs start cold: no records of other shapes (`--transfer` replays with them).\n\n"
+    });
     if !notes.is_empty() {
         md.push_str("Notes:\n\n");
         for n in &notes {
@@ -555,11 +593,23 @@ pub fn run(
     }
     let mut overall: HashMap<String, Overall> = HashMap::new();
     let mut zero_pass = (0usize, 0usize);
+    // Landscapes too small to tell strategies apart.
+    let mut small: Vec<String> = Vec::new();
     for l in &all {
         let zero = zero_trial(l, &all)?;
+        // With --transfer the runs start as users' tuning does with records of the
+        // kernel's other shapes at hand: from the leave-one-out prior.
+        let prior = if with_transfer {
+            leave_one_out(l, &all).0
+        } else {
+            transfer::Prior::default()
+        };
         if let Some(p) = zero.pass() {
             zero_pass.1 += 1;
             zero_pass.0 += usize::from(p);
+        }
+        if l.pooled.len() < MIN_POINTS_PER_TRIAL * top {
+            small.push(l.name.clone());
         }
         md.push_str(&format!(
             "## {} ({} valid points recorded{}, {} in the space; best {:.1} GFLOPS)\n\n\
@@ -598,7 +648,7 @@ pub fn run(
         for name in &names {
             let runs: Vec<Runs> = budgets
                 .iter()
-                .map(|&b| replay(l, name, b, seeds, share, unrecorded))
+                .map(|&b| replay(l, name, b, seeds, share, unrecorded, &prior))
                 .collect::<Result<_, _>>()?;
             let last = &runs[runs.len() - 1];
             let pass = runs
@@ -728,7 +778,17 @@ pub fn run(
         md.push_str(&format!(
             "\nMost landscapes passed (ties: the best worst ratio, largest budget first, then \
              the smallest spread): **{p}**; the check {}.\n",
-            if all_pass { "passes" } else { "**fails**" }
+            match (all_pass, small.is_empty()) {
+                (true, true) => "passes".to_string(),
+                (true, false) => format!(
+                    "passes, **inconclusively**: {} recorded fewer than {} valid points \
+                     ({MIN_POINTS_PER_TRIAL}x the largest budget), too few to tell \
+                     strategies apart",
+                    small.join(", "),
+                    MIN_POINTS_PER_TRIAL * top
+                ),
+                (false, _) => "**fails**".to_string(),
+            }
         ));
     }
     let report = serde_json::json!({
@@ -739,10 +799,13 @@ pub fn run(
         "max_spread": MAX_SPREAD,
         "zero_trial_share": ZERO_TRIAL_SHARE,
         "unrecorded": format!("{unrecorded:?}").to_lowercase(),
+        "transfer": with_transfer,
         "notes": notes,
         "landscapes": json,
         "best_strategy": pick,
         "pass": all_pass,
+        "conclusive": small.is_empty(),
+        "too_small": small,
     });
     let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     std::fs::write(out.join("study.json"), text).map_err(|e| e.to_string())?;

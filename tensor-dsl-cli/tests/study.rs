@@ -180,6 +180,7 @@ fn zero_trial_pick_is_learned_from_the_other_shapes_and_read_in_the_held_out_one
             "4",
             "--unrecorded",
             "invalid",
+            "--transfer",
         ],
         &out_dir,
     );
@@ -194,8 +195,14 @@ fn zero_trial_pick_is_learned_from_the_other_shapes_and_read_in_the_held_out_one
         assert_eq!(z["exact"], true, "{z}");
         assert!(z["ratio"].as_f64().unwrap() > 0.999, "{z}");
         assert_eq!(z["pass"], true);
+        // With --transfer the runs measure that pick first: the best within 4 trials.
+        let run = &l["results"][0]["budgets"][0];
+        assert!(run["min_ratio"].as_f64().unwrap() > 0.999, "{run}");
     }
     assert!(ls[3]["zero_trial"].is_null());
+    assert_eq!(report["transfer"], true);
+    // A few dozen points against a 4-trial budget: conclusive; the old-space test's are not.
+    assert_eq!(report["conclusive"], true, "{}", report["too_small"]);
     assert!(stdout.contains("Zero-trial picks passing: 3/3"), "{stdout}");
     assert!(stdout.contains("(no other shape)"), "{stdout}");
     std::fs::remove_dir_all(&dir).ok();
