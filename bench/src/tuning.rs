@@ -2,23 +2,26 @@
 //! point measured by `CpuMeasurer` (isolated child processes, output checked against the
 //! reference), every trial reported to a callback (progress, landscape records).
 //!
-//! It follows `tensor_dsl::autotune::tune_cpu` (what `tensor-dsl tune`, first-call and
-//! build-time tuning run): the same strategy wrapper, cost model and features (knob
-//! features, then the analytic CPU features of the decoded config). Two policies:
-//! - as in `tune_cpu`, the search's first trial is the template's heuristic default (what a
-//!   call uses when nothing is tuned), so the tuned result is never worse than the untuned
-//!   one; the other trials are the strategy's (`--pure-search` leaves it out);
+//! It runs the one search of the product ([`tensor_dsl::autotune::search`], what
+//! `tensor-dsl tune`, first-call and build-time tuning run) with the same inputs as
+//! `tune_cpu`: the portable transfer features, and a cost model warm-started from every
+//! record at hand (the embedded set and the user cache, [`tensor_dsl::transfer::cpu_prior`]).
+//! Two policies:
+//! - as in `tune_cpu`, the first trials are the transfer pick, the model's pick and the
+//!   template's heuristic default (what a call uses when nothing is tuned), so the tuned
+//!   result is never worse than the untuned one; the other trials are the strategy's
+//!   (`--pure-search` leaves out the default and the transfer: the strategy alone);
 //! - bench only: a candidate more than `kill_factor` times slower than the best so far (or slower than
 //!   an absolute floor) is killed by the measurer's timeout and recorded as invalid, so one
 //!   terrible point cannot eat minutes of a 2-core machine.
 
 use std::time::Duration;
-use tensor_dsl::autotune::{combined_features, TuneOptions};
-use tensor_dsl::features::{cpu_features, CpuFeatures};
+use tensor_dsl::autotune::TuneOptions;
 use tensor_dsl::measure::cpu::CpuMeasurer;
 use tensor_dsl::records::Target;
 use tensor_dsl::runtime::cpu::simd_lanes;
 use tensor_dsl::template::cpu::CpuTemplate;
+use tensor_dsl::transfer::{self, Prior};
 use tuner::{Config, Measurer, Outcome, SearchSpace, Trial};
 
 use crate::landscape::Landscape;
@@ -80,14 +83,9 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The points measured before the strategy's: the template's default, unless
-    /// `--pure-search`.
-    pub fn seeds(&self, default: Config) -> Vec<Config> {
-        if self.start_from_default {
-            vec![default]
-        } else {
-            Vec::new()
-        }
+    /// The default the search measures among its first points, unless `--pure-search`.
+    pub fn default_point(&self, default: Config) -> Option<Config> {
+        self.start_from_default.then_some(default)
     }
 }
 
@@ -162,19 +160,20 @@ pub fn tune(
     on_trial: &mut dyn FnMut(&Trial),
 ) -> Result<Tuned, String> {
     let lanes = simd_lanes();
-    let features = combined_features(template.space(), CpuFeatures::NAMES.len(), |c| {
-        let cfg = template.decode(c).ok()?;
-        Some(
-            cpu_features(
-                &problem.kernel,
-                &problem.extents,
-                &problem.shapes,
-                &cfg,
-                lanes,
-            )
-            .to_vec(),
+    let features = |c: &Config| match template.decode(c) {
+        Ok(cfg) => transfer::cpu_transfer_features(&problem.kernel, &problem.extents, &cfg, lanes),
+        Err(_) => vec![0.0; transfer::CPU_TRANSFER_FEATURES],
+    };
+    // As `tune_cpu`: learn from every record at hand (none with `--pure-search`).
+    let prior = if settings.start_from_default {
+        transfer::cpu_prior(
+            &problem.kernel,
+            &problem.shapes,
+            &transfer::available_records(),
         )
-    });
+    } else {
+        Prior::default()
+    };
     let mut bounded = Bounded {
         flops: measurer.flops(),
         inner: measurer,
@@ -183,10 +182,10 @@ pub fn tune(
         floor_gflops: settings.floor_gflops,
         best: None,
     };
-    let seeds = settings.seeds(template.default_config());
     search(
         template.space(),
-        seeds,
+        settings.default_point(template.default_config()),
+        &prior,
         settings,
         &features,
         &mut bounded,
@@ -195,10 +194,12 @@ pub fn tune(
 }
 
 /// [`tensor_dsl::autotune::search`] (what the product's tuning runs) with the bench's
-/// settings.
+/// settings: `default` measured among the first points (`None`: a pure search), the cost
+/// model warm-started from `prior`.
 pub fn search(
     space: &SearchSpace,
-    seeds: Vec<Config>,
+    default: Option<Config>,
+    prior: &Prior,
     settings: &Settings,
     features: &dyn Fn(&Config) -> Vec<f64>,
     measurer: &mut dyn Measurer,
@@ -212,9 +213,10 @@ pub fn search(
         seed: settings.seed,
         ..TuneOptions::default()
     };
-    let (result, seconds) =
-        tensor_dsl::autotune::search(space, seeds, &opts, features, measurer, on_trial)
+    let searched =
+        tensor_dsl::autotune::search(space, default, prior, &opts, features, measurer, on_trial)
             .map_err(|e| e.to_string())?;
+    let (result, seconds) = (searched.result, searched.seconds);
     Ok(Tuned {
         best: result.best,
         trials: result.trials,
@@ -309,5 +311,81 @@ impl<'a> TrialLog<'a> {
         if let Some(e) = self.landscape_error {
             eprintln!("bench: warning: the landscape could not be written: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tuner::{SyntheticMeasurer, Value};
+
+    fn settings(start_from_default: bool) -> Settings {
+        Settings {
+            strategy: "opevo-droplet".into(),
+            trials: 6,
+            batch: 2,
+            seconds: None,
+            seed: 0,
+            start_from_default,
+            kill_factor: 0.0,
+            floor_gflops: 0.0,
+        }
+    }
+
+    /// The bench tunes through the product's one search: the prior's measured best is the
+    /// first point measured, then the default; `--pure-search` measures neither first.
+    #[test]
+    fn bench_search_is_the_products_search_with_transfer() {
+        let mut b = SearchSpace::builder();
+        b.discrete("x", &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+        let space = b.build().unwrap();
+        let point = |x: usize| Config::new(vec![Value::Discrete(x)]);
+        let x = |c: &Config| match c.values()[0] {
+            Value::Discrete(i) => i as f64,
+            _ => 0.0,
+        };
+        let features = |c: &Config| vec![x(c)];
+        let (default, learned) = (point(0), point(4));
+        let prior = Prior {
+            features: vec![vec![4.0], vec![0.0]],
+            scores: vec![0.0, -1.0],
+            weights: vec![1.0, 1.0],
+            candidates: vec![learned.clone()],
+            keys: 1,
+            evidence: vec![(learned.clone(), 0.0)],
+            default_score: None,
+        };
+        let mut m = SyntheticMeasurer::new(move |c| Some(1.0 + (x(c) - 4.0).abs()));
+        let mut seen = Vec::new();
+        let tuned = search(
+            &space,
+            settings(true).default_point(default.clone()),
+            &prior,
+            &settings(true),
+            &features,
+            &mut m,
+            &mut |t| seen.push(t.config.clone()),
+        )
+        .unwrap();
+        assert_eq!(seen[0], learned);
+        assert!(seen[..3].contains(&default), "{seen:?}");
+        assert_eq!(tuned.trials.len(), 6);
+        assert_eq!(tuned.best.unwrap().0, learned);
+
+        // A pure search: the strategy alone, no transfer, no default first.
+        let pure = settings(false);
+        assert_eq!(pure.default_point(default.clone()), None);
+        let tuned = search(
+            &space,
+            pure.default_point(default),
+            &Prior::default(),
+            &pure,
+            &features,
+            &mut SyntheticMeasurer::new(|_| Some(1.0)),
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!(tuned.trials.len(), 6);
     }
 }

@@ -6,23 +6,29 @@ use crate::args::problem;
 use crate::KernelArgs;
 use std::path::Path;
 use std::process::ExitCode;
+use tensor_dsl::autotune::{self, TuneOptions};
 use tensor_dsl::codegen::c::CODEGEN_VERSION;
 use tensor_dsl::measure::cpu::CpuMeasurer;
 use tensor_dsl::records::{self, Record, RECORD_VERSION};
 use tensor_dsl::runtime::cpu::simd_lanes;
 use tensor_dsl::template::cpu::CpuTemplate;
+use tensor_dsl::transfer::{cpu_transfer_features, Prior};
 use tensor_dsl::tuned;
-use tuner::{Budget, Config, Forest, Measurer, Outcome, ReplayMeasurer};
+use tuner::{Config, Measurer, Outcome, ReplayMeasurer};
 
-/// Measures every point of the space (up to `max`) not yet in `out` and appends the
-/// records; then measures the `refine` fastest points twice more each, so the landscape's
-/// best is not one lucky sample (the replay pools a config's samples).
+/// Measures every point of the space (up to `max`; a uniform sample of `max` valid points
+/// of a larger space, and the template's default) not yet in `out` and appends the
+/// records; then every valid neighbour (one knob step) of the `neighbours` fastest points,
+/// so a sampled landscape is dense where searches end up, whatever the strategy; then
+/// measures the `refine` fastest points twice more each, so the landscape's best is not
+/// one lucky sample (the replay pools a config's samples).
 pub fn record(
     args: &KernelArgs,
     out: &Path,
     max: usize,
     batch: usize,
     refine: usize,
+    neighbours: usize,
 ) -> Result<ExitCode, String> {
     let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
     let template = CpuTemplate::new(&p.kernel, &p.extents, simd_lanes())?;
@@ -35,11 +41,16 @@ pub fn record(
         .collect();
     let done: std::collections::HashSet<String> =
         existing.iter().map(|r| r.config.clone()).collect();
-    let all = match template.space().enumerate(max) {
+    let mut all = match template.space().enumerate(max) {
         Ok(all) => all,
         Err(tuner::Error::TooLarge { .. }) => sample(template.space(), max)?,
         Err(e) => return Err(e.to_string()),
     };
+    // The point every search measures first.
+    let default = template.default_config();
+    if !all.contains(&default) {
+        all.push(default);
+    }
     let total = all.len();
     let missing: Vec<Config> = all
         .into_iter()
@@ -53,25 +64,31 @@ pub fn record(
     let mut measurer =
         CpuMeasurer::new(&p.kernel, &p.shapes, template.clone()).map_err(|e| e.to_string())?;
     let mut measured = measure_all(&p, &template, &mut measurer, &missing, batch, out, "points")?;
-    if refine > 0 {
-        let (recs, _) = records::read(out).map_err(|e| e.to_string())?;
-        let mut best: Vec<(f64, String)> = recs
-            .into_iter()
-            .filter(|r| r.kernel == fingerprint && r.shapes == p.shapes)
-            .filter_map(|r| r.seconds.map(|s| (s, r.config)))
-            .collect();
-        best.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let mut top: Vec<Config> = Vec::new();
-        for (_, text) in best {
-            if let Ok(c) = template.space().parse(&text) {
-                if !top.contains(&c) {
-                    top.push(c);
+    if neighbours > 0 {
+        let recorded = fastest(out, &template, &p, usize::MAX)?;
+        let near: Vec<Config> = {
+            let mut near = Vec::new();
+            for c in recorded.iter().take(neighbours) {
+                for n in template.space().neighbors(c).unwrap_or_default() {
+                    if !recorded.contains(&n) && !near.contains(&n) {
+                        near.push(n);
+                    }
                 }
             }
-            if top.len() == refine {
-                break;
-            }
-        }
+            near
+        };
+        measured += measure_all(
+            &p,
+            &template,
+            &mut measurer,
+            &near,
+            batch,
+            out,
+            "neighbours",
+        )?;
+    }
+    if refine > 0 {
+        let top = fastest(out, &template, &p, refine)?;
         // Two rounds over the whole top set, so a drift of the machine hits them alike.
         for _ in 0..2 {
             measured += measure_all(&p, &template, &mut measurer, &top, batch, out, "refining")?;
@@ -81,6 +98,37 @@ pub fn record(
         serde_json::json!({ "space": total, "measured_now": measured, "file": out.display().to_string() }),
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `n` fastest distinct valid points of `p` recorded in `out`, fastest first (and, with
+/// `n == usize::MAX`, every recorded point: the valid ones first, then the others).
+fn fastest(
+    out: &Path,
+    template: &CpuTemplate,
+    p: &crate::args::Problem,
+    n: usize,
+) -> Result<Vec<Config>, String> {
+    let fingerprint = p.kernel.fingerprint();
+    let (recs, _) = records::read(out).map_err(|e| e.to_string())?;
+    let mut all: Vec<(f64, String)> = recs
+        .into_iter()
+        .filter(|r| r.kernel == fingerprint && r.shapes == p.shapes)
+        .filter(|r| n == usize::MAX || r.seconds.is_some())
+        .map(|r| (r.seconds.unwrap_or(f64::INFINITY), r.config))
+        .collect();
+    all.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut top: Vec<Config> = Vec::new();
+    for (_, text) in all {
+        if let Ok(c) = template.space().parse(&text) {
+            if !top.contains(&c) {
+                top.push(c);
+            }
+        }
+        if top.len() == n {
+            break;
+        }
+    }
+    Ok(top)
 }
 
 /// Measures `points` in batches, appending one record each; returns how many were measured.
@@ -180,29 +228,36 @@ pub fn replay(
     }
     let target = best / share;
     let names = strategy_names(strategies);
-    let features = |c: &Config| space.to_features(c).unwrap_or_default();
+    // As tuning runs it: the portable features, through the product's one search.
+    let lanes = simd_lanes();
+    let features = |c: &Config| match template.decode(c) {
+        Ok(cfg) => cpu_transfer_features(&p.kernel, &p.extents, &cfg, lanes),
+        Err(_) => vec![0.0; tensor_dsl::transfer::CPU_TRANSFER_FEATURES],
+    };
     let mut rows = Vec::new();
     for name in &names {
         let mut reached = Vec::new();
         let mut shares = Vec::new();
         for seed in 0..seeds {
-            let budget = Budget::new(trials);
-            let inner = tuner::by_name(name, &budget)
-                .ok_or_else(|| format!("unknown strategy `{name}`"))?;
-            // As `tune` does: the template's default is measured first.
-            let mut strategy = tuner::strategy::Seeded::new(vec![template.default_config()], inner);
+            let opts = TuneOptions {
+                strategy: name.clone(),
+                trials,
+                seed,
+                ..TuneOptions::default()
+            };
             let mut measurer = ReplayMeasurer::new(points.clone()).with_resampling(seed);
-            let mut model = Forest::new(seed);
-            let result = tuner::tune(
+            // The template's default is measured among the first points; no transfer.
+            let result = autotune::search(
                 &space,
-                &mut strategy,
-                &mut model,
+                Some(template.default_config()),
+                &Prior::default(),
+                &opts,
                 &features,
                 &mut measurer,
-                &budget,
-                seed,
                 &mut |_| {},
-            );
+            )
+            .map_err(|e| e.to_string())?
+            .result;
             reached.push(result.trials_to_reach(target));
             // The share of the best throughput found, judged by pooled medians (the same
             // statistic as the landscape's best).

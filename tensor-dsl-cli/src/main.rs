@@ -150,6 +150,10 @@ enum Command {
         /// landscape's best robust to one lucky measurement).
         #[arg(long, default_value_t = 16)]
         refine: usize,
+        /// After the sample, measure every valid neighbour (one knob step) of the N fastest
+        /// points, so a sampled landscape is dense where searches end up.
+        #[arg(long, default_value_t = 0)]
+        neighbours: usize,
     },
     /// Inspect records and prepare them for shipping.
     Records {
@@ -174,10 +178,11 @@ enum Command {
         #[arg(long, default_value_t = 0.95)]
         share: f64,
     },
-    /// Replay every strategy over several seeds on recorded CPU landscapes (records files
-    /// from `landscape` or `bench --record-landscape`): trials to 95% of each landscape's
-    /// best, final-result spread across seeds, convergence SVGs; writes study.json,
-    /// study.md and the SVGs into --out.
+    /// The tuner's acceptance check, offline: replay every strategy over several seeds on
+    /// recorded CPU landscapes (records files from `landscape` or `bench
+    /// --record-landscape`) at each trial budget: final ratio to each landscape's best (min
+    /// and median over seeds), spread across seeds, trials to 95%, the zero-trial pick
+    /// leave-one-shape-out, pass/fail; writes study.json, study.md and SVGs into --out.
     Study {
         /// Landscape files (records, JSON Lines; several problems per file are fine).
         #[arg(required = true)]
@@ -185,8 +190,18 @@ enum Command {
         /// Comma-separated names, or `all`.
         #[arg(long, default_value = "all")]
         strategies: String,
-        #[arg(long, default_value_t = 64)]
-        trials: usize,
+        /// Trial budgets, comma-separated (each replayed separately: strategies plan for
+        /// their budget).
+        #[arg(long, value_delimiter = ',', default_value = "32,64")]
+        budgets: Vec<usize>,
+        /// How a point the landscape did not record replays: as its nearest recorded
+        /// point, or as invalid.
+        #[arg(long, value_enum, default_value = "nearest")]
+        unrecorded: study::Unrecorded,
+        /// Runs learn first from the other landscapes of their kernel (leave-one-shape-out),
+        /// as tuning with records of other shapes at hand does; without it they start cold.
+        #[arg(long)]
+        transfer: bool,
         #[arg(long, default_value_t = 10)]
         seeds: u64,
         /// Target share of the best throughput.
@@ -290,7 +305,8 @@ fn main() -> ExitCode {
             max,
             batch,
             refine,
-        } => landscape::record(&kernel, &out, max, batch, refine),
+            neighbours,
+        } => landscape::record(&kernel, &out, max, batch, refine, neighbours),
         Command::Replay {
             kernel,
             landscape,
@@ -302,11 +318,24 @@ fn main() -> ExitCode {
         Command::Study {
             landscapes,
             strategies,
-            trials,
+            budgets,
+            unrecorded,
+            transfer,
             seeds,
             share,
             out,
-        } => study::run(&landscapes, &strategies, trials, seeds, share, &out),
+        } => study::run(
+            &landscapes,
+            &study::Settings {
+                strategies,
+                budgets,
+                seeds,
+                share,
+                unrecorded,
+                transfer,
+            },
+            &out,
+        ),
     };
     match result {
         Ok(code) => code,

@@ -24,12 +24,13 @@ use tuner::tune::{tune, Budget, StopReason, TuneResult};
 use tuner::{Config, CostModel, Forest, Measurer, SearchSpace, Trial};
 
 /// The strategy CPU tuning uses by default: OpEvo exploration for 60% of the budget, then
-/// Droplet from the best point. Chosen from replays on three real CPU landscapes (every
-/// point of the CPU space measured; 5 seeds x 64 trials each; see
-/// `bench/results/strategies-2026-11-22-cpu.md`): it reached 95% of the landscape's best in
-/// 11 of 15 runs (Droplet 10, OpEvo 9, DGD 9, Combined with the evolutionary explorer 8,
-/// evolutionary 8, random 5) and its median share of the best was at least 0.96 on every
-/// landscape.
+/// Droplet from the best point. Set only from data: the winner of `tensor-dsl study`
+/// (most landscapes passing the 32/64-trial thresholds) on the latest committed study of
+/// today's CPU spaces, `bench/results/strategies-<date>-cpu-v4/study.json`
+/// (`bench/landscapes.sh` records it); a test in `tensor-dsl-cli/tests/study.rs` fails when
+/// that study names another winner. Until one is committed, it rests on the older replays
+/// of `bench/results/strategies-2026-11-22-cpu.md` (three matmul landscapes of an older
+/// space, 5 seeds x 64 trials: 95% of the best in 11 of 15 runs, more than any other).
 pub const CPU_DEFAULT_STRATEGY: &str = "opevo-droplet";
 
 /// The learned cost model a search uses, made fresh for each search from its seed: the
@@ -235,20 +236,17 @@ pub fn tune_cpu(
     };
     let start = Instant::now();
     let prior = transfer::cpu_prior(kernel, shapes, &transfer::available_records());
-    let Searched {
-        result,
-        seconds,
-        pick,
-    } = search_with_prior(
+    let default = template.default_config();
+    let Searched { result, pick, .. } = search(
         &space,
-        template.default_config(),
+        Some(default.clone()),
         &prior,
         &within(opts, start),
         &features,
         &mut measurer,
         &mut counting(on_trial),
     )?;
-    let _ = seconds;
+    let pick = pick.unwrap_or_else(|| default.clone());
     let seconds = start.elapsed().as_secs_f64();
     crate::log::tune_time(&kernel.name, seconds, measurer.timings());
     let mut records = records_of(
@@ -270,7 +268,6 @@ pub fn tune_cpu(
         tuned::this_cpu(),
         CODEGEN_VERSION,
     ));
-    let default = template.default_config();
     let mut out = outcome(
         result,
         seconds,
@@ -338,15 +335,16 @@ fn pick_record(
 /// The `strategy` of a zero-trial pick's record.
 pub const PICK_STRATEGY: &str = "model-pick";
 
-/// What [`search_with_prior`] found.
+/// What [`search`] found.
 #[derive(Clone, Debug)]
 pub struct Searched {
     /// The search (no trials with a budget of zero trials).
     pub result: TuneResult,
     /// Its wall time in seconds.
     pub seconds: f64,
-    /// The model's pick: the first point measured, or the answer with zero trials.
-    pub pick: Config,
+    /// The model's pick: the first point measured, or the answer with zero trials (`None`
+    /// only for a pure search: no default, nothing learned).
+    pub pick: Option<Config>,
 }
 
 /// The strategy `opts` names, with the budget it plans for; an unknown name is an
@@ -362,18 +360,24 @@ fn strategy_of(
     })
 }
 
-/// One search with transfer, as the product's tuning runs it: the cost model of `opts`
-/// learns `prior` first ([`Prior::teach`]); the [`transfer::pick`] is measured first, then
-/// the model's own pick ([`transfer::model_pick`]) and `default` (tuning never ends worse
-/// than not tuning), then the strategy of `opts` runs. With `opts.trials == 0`
-/// nothing is measured and the pick is the answer. With a time budget the run may stop
-/// early (`tuner::Budget::early_stop`): the user asked for "this many seconds at most", and
-/// a settled search that the model agrees with has nothing left to spend them on.
+/// The one search every tuning path runs (first-call tuning, `tensor-dsl tune`,
+/// build-time tuning, the bench's `--trials N`, the strategy study's replays): the cost
+/// model of `opts` learns `prior` first ([`Prior::teach`]); the pick (as
+/// [`transfer::pick`]: the default where it did as well on the kernel's other shapes, else
+/// the schedule measured best there, else the model's) is measured first, then the model's own pick ([`transfer::model_pick`]) and `default`
+/// (tuning never ends worse than not tuning), then the strategy of `opts` runs. With
+/// `opts.trials == 0` nothing is measured and the pick is the answer. With a time budget
+/// the run may stop early (`tuner::Budget::early_stop`): the user asked for "this many
+/// seconds at most", and a settled search that the model agrees with has nothing left to
+/// spend them on.
+///
+/// `default: None` is a pure search (the bench's `--pure-search`): no default measured
+/// first, and with an empty prior no pick either; the strategy alone.
 ///
 /// Errors: [`Error::InvalidSetting`] for an unknown strategy.
-pub fn search_with_prior(
+pub fn search(
     space: &SearchSpace,
-    default: Config,
+    default: Option<Config>,
     prior: &Prior,
     opts: &TuneOptions,
     features: &dyn Fn(&Config) -> Vec<f64>,
@@ -387,19 +391,28 @@ pub fn search_with_prior(
     let inner = strategy_of(opts, &budget)?;
     let mut model = opts.cost_model.make(opts.seed);
     prior.teach(model.as_mut());
-    let top = transfer::model_pick(
-        space,
-        &default,
-        &prior.candidates,
-        model.as_ref(),
-        features,
-        opts.seed,
-    );
-    let pick = prior
-        .measured_best()
-        .filter(|c| space.is_valid(c))
-        .cloned()
-        .unwrap_or_else(|| top.clone());
+    // The model's own pick needs a point to fall back on: the default, or with a pure
+    // search the best schedule of the most similar prior problem.
+    let top = default
+        .as_ref()
+        .or_else(|| prior.candidates.iter().find(|c| space.is_valid(c)))
+        .map(|d| {
+            transfer::model_pick(
+                space,
+                d,
+                &prior.candidates,
+                model.as_ref(),
+                features,
+                opts.seed,
+            )
+        });
+    // As transfer::pick: the default where it did as well on the kernel's other shapes,
+    // else the schedule measured best there, else the model's pick.
+    let pick = default
+        .clone()
+        .filter(|_| prior.prefers_default())
+        .or_else(|| prior.measured_best().filter(|c| space.is_valid(c)).cloned())
+        .or_else(|| top.clone());
     if opts.trials == 0 {
         return Ok(Searched {
             result: TuneResult {
@@ -413,8 +426,8 @@ pub fn search_with_prior(
             pick,
         });
     }
-    let mut seeds = vec![pick.clone()];
-    for c in [top, default] {
+    let mut seeds: Vec<Config> = Vec::new();
+    for c in [pick.clone(), top, default].into_iter().flatten() {
         if !seeds.contains(&c) {
             seeds.push(c);
         }
@@ -468,40 +481,6 @@ pub fn combined_features<'a>(
         }
         f
     }
-}
-
-/// One search, as every tuning path runs it: `seeds` measured first (the template's
-/// default: tuning never ends worse than not tuning), then the strategy named in `opts`,
-/// guided by the cost model of `opts` (the forest by default) on `features`, within the
-/// budget of `opts`. Returns the
-/// result and its wall time in seconds. `on_trial` sees every measurement.
-///
-/// Errors: [`Error::InvalidSetting`] for an unknown strategy.
-pub fn search(
-    space: &SearchSpace,
-    seeds: Vec<Config>,
-    opts: &TuneOptions,
-    features: &dyn Fn(&Config) -> Vec<f64>,
-    measurer: &mut dyn Measurer,
-    on_trial: &mut dyn FnMut(&Trial),
-) -> Result<(TuneResult, f64), Error> {
-    let mut budget = Budget::new(opts.trials).with_batch(opts.batch.max(1));
-    budget.seconds = opts.seconds;
-    let inner = strategy_of(opts, &budget)?;
-    let mut strategy = tuner::strategy::Seeded::new(seeds, inner);
-    let mut model = opts.cost_model.make(opts.seed);
-    let start = Instant::now();
-    let result = tune(
-        space,
-        &mut strategy,
-        model.as_mut(),
-        features,
-        measurer,
-        &budget,
-        opts.seed,
-        on_trial,
-    );
-    Ok((result, start.elapsed().as_secs_f64()))
 }
 
 /// The outcome of a search: the best point decoded into its schedule, the history in GFLOPS.
@@ -646,15 +625,16 @@ pub fn tune_cuda(
     let features = transfer::cuda_features(kernel, &extents, shapes, &template, &gpu);
     let start = Instant::now();
     let prior = transfer::cuda_prior(kernel, shapes, &gpu, &transfer::available_records());
-    let Searched { result, pick, .. } = search_with_prior(
+    let Searched { result, pick, .. } = search(
         &space,
-        default.clone(),
+        Some(default.clone()),
         &prior,
         &within(opts, start),
         &features,
         &mut measurer,
         &mut counting(on_trial),
     )?;
+    let pick = pick.unwrap_or_else(|| default.clone());
     let seconds = start.elapsed().as_secs_f64();
     let target = crate::records::Target::cuda(&info.name, info.sm());
     let mut records = records_of(

@@ -22,7 +22,9 @@
 //! * **The pick** ([`pick`]): with records of the same kernel at other shapes on this CPU,
 //!   the schedule they measured best (their few best schedules each, scored by the
 //!   similarity-weighted mean of their normalised score over those shapes: measurements
-//!   beat a model's extrapolation); otherwise the model's pick ([`model_pick`]): the
+//!   beat a model's extrapolation) — unless the template's default, a per-shape rule, did
+//!   at least as well on those shapes ([`Prior::prefers_default`]), then the default;
+//!   otherwise the model's pick ([`model_pick`]): the
 //!   default, the best schedule of every problem in the prior and their neighbours, plus
 //!   uniform samples, ranked by the model. Without prior data every prediction ties and
 //!   the default wins. A run that measures measures the pick, then the model's pick, then
@@ -87,12 +89,29 @@ pub struct Prior {
     /// tuned space, with their similarity-weighted mean score over those problems (a
     /// problem that did not record a schedule counts its worst recorded score for it).
     pub evidence: Vec<(Config, f64)>,
+    /// How the template's default did on the same kernel's other shapes on this device:
+    /// the similarity-weighted mean of its score there (each shape's own default), over the
+    /// shapes that measured it; `None` where none did. The default is a per-shape rule, and
+    /// where it was the best (matmuls) it beats any one transferred schedule.
+    pub default_score: Option<f64>,
 }
 
 impl Prior {
     /// No training points.
     pub fn is_empty(&self) -> bool {
         self.features.is_empty()
+    }
+
+    /// Whether the template's default did at least as well on the same kernel's other
+    /// shapes as the best transferred schedule ([`default_score`](Self::default_score)
+    /// against the best [`evidence`](Self::evidence) score; with no evidence, whether the
+    /// default was measured at all).
+    pub fn prefers_default(&self) -> bool {
+        let Some(d) = self.default_score else {
+            return false;
+        };
+        // Ties (a shape whose default was its best schedule) go to the default.
+        self.evidence.iter().all(|(_, s)| d >= *s - 1e-9)
     }
 
     /// The schedule measured best across the same kernel's other shapes (highest
@@ -197,6 +216,8 @@ struct Problem {
     weight: f64,
     evidence: bool,
     rows: Vec<(Vec<f64>, Option<f64>, Option<Config>)>,
+    /// The best time of the problem's own template default, if it was measured.
+    default_seconds: Option<f64>,
 }
 
 /// Records by key (the pick records of zero-trial runs left out: they are not
@@ -264,6 +285,7 @@ fn assemble(mut problems: Vec<Problem>) -> Prior {
     problems.sort_by(|a, b| b.weight.total_cmp(&a.weight));
     let mut prior = Prior::default();
     let mut same: Vec<Evidence> = Vec::new();
+    let (mut default_sum, mut default_weight) = (0.0, 0.0);
     for p in problems {
         if prior.features.len() >= MAX_PRIOR {
             break;
@@ -291,6 +313,10 @@ fn assemble(mut problems: Vec<Problem>) -> Prior {
         }
         if p.evidence {
             same.push((p.weight, ranked, worst));
+            if let Some(d) = p.default_seconds {
+                default_sum += p.weight * (best / d).ln();
+                default_weight += p.weight;
+            }
         }
         let mut rows: Vec<(Vec<f64>, f64)> = p
             .rows
@@ -315,6 +341,7 @@ fn assemble(mut problems: Vec<Problem>) -> Prior {
         prior.keys += 1;
     }
     prior.evidence = evidence(&same);
+    prior.default_score = (default_weight > 0.0).then(|| default_sum / default_weight);
     prior
 }
 
@@ -372,7 +399,13 @@ pub fn cpu_prior(kernel: &Kernel, shapes: &[Vec<usize>], records: &[Record]) -> 
         let Ok(ktemplate) = CpuTemplate::new(&k, &kext, lanes) else {
             continue;
         };
-        let rows = best_per_config(&rs)
+        let per_config = best_per_config(&rs);
+        let default_text = ktemplate.space().format(&ktemplate.default_config()).ok();
+        let default_seconds = per_config
+            .iter()
+            .find(|(text, _)| Some(*text) == default_text.as_deref())
+            .and_then(|(_, s)| *s);
+        let rows = per_config
             .into_iter()
             .filter_map(|(text, s)| {
                 let cfg = ktemplate.decode(&ktemplate.parse(text).ok()?).ok()?;
@@ -384,6 +417,7 @@ pub fn cpu_prior(kernel: &Kernel, shapes: &[Vec<usize>], records: &[Record]) -> 
             weight,
             evidence: same_kernel && same_device,
             rows,
+            default_seconds,
         });
     }
     assemble(problems)
@@ -455,6 +489,7 @@ pub fn cuda_prior(
             weight,
             evidence: same_device,
             rows,
+            default_seconds: None,
         });
     }
     assemble(problems)
@@ -540,7 +575,8 @@ fn to_space(
     to.encode(&moved)
 }
 
-/// The pick for a run (see the module docs): the prior's
+/// The pick for a run (see the module docs): `default` where the default did at least as
+/// well on the kernel's other shapes ([`Prior::prefers_default`]), else the prior's
 /// [`measured_best`](Prior::measured_best) where it is a valid point of `space`, else
 /// [`model_pick`].
 pub fn pick(
@@ -551,6 +587,9 @@ pub fn pick(
     features: &dyn Fn(&Config) -> Vec<f64>,
     seed: u64,
 ) -> Config {
+    if prior.prefers_default() {
+        return default.clone();
+    }
     match prior.measured_best().filter(|c| space.is_valid(c)) {
         Some(c) => c.clone(),
         None => model_pick(space, default, &prior.candidates, model, features, seed),

@@ -382,3 +382,50 @@ fn cuda_records_of_other_shapes_make_a_prior_and_a_pick_without_a_gpu() {
     );
     assert!(tspace.space().is_valid(&m));
 }
+
+/// `landscape_records` with each shape's own template default recorded too, at `cost`
+/// times the landscape's unit (the pattern costs 1).
+fn with_default(kernel: &Kernel, shapes: &[Vec<usize>], cost: f64) -> Vec<Record> {
+    let mut recs = landscape_records(kernel, shapes);
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    let extents = bind(kernel, &refs).unwrap();
+    let template = CpuTemplate::new(kernel, &extents, simd_lanes()).unwrap();
+    let text = template.space().format(&template.default_config()).unwrap();
+    recs.retain(|r| r.config != text);
+    let mut d = recs[0].clone();
+    let s = kernel.flops(&extents) * 1e-10 * cost;
+    d.config = text;
+    d.seconds = Some(s);
+    d.samples = vec![s];
+    recs.push(d);
+    recs
+}
+
+#[test]
+fn the_default_is_picked_where_it_did_best_on_the_other_shapes() {
+    // On the other shapes each shape's own default beat every other schedule (as on
+    // matmuls): a per-shape rule beats any one transferred schedule.
+    let k = matmul();
+    let mut recs = with_default(&k, &mm_shapes(64, 64, 64), 0.5);
+    recs.extend(with_default(&k, &mm_shapes(128, 256, 64), 0.5));
+    let target = mm_shapes(96, 192, 160);
+    let prior = cpu_prior(&k, &target, &recs);
+    assert!(
+        prior.default_score.is_some_and(|d| d.abs() < 1e-9),
+        "{:?}",
+        prior.default_score
+    );
+    assert!(prior.prefers_default());
+    let (picked, default) = pick_for(&k, &target, &recs, false);
+    assert_eq!(picked, default);
+
+    // Where the defaults were measured and slower (as on convolutions), the schedule
+    // measured best on the other shapes is the pick.
+    let mut recs = with_default(&k, &mm_shapes(64, 64, 64), 3.0);
+    recs.extend(with_default(&k, &mm_shapes(128, 256, 64), 3.0));
+    let prior = cpu_prior(&k, &target, &recs);
+    assert!(prior.default_score.is_some_and(|d| d < -1.0));
+    assert!(!prior.prefers_default());
+    let (picked, _) = pick_for(&k, &target, &recs, false);
+    assert!(is_pattern(&k, &picked), "picked {picked:?}");
+}

@@ -93,10 +93,12 @@ fn tune(
         floor_gflops: settings.floor_gflops,
         best: None,
     };
-    let seeds = settings.seeds(template.default_point()?);
+    // The one search, without transfer: the GPU bench's knob-and-analytic features are
+    // not the layout `transfer::cuda_prior` builds (its CUDA space may be tensor cores).
     search(
         template.space(),
-        seeds,
+        settings.default_point(template.default_point()?),
+        &tensor_dsl::transfer::Prior::default(),
         settings,
         &features,
         &mut bounded,
