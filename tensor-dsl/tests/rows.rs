@@ -570,7 +570,7 @@ fn cpu_tuning_searches_the_row_space() {
     let k = tensor_dsl::ir::parse_text("softmax", SOFTMAX, None).unwrap();
     let shapes = vec![vec![37, 300], vec![37, 300]];
     let t = tensor_dsl::template::cpu::CpuTemplate::new(&k, &[37, 300], 16).unwrap();
-    assert_eq!(t.space().knob_count(), 5, "{:?}", t.space().feature_names());
+    assert_eq!(t.space().knob_count(), 6, "{:?}", t.space().feature_names());
     let opts = tensor_dsl::autotune::TuneOptions {
         trials: 6,
         batch: 3,
