@@ -51,7 +51,7 @@ fn cases() -> Vec<(&'static str, &'static str, Vec<String>, &'static str)> {
         (
             "max_pool",
             MAX_POOL,
-            vec!["x=1x1x1x1 y=1x1x1x1".into(), "x=2x3x7x5 y=2x3x4x3".into(), "x=1x2x12x9 y=1x2x6x5".into()],
+            vec!["x=1x1x1x1 y=1x1x1x1".into(), "x=2x3x7x5 y=2x3x4x3".into(), "x=1x2x12x9 y=1x2x6x5".into(), "x=1x3x9x37 y=1x3x5x19".into()],
             "",
         ),
         (

@@ -387,11 +387,11 @@ pub fn generate_c(
 
 /// A row's vector lanes walk the points of the last outer index (neighbouring rows), for
 /// short reductions over many rows (pooling windows), where a row alone is too short to
-/// vectorize. The accumulators of one line of rows live in an array; each reduction point
-/// updates the lanes whose reads fall inside their tensors, a range computed from the
-/// affine reads (no per-lane test, so the reads stay plain strided loads). Window loops of
-/// at most 8 points are unrolled (`#pragma GCC unroll`: 15–20% faster on a 3×3 pooling,
-/// one thread, timed side by side).
+/// vectorize. First the lanes whose every read falls inside its tensor for every
+/// reduction point are found (a range, from the affine reads); those run with the
+/// reduction loops inside the lane loop, unrolled where they have at most 8 points, so
+/// the accumulator stays in a register, the reads are plain (strided) loads and there is
+/// no check; the lanes before and after that range (the padding border) check each read.
 fn c_across(s: &mut String, p: &Printer<'_>, plan: &RowPlan<'_>, config: &RowsCpuConfig) {
     let Some((&last, prefix)) = plan.outer.split_last() else {
         return;
@@ -402,11 +402,6 @@ fn c_across(s: &mut String, p: &Printer<'_>, plan: &RowPlan<'_>, config: &RowsCp
     };
     let groups = p.points(prefix);
     let lanes = p.extents[last];
-    let simd = if config.vector > 1 {
-        format!("#pragma omp simd simdlen({})", config.vector)
-    } else {
-        String::new()
-    };
     let q = index_name(p.kernel, last);
     if config.parallel && groups > 1 {
         s.push_str("    #pragma omp parallel for schedule(static)\n");
@@ -417,37 +412,6 @@ fn c_across(s: &mut String, p: &Printer<'_>, plan: &RowPlan<'_>, config: &RowsCp
         p.kernel.indices[last].name
     );
     p.decompose(s, "        ", prefix, "td_row");
-    let _ = writeln!(s, "        float td_accs[{lanes}];");
-    let pragma = |s: &mut String, ind: &str| {
-        if !simd.is_empty() {
-            let _ = writeln!(s, "{ind}{simd}");
-        }
-    };
-    pragma(s, "        ");
-    let _ = writeln!(
-        s,
-        "        for (long {q} = 0; {q} < {lanes}; ++{q}) td_accs[{q}] = {};",
-        float_lit(r.identity())
-    );
-    let _ = writeln!(
-        s,
-        "        /* {} over {} */",
-        r.name(),
-        names(p.kernel, &st.over)
-    );
-    // The window loops, unrolled where short (the lane ranges then fold to constants).
-    let mut d = 2;
-    for &v in &st.over {
-        let ind = "    ".repeat(d);
-        let n = p.extents[v];
-        if n <= 8 {
-            let _ = writeln!(s, "{ind}#pragma GCC unroll {n}");
-        }
-        let name = index_name(p.kernel, v);
-        let _ = writeln!(s, "{ind}for (long {name} = 0; {name} < {n}; ++{name}) {{");
-        d += 1;
-    }
-    let ind = "    ".repeat(d);
     // Uniform checks (reads whose coordinate does not move with the lanes) and the lane
     // range of the others.
     let mut uniform: Vec<String> = Vec::new();
@@ -485,43 +449,76 @@ fn c_across(s: &mut String, p: &Printer<'_>, plan: &RowPlan<'_>, config: &RowsCp
             }
         }
     });
-    let mut inner = ind.clone();
-    if !uniform.is_empty() {
-        let _ = writeln!(s, "{ind}if ({}) {{", uniform.join(" && "));
-        inner.push_str("    ");
-    }
-    let _ = writeln!(s, "{inner}long td_lo = 0, td_hi = {lanes};");
-    for (lo, hi) in &bounds {
-        let _ = writeln!(
-            s,
-            "{inner}{{ const long td_l = {lo}; if (td_l > td_lo) td_lo = td_l; }}"
-        );
-        let _ = writeln!(
-            s,
-            "{inner}{{ const long td_h = {hi}; if (td_h < td_hi) td_hi = td_h; }}"
-        );
-    }
-    pragma(s, &inner);
-    let _ = writeln!(s, "{inner}for (long {q} = td_lo; {q} < td_hi; ++{q}) {{");
+    let window = |s: &mut String, depth: usize, unroll: bool| -> usize {
+        let mut d = depth;
+        for &v in &st.over {
+            let ind = "    ".repeat(d);
+            let n = p.extents[v];
+            if unroll && n <= 8 {
+                let _ = writeln!(s, "{ind}#pragma GCC unroll {n}");
+            }
+            let name = index_name(p.kernel, v);
+            let _ = writeln!(s, "{ind}for (long {name} = 0; {name} < {n}; ++{name}) {{");
+            d += 1;
+        }
+        d
+    };
     let _ = writeln!(
         s,
-        "{inner}    {}",
-        combine(r, &format!("td_accs[{q}]"), &p.unchecked(st.body))
+        "        /* {} over {}: lanes [td_lo, td_hi) read inside their tensors at every point */",
+        r.name(),
+        names(p.kernel, &st.over)
     );
-    let _ = writeln!(s, "{inner}}}");
-    if !uniform.is_empty() {
-        let _ = writeln!(s, "{ind}}}");
+    let _ = writeln!(s, "        long td_lo = 0, td_hi = {lanes};");
+    if !uniform.is_empty() || !bounds.is_empty() {
+        let d = window(s, 2, false);
+        let ind = "    ".repeat(d);
+        if !uniform.is_empty() {
+            let _ = writeln!(s, "{ind}if (!({})) td_lo = {lanes};", uniform.join(" && "));
+        }
+        for (lo, hi) in &bounds {
+            let _ = writeln!(
+                s,
+                "{ind}{{ const long td_l = {lo}; if (td_l > td_lo) td_lo = td_l; }}"
+            );
+            let _ = writeln!(
+                s,
+                "{ind}{{ const long td_h = {hi}; if (td_h < td_hi) td_hi = td_h; }}"
+            );
+        }
+        close_loops(s, d, 2);
+        let _ = writeln!(s, "        if (td_lo > {lanes}) td_lo = {lanes};");
+        let _ = writeln!(s, "        if (td_hi < td_lo) td_hi = td_lo;");
     }
-    close_loops(s, d, 2);
-    pragma(s, "        ");
-    let _ = writeln!(s, "        for (long {q} = 0; {q} < {lanes}; ++{q}) {{");
-    let _ = writeln!(
-        s,
-        "            float td_v = {};",
-        finish(r, p.points(&st.over)).replace("td_acc", &format!("td_accs[{q}]"))
-    );
-    p.store(s, "            ");
-    s.push_str("        }\n    }\n");
+    let value = finish(r, p.points(&st.over));
+    let conds = p.inside(st.body);
+    let lane = |s: &mut String, from: &str, to: &str, inner: bool| {
+        if inner && config.vector > 1 {
+            let _ = writeln!(s, "        #pragma omp simd simdlen({})", config.vector);
+        }
+        let _ = writeln!(s, "        for (long {q} = {from}; {q} < {to}; ++{q}) {{");
+        let _ = writeln!(s, "            float td_acc = {};", float_lit(r.identity()));
+        let d = window(s, 3, inner);
+        let ind = "    ".repeat(d);
+        let update = combine(r, "td_acc", &p.unchecked(st.body));
+        if inner || conds.is_empty() {
+            let _ = writeln!(s, "{ind}{update}");
+        } else {
+            let _ = writeln!(s, "{ind}if ({}) {update}", conds.join(" && "));
+        }
+        close_loops(s, d, 3);
+        let _ = writeln!(s, "            float td_v = {value};");
+        p.store(s, "            ");
+        let _ = writeln!(s, "        }}");
+    };
+    if bounds.is_empty() && uniform.is_empty() {
+        lane(s, "0", &lanes.to_string(), true);
+    } else {
+        lane(s, "0", "td_lo", false);
+        lane(s, "td_lo", "td_hi", true);
+        lane(s, "td_hi", &lanes.to_string(), false);
+    }
+    s.push_str("    }\n");
 }
 
 /// Floor and ceiling division by a positive divisor (C's `/` truncates toward zero), for
