@@ -187,8 +187,28 @@ fn cpu_matches_reference_with_every_config() {
 }
 
 /// GPU configurations to emulate: 1 to 1024 threads per row.
-fn gpu_configs(plan: &RowPlan<'_>) -> Vec<RowsGpuConfig> {
-    let mut v = vec![RowsGpuConfig::heuristic(plan)];
+/// The heuristic, a fixed spread (1 to 1024 threads per row) and 3 random points of the
+/// GPU space that tuning searches (drawn through `GpuTemplate`, as tuning does).
+fn gpu_configs(k: &tensor_dsl::ir::Kernel, extents: &[usize]) -> Vec<RowsGpuConfig> {
+    use tensor_dsl::template::gpu::{GpuTarget, GpuTemplate};
+    let plan = RowPlan::new(k, extents).unwrap();
+    let mut v = vec![RowsGpuConfig::heuristic(&plan)];
+    let template = GpuTemplate::new(k, extents, &GpuTarget::h100()).unwrap();
+    let default = template
+        .decode(&template.default_config().unwrap())
+        .unwrap();
+    assert_eq!(default.rows, Some(v[0]), "{k}");
+    let mut rng = StdRng::seed_from_u64(extents.iter().product::<usize>() as u64);
+    for _ in 0..3 {
+        let point = template.space().sample_uniform(&mut rng).unwrap();
+        let schedule = template.decode(&point).unwrap();
+        assert_eq!(template.encode(&schedule).unwrap(), point);
+        let c = schedule.rows.unwrap();
+        assert!(c.validate().is_ok(), "{c:?}");
+        if !v.contains(&c) {
+            v.push(c);
+        }
+    }
     for (t, r) in [(1, 32), (4, 8), (32, 1), (64, 2), (256, 1), (1024, 1)] {
         let c = RowsGpuConfig {
             threads_per_row: t,
@@ -203,8 +223,7 @@ fn gpu_configs(plan: &RowPlan<'_>) -> Vec<RowsGpuConfig> {
 
 fn emulate(cxx: &Path, dir: &Path, n: usize, p: &Prepared) {
     let k = &p.case.kernel;
-    let plan = RowPlan::new(k, &p.extents).unwrap();
-    let configs = gpu_configs(&plan);
+    let configs = gpu_configs(k, &p.extents);
     let out_dtype = k.params[k.output].dtype;
     let n_out = p.want.len();
     let mut cpp = String::from("#include \"cuda_emu.h\"\n");
@@ -393,8 +412,7 @@ fn cuda_compiles_with_nvrtc_and_ptxas() {
     for &(name, src, shapes, dtypes) in NVRTC_CASES {
         let case = Case::new(name, src, shapes, dtypes);
         let extents = case.extents();
-        let plan = RowPlan::new(&case.kernel, &extents).unwrap();
-        for config in gpu_configs(&plan) {
+        for config in gpu_configs(&case.kernel, &extents) {
             let gen =
                 rows::generate_cuda(&case.kernel, &extents, &case.shape_refs(), &config).unwrap();
             assert!(!gen.source.contains("#include"), "{name}");

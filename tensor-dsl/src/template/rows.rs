@@ -627,3 +627,95 @@ impl RowsGpuConfig {
         out
     }
 }
+
+/// The values the GPU knobs take (threads per row, rows per block): powers of two up to
+/// 1024.
+pub const GPU_CHOICES: [i64; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+
+/// The GPU search space of the row template for one kernel at one shape: threads per row
+/// and rows per block ([`GPU_CHOICES`]), blocks of 32 to 1024 threads in whole warps, and
+/// no more threads per row than the longest row loop has points (rounded up to a power of
+/// two, at least a warp): more would only idle. The default is
+/// [`RowsGpuConfig::heuristic`]. [`crate::template::gpu::GpuTemplate`] offers it for a
+/// kernel of several stages, so GPU tuning (`tensor-dsl tune`, the bench) searches it.
+///
+/// ```
+/// use tensor_dsl::ir::parse_text;
+/// use tensor_dsl::template::rows::{RowPlan, RowsGpuConfig, RowsGpuSpace};
+/// let k = parse_text("rowmin", "y[[i]] = min(x[[i, j]])", None).unwrap();
+/// let space = RowsGpuSpace::new(&k, &[100, 3000]).unwrap();
+/// let default = space.decode(&space.default_point()).unwrap();
+/// assert_eq!(default, RowsGpuConfig::heuristic(&RowPlan::new(&k, &[100, 3000]).unwrap()));
+/// let mut rng = rand::thread_rng();
+/// let point = space.space().sample_uniform(&mut rng).unwrap();
+/// assert!(space.decode(&point).unwrap().validate().is_ok());
+/// ```
+#[derive(Clone, Debug)]
+pub struct RowsGpuSpace {
+    space: tuner::SearchSpace,
+    default: tuner::Config,
+}
+
+impl RowsGpuSpace {
+    /// The space of `kernel` at `extents`; an error when the kernel is not of the row form.
+    pub fn new(kernel: &Kernel, extents: &[usize]) -> Result<RowsGpuSpace, String> {
+        let plan = RowPlan::new(kernel, extents)?;
+        let mut b = tuner::SearchSpace::builder();
+        let t = b.discrete("threads_per_row", &GPU_CHOICES);
+        let r = b.discrete("rows_per_block", &GPU_CHOICES);
+        let value = |c: &tuner::Config, k: usize| c.index(k).map_or(0, |i| GPU_CHOICES[i]);
+        b.constraint("a block is whole warps, at most 1024 threads", move |c| {
+            let block = value(c, t) * value(c, r);
+            block % 32 == 0 && (32..=1024).contains(&block)
+        });
+        let most = plan.row_len.next_power_of_two().max(32) as i64;
+        b.constraint(
+            "no more threads per row than the row has points",
+            move |c| value(c, t) <= most,
+        );
+        let space = b.build().map_err(|e| e.to_string())?;
+        let mut s = RowsGpuSpace {
+            space,
+            default: tuner::Config::new(Vec::new()),
+        };
+        s.default = s
+            .encode(&RowsGpuConfig::heuristic(&plan))
+            .ok_or("the row template's GPU default is not in its space")?;
+        Ok(s)
+    }
+
+    /// The knobs.
+    pub fn space(&self) -> &tuner::SearchSpace {
+        &self.space
+    }
+
+    /// The heuristic default ([`RowsGpuConfig::heuristic`]) as a point.
+    pub fn default_point(&self) -> tuner::Config {
+        self.default.clone()
+    }
+
+    /// The configuration a point stands for.
+    pub fn decode(&self, c: &tuner::Config) -> Result<RowsGpuConfig, String> {
+        self.space.check(c).map_err(|e| e.to_string())?;
+        let knob = |k: usize| {
+            self.space
+                .discrete_value(c, k)
+                .and_then(|v| u32::try_from(v).ok())
+                .ok_or_else(|| format!("knob {k} has no value"))
+        };
+        Ok(RowsGpuConfig {
+            threads_per_row: knob(0)?,
+            rows_per_block: knob(1)?,
+        })
+    }
+
+    /// The point of a configuration, if the space has it.
+    pub fn encode(&self, cfg: &RowsGpuConfig) -> Option<tuner::Config> {
+        let at = |v: u32| GPU_CHOICES.iter().position(|&x| x == i64::from(v));
+        let c = tuner::Config::new(vec![
+            tuner::Value::Discrete(at(cfg.threads_per_row)?),
+            tuner::Value::Discrete(at(cfg.rows_per_block)?),
+        ]);
+        self.space.is_valid(&c).then_some(c)
+    }
+}
