@@ -457,6 +457,23 @@ fn generated_code_snapshots() {
         let cu = rows::generate_cuda(&case.kernel, &extents, &case.shape_refs(), &g).unwrap();
         insta::assert_snapshot!(format!("rows_cuda_{name}"), cu.source);
     }
+    // Streaming stores (the default with AVX-512 for outputs over 16 MiB) on a small
+    // softmax: the stashed values in a row buffer, the output row in 16-float blocks.
+    let case = Case::new("softmax", SOFTMAX, "x=3x40 y=3x40", "");
+    let config = RowsCpuConfig {
+        parallel: true,
+        vector: 32,
+        wide: true,
+        stash: true,
+        across: false,
+        stream: true,
+    };
+    let c = rows::generate_c(&case.kernel, &case.extents(), &case.shape_refs(), &config).unwrap();
+    assert!(
+        c.contains("td_stream16(") && c.contains("td_buf[i_j] = td_e;"),
+        "{c}"
+    );
+    insta::assert_snapshot!("rows_c_softmax_streaming", c);
 }
 
 /// The vectorizable `exp` of the C row template: within 2e-7 of the exact value on the
