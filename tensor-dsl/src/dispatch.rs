@@ -145,8 +145,9 @@ fn call_in_cache(
     }
 }
 
-/// A kernel of several stages: the row template ([`crate::runtime::rows`]) on the CPU (its
-/// schedule decided by [`backend::decide`]) and the GPU (its heuristic knobs).
+/// A kernel of several stages: the row template ([`crate::runtime::rows`]) on the CPU and
+/// the GPU, its knobs decided by [`backend::decide`] (records, first-call tuning, the
+/// heuristic) where the kernel is of the row form.
 fn run_staged(
     kernel: &Kernel,
     extents: &[usize],
@@ -191,6 +192,10 @@ fn run_staged(
         }
         #[cfg(feature = "cuda")]
         Device::Cuda => {
+            if crate::template::rows::RowPlan::new(kernel, extents).is_ok() {
+                // The row template's GPU knobs are a schedule space of the CUDA backend.
+                return run_cuda(kernel, extents, shapes, data, out, opts);
+            }
             crate::runtime::cuda::run_host(kernel, shapes, data, out, |inputs, output| {
                 crate::runtime::rows::launch_cuda(kernel, extents, shapes, inputs, output)
             })
@@ -233,7 +238,8 @@ pub(crate) fn run_on_gpu(
     output: &mut crate::runtime::cuda::DeviceBuffer,
     opts: &Options,
 ) -> Result<(), Error> {
-    if kernel.is_staged() {
+    if kernel.is_staged() && crate::template::rows::RowPlan::new(kernel, extents).is_err() {
+        // Not of the row form: the row runtime says why it cannot run here.
         return crate::runtime::rows::launch_cuda(kernel, extents, shapes, inputs, output)
             .map(|_| ());
     }

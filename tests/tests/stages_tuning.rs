@@ -69,6 +69,7 @@ fn cache_then_first_call_tuning_of_a_row_kernel() {
         wide: false,
         stash: false,
         across: false,
+        stream: false,
     }
     .to_cpu_config();
     assert_ne!(chosen, template.decode(&template.default_config()).unwrap());

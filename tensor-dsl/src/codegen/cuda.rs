@@ -308,8 +308,12 @@ pub fn generate(
     schedule: &GpuSchedule,
 ) -> CudaSource {
     if kernel.is_staged() {
-        return super::rows::cuda_with_heuristic(kernel, extents, shapes)
-            .unwrap_or_else(|e| invalid(&e));
+        // The row template, with the schedule's row knobs where it has them.
+        let generated = match &schedule.rows {
+            Some(rows) => super::rows::generate_cuda(kernel, extents, shapes, rows),
+            None => super::rows::cuda_with_heuristic(kernel, extents, shapes),
+        };
+        return generated.unwrap_or_else(|e| invalid(&e));
     }
     source(kernel, extents, shapes, schedule).unwrap_or_else(|e| invalid(&e))
 }

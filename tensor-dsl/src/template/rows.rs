@@ -69,7 +69,20 @@ pub struct RowPlan<'a> {
     /// Points of the last outer index (1 without outer indices): the lanes' line when
     /// vector lanes walk neighbouring rows.
     pub line: usize,
+    /// Whether the output's pass may store with non-temporal stores
+    /// ([`RowsCpuConfig::stream`]): an `f32` output written elementwise whose row is its
+    /// last index alone (contiguous), of at most [`STREAM_ROW_MAX`] points.
+    pub stream: bool,
 }
+
+/// The most points of an output row for streaming stores (a stashing row keeps its values
+/// in a row buffer on the stack: 64 KiB).
+pub const STREAM_ROW_MAX: usize = 16384;
+
+/// Outputs of more bytes than this stream by default ([`RowsCpuConfig::heuristic`]): half
+/// the 32 MiB L3 of the machine the heuristic was tuned on, so that input and output of a
+/// smaller kernel stay cached for the next kernel.
+pub const STREAM_BYTES: usize = 16 << 20;
 
 /// The most points of the last outer index for vector lanes across rows.
 pub const ACROSS_MAX: usize = 4096;
@@ -169,7 +182,17 @@ impl<'a> RowPlan<'a> {
             }
             _ => false,
         };
+        let stream = match (stmts.last(), spatial.last()) {
+            (Some(out), Some(&last)) => {
+                out.reducer.is_none()
+                    && out.inner == [last]
+                    && extents[last] <= STREAM_ROW_MAX
+                    && kernel.params[kernel.output].dtype == crate::ir::DType::F32
+            }
+            _ => false,
+        };
         Ok(RowPlan {
+            stream,
             across,
             line: outer.last().map_or(1, |&v| extents[v]),
             rows: points(&outer, extents),
@@ -254,6 +277,14 @@ pub struct RowsCpuConfig {
     /// rows, such as pooling windows.
     #[serde(default)]
     pub across: bool,
+    /// The output's pass stores with non-temporal (streaming) stores, which bypass the
+    /// caches: an output larger than the caches is then written once to memory instead of
+    /// being read first (softmax over 4096×4096: 64 MB in, 64 MB out). A stashing row then
+    /// keeps its values in a row buffer on the stack instead of the output row. Only where
+    /// [`RowPlan::stream`] allows it; plain stores where the code is not compiled for
+    /// AVX-512.
+    #[serde(default)]
+    pub stream: bool,
 }
 
 /// The vector lanes a CPU row configuration may take.
@@ -267,6 +298,7 @@ impl Default for RowsCpuConfig {
             wide: false,
             stash: false,
             across: false,
+            stream: false,
         }
     }
 }
@@ -275,7 +307,8 @@ impl RowsCpuConfig {
     /// Parallel when there are several rows and enough work to share; vectorized with two
     /// vector accumulators (32 lanes on 512-bit registers, where the machine has them),
     /// stashing where it applies; lanes across rows for reductions shorter than 64 points
-    /// (16 lanes there, 8 where that divides the line and 16 does not).
+    /// (16 lanes there, 8 where that divides the line and 16 does not); streaming stores
+    /// with AVX-512 where the output is larger than [`STREAM_BYTES`].
     pub fn heuristic(plan: &RowPlan<'_>) -> RowsCpuConfig {
         Self::heuristic_for(plan, crate::runtime::cpu::simd_lanes())
     }
@@ -303,14 +336,18 @@ impl RowsCpuConfig {
             wide,
             stash: plan.stash.is_some(),
             across,
+            stream: wide
+                && plan.stream
+                && plan.rows.saturating_mul(plan.row_len).saturating_mul(4) > STREAM_BYTES,
         }
     }
 
     /// The configuration as the CPU backend's schedule type carries it, so that records,
     /// tuning and the bench reach the row template through
     /// [`crate::template::cpu::CpuTemplate`]: `parallel`, `vector` (lanes), `wide_simd`
-    /// `pack` (stash) and `unroll_outer` (across) hold the knobs; no axes, no unrolling,
-    /// no reduction block.
+    /// `pack` (stash), `unroll_outer` (across) and `vector_code` (16 for streaming stores,
+    /// which are 16-lane vector code) hold the knobs; no axes, no unrolling, no reduction
+    /// block.
     pub fn to_cpu_config(&self) -> crate::template::cpu::CpuConfig {
         crate::template::cpu::CpuConfig {
             vector_axis: None,
@@ -322,7 +359,7 @@ impl RowsCpuConfig {
             unroll_outer: self.across,
             k_block: 0,
             wide_simd: self.wide,
-            vector_code: 0,
+            vector_code: if self.stream { 16 } else { 0 },
             conv: None,
         }
     }
@@ -343,6 +380,7 @@ impl RowsCpuConfig {
             wide: c.wide_simd,
             stash: c.pack,
             across: c.unroll_outer,
+            stream: c.vector_code > 0,
         }
     }
 
@@ -365,16 +403,22 @@ impl RowsCpuConfig {
                 for wide in [false, true] {
                     for stash in [false, true] {
                         for across in [false, true] {
-                            if stash && plan.stash.is_none() || across && !plan.across() {
-                                continue;
+                            for stream in [false, true] {
+                                if stash && plan.stash.is_none()
+                                    || across && !plan.across()
+                                    || stream && !plan.stream
+                                {
+                                    continue;
+                                }
+                                out.push(RowsCpuConfig {
+                                    parallel,
+                                    vector: v as u32,
+                                    wide,
+                                    stash,
+                                    across,
+                                    stream,
+                                });
                             }
-                            out.push(RowsCpuConfig {
-                                parallel,
-                                vector: v as u32,
-                                wide,
-                                stash,
-                                across,
-                            });
                         }
                     }
                 }
@@ -384,24 +428,28 @@ impl RowsCpuConfig {
     }
 
     /// A small spread of configurations for tests: scalar and vector, serial and parallel,
-    /// with and without stashing and wide vectors.
+    /// with and without stashing, wide vectors and streaming stores.
     pub fn all() -> Vec<RowsCpuConfig> {
         [
-            (false, 1, false, false, false),
-            (false, 16, false, true, true),
-            (true, 1, false, true, true),
-            (true, 32, true, false, false),
-            (false, 64, true, true, false),
-            (true, 16, true, false, true),
+            (false, 1, false, false, false, false),
+            (false, 16, false, true, true, true),
+            (true, 1, false, true, true, true),
+            (true, 32, true, false, false, true),
+            (false, 64, true, true, false, false),
+            (true, 16, true, false, true, false),
+            (true, 32, true, true, false, true),
         ]
         .into_iter()
-        .map(|(parallel, vector, wide, stash, across)| RowsCpuConfig {
-            parallel,
-            vector,
-            wide,
-            stash,
-            across,
-        })
+        .map(
+            |(parallel, vector, wide, stash, across, stream)| RowsCpuConfig {
+                parallel,
+                vector,
+                wide,
+                stash,
+                across,
+                stream,
+            },
+        )
         .collect()
     }
 }
@@ -409,8 +457,9 @@ impl RowsCpuConfig {
 /// The CPU search space of the row template for one kernel at one shape: rows in parallel
 /// or not, vector lanes ([`CPU_VECTOR_CHOICES`]), 512-bit vectors (only with AVX-512),
 /// stashing (only where [`RowPlan::stash`] applies), vector lanes within or across rows
-/// (across only where [`RowPlan::across`] allows). Its text form reads like
-/// `parallel=parallel;vector=32;simd=wide;stash=on;lanes=within_rows`.
+/// (across only where [`RowPlan::across`] allows), streaming stores (only with AVX-512,
+/// where [`RowPlan::stream`] allows). Its text form reads like
+/// `parallel=parallel;vector=32;simd=wide;stash=on;lanes=within_rows;stores=cached`.
 ///
 /// ```
 /// use tensor_dsl::ir::parse_text;
@@ -421,7 +470,8 @@ impl RowsCpuConfig {
 /// let default = space.decode(&space.default_point()).unwrap();
 /// assert_eq!(default, RowsCpuConfig::heuristic_for(&RowPlan::new(&k, &[512, 1024]).unwrap(), 16));
 /// assert!(default.stash && default.parallel);
-/// assert_eq!(space.space().size(), 2 * 5 * 2 * 2 * 2);
+/// assert!(!default.stream); // 2 MB stay cached
+/// assert_eq!(space.space().size(), 2 * 5 * 2 * 2 * 2 * 2);
 /// ```
 #[derive(Clone, Debug)]
 pub struct RowsCpuSpace {
@@ -440,6 +490,7 @@ impl RowsCpuSpace {
         let simd = b.categorical("simd", &["compiler", "wide"]);
         let stash = b.categorical("stash", &["off", "on"]);
         let lanes_knob = b.categorical("lanes", &["within_rows", "across_rows"]);
+        let stores = b.categorical("stores", &["cached", "streaming"]);
         let wide_ok = lanes >= 16;
         b.constraint("wide vectors need AVX-512", move |c| {
             wide_ok || c.index(simd) == Some(0)
@@ -456,6 +507,11 @@ impl RowsCpuSpace {
         b.constraint("stashing needs a reduction the output reuses", move |c| {
             can_stash || c.index(stash) == Some(0)
         });
+        let can_stream = plan.stream && wide_ok;
+        b.constraint(
+            "streaming stores need AVX-512 and an output row written elementwise",
+            move |c| can_stream || c.index(stores) == Some(0),
+        );
         let space = b.build().map_err(|e| e.to_string())?;
         let mut t = RowsCpuSpace {
             space,
@@ -487,6 +543,7 @@ impl RowsCpuSpace {
             wide: on(2),
             stash: on(3),
             across: on(4),
+            stream: on(5),
         })
     }
 
@@ -501,6 +558,7 @@ impl RowsCpuSpace {
             tuner::Value::Categorical(usize::from(cfg.wide)),
             tuner::Value::Categorical(usize::from(cfg.stash)),
             tuner::Value::Categorical(usize::from(cfg.across)),
+            tuner::Value::Categorical(usize::from(cfg.stream)),
         ]);
         self.space.is_valid(&c).then_some(c)
     }
@@ -567,5 +625,97 @@ impl RowsGpuConfig {
             }
         }
         out
+    }
+}
+
+/// The values the GPU knobs take (threads per row, rows per block): powers of two up to
+/// 1024.
+pub const GPU_CHOICES: [i64; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+
+/// The GPU search space of the row template for one kernel at one shape: threads per row
+/// and rows per block ([`GPU_CHOICES`]), blocks of 32 to 1024 threads in whole warps, and
+/// no more threads per row than the longest row loop has points (rounded up to a power of
+/// two, at least a warp): more would only idle. The default is
+/// [`RowsGpuConfig::heuristic`]. [`crate::template::gpu::GpuTemplate`] offers it for a
+/// kernel of several stages, so GPU tuning (`tensor-dsl tune`, the bench) searches it.
+///
+/// ```
+/// use tensor_dsl::ir::parse_text;
+/// use tensor_dsl::template::rows::{RowPlan, RowsGpuConfig, RowsGpuSpace};
+/// let k = parse_text("rowmin", "y[[i]] = min(x[[i, j]])", None).unwrap();
+/// let space = RowsGpuSpace::new(&k, &[100, 3000]).unwrap();
+/// let default = space.decode(&space.default_point()).unwrap();
+/// assert_eq!(default, RowsGpuConfig::heuristic(&RowPlan::new(&k, &[100, 3000]).unwrap()));
+/// let mut rng = rand::thread_rng();
+/// let point = space.space().sample_uniform(&mut rng).unwrap();
+/// assert!(space.decode(&point).unwrap().validate().is_ok());
+/// ```
+#[derive(Clone, Debug)]
+pub struct RowsGpuSpace {
+    space: tuner::SearchSpace,
+    default: tuner::Config,
+}
+
+impl RowsGpuSpace {
+    /// The space of `kernel` at `extents`; an error when the kernel is not of the row form.
+    pub fn new(kernel: &Kernel, extents: &[usize]) -> Result<RowsGpuSpace, String> {
+        let plan = RowPlan::new(kernel, extents)?;
+        let mut b = tuner::SearchSpace::builder();
+        let t = b.discrete("threads_per_row", &GPU_CHOICES);
+        let r = b.discrete("rows_per_block", &GPU_CHOICES);
+        let value = |c: &tuner::Config, k: usize| c.index(k).map_or(0, |i| GPU_CHOICES[i]);
+        b.constraint("a block is whole warps, at most 1024 threads", move |c| {
+            let block = value(c, t) * value(c, r);
+            block % 32 == 0 && (32..=1024).contains(&block)
+        });
+        let most = plan.row_len.next_power_of_two().max(32) as i64;
+        b.constraint(
+            "no more threads per row than the row has points",
+            move |c| value(c, t) <= most,
+        );
+        let space = b.build().map_err(|e| e.to_string())?;
+        let mut s = RowsGpuSpace {
+            space,
+            default: tuner::Config::new(Vec::new()),
+        };
+        s.default = s
+            .encode(&RowsGpuConfig::heuristic(&plan))
+            .ok_or("the row template's GPU default is not in its space")?;
+        Ok(s)
+    }
+
+    /// The knobs.
+    pub fn space(&self) -> &tuner::SearchSpace {
+        &self.space
+    }
+
+    /// The heuristic default ([`RowsGpuConfig::heuristic`]) as a point.
+    pub fn default_point(&self) -> tuner::Config {
+        self.default.clone()
+    }
+
+    /// The configuration a point stands for.
+    pub fn decode(&self, c: &tuner::Config) -> Result<RowsGpuConfig, String> {
+        self.space.check(c).map_err(|e| e.to_string())?;
+        let knob = |k: usize| {
+            self.space
+                .discrete_value(c, k)
+                .and_then(|v| u32::try_from(v).ok())
+                .ok_or_else(|| format!("knob {k} has no value"))
+        };
+        Ok(RowsGpuConfig {
+            threads_per_row: knob(0)?,
+            rows_per_block: knob(1)?,
+        })
+    }
+
+    /// The point of a configuration, if the space has it.
+    pub fn encode(&self, cfg: &RowsGpuConfig) -> Option<tuner::Config> {
+        let at = |v: u32| GPU_CHOICES.iter().position(|&x| x == i64::from(v));
+        let c = tuner::Config::new(vec![
+            tuner::Value::Discrete(at(cfg.threads_per_row)?),
+            tuner::Value::Discrete(at(cfg.rows_per_block)?),
+        ]);
+        self.space.is_valid(&c).then_some(c)
     }
 }
