@@ -362,9 +362,10 @@ fn strategy_of(
 
 /// The one search every tuning path runs (first-call tuning, `tensor-dsl tune`,
 /// build-time tuning, the bench's `--trials N`, the strategy study's replays): the cost
-/// model of `opts` learns `prior` first ([`Prior::teach`]); the pick (as
-/// [`transfer::pick`]: the default where it did as well on the kernel's other shapes, else
-/// the schedule measured best there, else the model's) is measured first, then the model's own pick ([`transfer::model_pick`]) and `default`
+/// model of `opts` learns `prior` first ([`Prior::teach`]); the pick ([`transfer::pick`]:
+/// the default where it did as well on the kernel's other shapes, else the schedule
+/// measured best there, else the default) is measured first, then the model's own pick
+/// ([`transfer::model_pick`]) and `default`
 /// (tuning never ends worse than not tuning), then the strategy of `opts` runs. With
 /// `opts.trials == 0` nothing is measured and the pick is the answer. With a time budget
 /// the run may stop early (`tuner::Budget::early_stop`): the user asked for "this many
@@ -406,13 +407,7 @@ pub fn search(
                 opts.seed,
             )
         });
-    // As transfer::pick: the default where it did as well on the kernel's other shapes,
-    // else the schedule measured best there, else the model's pick.
-    let pick = default
-        .clone()
-        .filter(|_| prior.prefers_default())
-        .or_else(|| prior.measured_best().filter(|c| space.is_valid(c)).cloned())
-        .or_else(|| top.clone());
+    let pick = transfer::pick(space, default.as_ref(), prior, top.as_ref());
     if opts.trials == 0 {
         return Ok(Searched {
             result: TuneResult {

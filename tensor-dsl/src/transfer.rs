@@ -24,11 +24,11 @@
 //!   similarity-weighted mean of their normalised score over those shapes: measurements
 //!   beat a model's extrapolation) — unless the template's default, a per-shape rule, did
 //!   at least as well on those shapes ([`Prior::prefers_default`]), then the default;
-//!   otherwise the model's pick ([`model_pick`]): the
+//!   without records of the same kernel, the default (the analytic model of the machine).
+//!   A run that measures measures the pick, then the model's pick ([`model_pick`]: the
 //!   default, the best schedule of every problem in the prior and their neighbours, plus
-//!   uniform samples, ranked by the model. Without prior data every prediction ties and
-//!   the default wins. A run that measures measures the pick, then the model's pick, then
-//!   the default.
+//!   uniform samples, ranked by the model; without prior data every prediction ties and
+//!   the default wins), then the default.
 //!
 //! ```
 //! use tensor_dsl::transfer::{cpu_prior, cpu_transfer_features};
@@ -578,22 +578,28 @@ fn to_space(
 /// The pick for a run (see the module docs): `default` where the default did at least as
 /// well on the kernel's other shapes ([`Prior::prefers_default`]), else the prior's
 /// [`measured_best`](Prior::measured_best) where it is a valid point of `space`, else
-/// [`model_pick`].
+/// `default` again. Without measurements of the same kernel, a model trained on other
+/// kernels is not trusted with the pick: a forest that saw one shape of a dense layer once
+/// ranked a 48-wide vector over the batch axis first for a batched matmul, 100x slower than
+/// the analytic default. The model's own pick ([`model_pick`]) is measured next, when the
+/// run measures.
+///
+/// `default: None` (a pure search) falls back to `fallback`, the model's pick.
 pub fn pick(
     space: &SearchSpace,
-    default: &Config,
+    default: Option<&Config>,
     prior: &Prior,
-    model: &dyn CostModel,
-    features: &dyn Fn(&Config) -> Vec<f64>,
-    seed: u64,
-) -> Config {
-    if prior.prefers_default() {
-        return default.clone();
+    fallback: Option<&Config>,
+) -> Option<Config> {
+    if let Some(d) = default.filter(|_| prior.prefers_default()) {
+        return Some(d.clone());
     }
-    match prior.measured_best().filter(|c| space.is_valid(c)) {
-        Some(c) => c.clone(),
-        None => model_pick(space, default, &prior.candidates, model, features, seed),
-    }
+    prior
+        .measured_best()
+        .filter(|c| space.is_valid(c))
+        .or(default)
+        .or(fallback)
+        .cloned()
 }
 
 /// The model's pick: among `default`, `candidates`, the valid neighbours of both and

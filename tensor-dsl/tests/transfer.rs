@@ -132,7 +132,7 @@ fn pick_for(
             0,
         )
     } else {
-        pick(template.space(), &default, &prior, &model, &features, 0)
+        pick(template.space(), Some(&default), &prior, None).unwrap()
     };
     (
         template.decode(&p).unwrap(),
@@ -182,9 +182,9 @@ fn without_records_the_pick_is_the_default() {
 }
 
 #[test]
-fn another_kernel_of_the_template_teaches_the_pattern_too() {
+fn another_kernel_of_the_template_teaches_the_model_but_does_not_make_the_pick() {
     // A batched matmul's records: the roles (innermost output axis vectorized, the next
-    // unrolled) carry over to a plain matmul.
+    // unrolled) carry over to a plain matmul, and the model learns them ...
     let bmm = parse_text("bmm", "c[[b,i,j]] += a[[b,i,k]] * w[[b,k,j]]", None).unwrap();
     let mut recs = landscape_records(&bmm, &[vec![2, 64, 64], vec![2, 64, 64], vec![2, 64, 64]]);
     recs.extend(landscape_records(
@@ -192,12 +192,17 @@ fn another_kernel_of_the_template_teaches_the_pattern_too() {
         &[vec![4, 32, 128], vec![4, 128, 64], vec![4, 32, 64]],
     ));
     let k = matmul();
-    let (picked, default) = pick_for(&k, &mm_shapes(96, 192, 160), &recs, false);
+    let (by_model, default) = pick_for(&k, &mm_shapes(96, 192, 160), &recs, true);
     assert!(
-        pattern_cost(&k, &picked) <= 1.5 && pattern_cost(&k, &default) > 2.0,
-        "picked {picked:?} ({})",
-        pattern_cost(&k, &picked)
+        pattern_cost(&k, &by_model) <= 1.5 && pattern_cost(&k, &default) > 2.0,
+        "model picked {by_model:?} ({})",
+        pattern_cost(&k, &by_model)
     );
+    // ... but with no measurement of this kernel the pick (the one point a zero-trial
+    // run uses) stays the analytic default: a model that extrapolates from other kernels
+    // once picked a schedule 100x slower than the default on a real cache.
+    let (picked, default) = pick_for(&k, &mm_shapes(96, 192, 160), &recs, false);
+    assert_eq!(picked, default);
 }
 
 #[test]
@@ -369,7 +374,7 @@ fn cuda_records_of_other_shapes_make_a_prior_and_a_pick_without_a_gpu() {
     let mut model = Forest::new(0);
     prior.teach(&mut model);
     let default = tspace.default_point().unwrap();
-    let p = pick(tspace.space(), &default, &prior, &model, &features, 0);
+    let p = pick(tspace.space(), Some(&default), &prior, None).unwrap();
     assert_eq!(tspace.space().format(&p).unwrap(), star);
     // The model's own pick is a valid point too.
     let m = model_pick(
