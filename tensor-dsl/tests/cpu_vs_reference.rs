@@ -373,6 +373,17 @@ fn convolution_template_matches_reference() {
             "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[c, r, s, f]]".into(),
             [1, 40, 3, 4, 5, 3, 3],
         ),
+        // NHWC: the channels are unit-stride in the output (whole-vector stores), with a
+        // partial channel tile and an epilogue.
+        (
+            "y[[n, p, q, f]] += x[[n, p + r - 1, q + s - 1, c]] * w[[r, s, c, f]]; \
+             y[[n, p, q, f]] = relu(y[[n, p, q, f]] + bias[[f]])"
+                .into(),
+            [2, 40, 5, 3, 7, 3, 3],
+        ),
+        // Pixel tiles that end past an image (a batch of 3 planes of 4x5) and past the
+        // last pixel, stored by transposes where they lie in one plane.
+        (conv(1, 1), [3, 32, 4, 5, 6, 3, 3]),
     ];
     let types: [(DType, DType); 3] = [
         (DType::F32, DType::F32),
@@ -422,6 +433,12 @@ fn convolution_template_matches_reference() {
             if template.encode(&flipped).is_some() {
                 configs.push(flipped);
             }
+            // And the other way of storing the tile.
+            let mut stored = default.clone();
+            if let Some(t) = stored.conv.as_mut() {
+                t.vector_store = !t.vector_store;
+            }
+            configs.push(stored);
             for _ in 0..3 {
                 let point = template.space().sample_uniform(&mut rng).unwrap();
                 configs.push(template.decode(&point).unwrap());

@@ -280,7 +280,7 @@ fn source(
              #endif\n\n",
         );
     }
-    let (in_order, assume, widths) = uses(&nest);
+    let (in_order, assume, widths, store_lanes) = uses(&nest);
     if in_order {
         s.push_str(IN_ORDER_PRELUDE);
         s.push('\n');
@@ -293,6 +293,10 @@ fn source(
         s.push_str(&vector_prelude(&widths));
         s.push('\n');
     }
+    if store_lanes {
+        s.push_str(STORE_LANES_PRELUDE);
+        s.push('\n');
+    }
     s.push_str(&builtin_prelude(""));
     s.push_str(&super::used_builtins_prelude(kernel, ""));
     s.push_str(&dtype_prelude(kernel, ""));
@@ -301,15 +305,35 @@ fn source(
     Ok(s)
 }
 
+/// Defines `td_store16(p, v, n)`, which stores the first `n` lanes of the 16-float vector
+/// `v` at `p` ([`lower::cpu_conv::STORE_LANES`]): one masked store with AVX-512 (GCC's
+/// builtin, no header), else a loop.
+pub const STORE_LANES_PRELUDE: &str = "\
+/* The first n lanes of a vector, stored: one masked store with AVX-512. */
+static inline void td_store16(float *restrict p, td_f32x16 v, int n)
+{
+#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
+    __builtin_ia32_storeups512_mask(p, v, (unsigned short)((1u << n) - 1u));
+#else
+    for (int l = 0; l < n; ++l)
+        p[l] = v[l];
+#endif
+}
+";
+
 /// Whether the nest has an [`LoopKind::InOrder`] loop (and so needs [`IN_ORDER_PRELUDE`]),
-/// whether it has an assumption (and needs [`ASSUME_PRELUDE`]), and the widths of the
-/// vectors it uses (for [`vector_prelude`]).
-fn uses(nest: &Nest) -> (bool, bool, Vec<usize>) {
-    let (mut in_order, mut assume) = (false, false);
+/// whether it has an assumption (and needs [`ASSUME_PRELUDE`]), the widths of the
+/// vectors it uses (for [`vector_prelude`]) and whether it stores vector lanes (and needs
+/// [`STORE_LANES_PRELUDE`]).
+fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, bool) {
+    let (mut in_order, mut assume, mut store_lanes) = (false, false, false);
     let mut widths = std::collections::BTreeSet::new();
     nest.walk(&mut |_, s, _| match s {
         lower::Stmt::Loop(l) => in_order |= l.kind == LoopKind::InOrder,
         lower::Stmt::Assume(_) => assume = true,
+        lower::Stmt::Call { func, .. } => {
+            store_lanes |= func.as_str() == lower::cpu_conv::STORE_LANES;
+        }
         lower::Stmt::Let {
             ty: lower::Ty::Vector(w),
             ..
@@ -318,5 +342,5 @@ fn uses(nest: &Nest) -> (bool, bool, Vec<usize>) {
         }
         _ => {}
     });
-    (in_order, assume, widths.into_iter().collect())
+    (in_order, assume, widths.into_iter().collect(), store_lanes)
 }

@@ -55,6 +55,12 @@ pub struct ConvTile {
     /// `false` packs them one element at a time.
     #[serde(default)]
     pub transpose: bool,
+    /// Store the tile as vectors where the output allows it
+    /// ([`crate::lower::cpu_conv`]: whole channel vectors where channels are unit-stride,
+    /// else in-register transposes and masked stores of each channel's pixels where the
+    /// pixels are); `false` stores one element at a time.
+    #[serde(default)]
+    pub vector_store: bool,
 }
 
 /// Channels and reduction points of one in-register transpose of the weight packing.
@@ -221,6 +227,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             pixels,
             pad: true,
             transpose: vector.is_multiple_of(TRANSPOSE),
+            vector_store: true,
         }),
         ..base
     })
@@ -256,7 +263,7 @@ pub struct ConvTemplate {
     space: SearchSpace,
     default: Config,
     base: CpuConfig,
-    knobs: [usize; 6],
+    knobs: [usize; 7],
 }
 
 impl ConvTemplate {
@@ -284,6 +291,7 @@ impl ConvTemplate {
         let parallel = b.categorical("parallel", &["serial", "parallel"]);
         let simd = b.categorical("simd", &["compiler", "wide"]);
         let packing = b.categorical("conv_pack", &["loops", "transpose"]);
+        let store = b.categorical("conv_store", &["scalar", "vector"]);
         let value = |c: &Config, k: usize, list: &[i64]| {
             c.index(k).and_then(|i| list.get(i)).map(|&v| v as usize)
         };
@@ -314,7 +322,7 @@ impl ConvTemplate {
                 conv: None,
                 ..heuristic.clone()
             },
-            knobs: [vector, pixels, pad, parallel, simd, packing],
+            knobs: [vector, pixels, pad, parallel, simd, packing, store],
         };
         t.default = t
             .encode(&heuristic)
@@ -335,7 +343,7 @@ impl ConvTemplate {
     /// The schedule a point stands for.
     pub fn decode(&self, c: &Config) -> Result<CpuConfig, String> {
         self.space.check(c).map_err(|e| e.to_string())?;
-        let [vector, pixels, pad, parallel, simd, packing] = self.knobs;
+        let [vector, pixels, pad, parallel, simd, packing, store] = self.knobs;
         let num = |k: usize| self.space.discrete_value(c, k).map_or(1, |v| v as usize);
         let choice = |k: usize| c.index(k).unwrap_or(0) == 1;
         Ok(CpuConfig {
@@ -346,6 +354,7 @@ impl ConvTemplate {
                 pixels: num(pixels),
                 pad: choice(pad),
                 transpose: choice(packing),
+                vector_store: choice(store),
             }),
             ..self.base.clone()
         })
@@ -365,6 +374,7 @@ impl ConvTemplate {
             Value::Categorical(usize::from(cfg.parallel)),
             Value::Categorical(usize::from(cfg.wide_simd)),
             Value::Categorical(usize::from(tile.transpose)),
+            Value::Categorical(usize::from(tile.vector_store)),
         ]);
         self.space.is_valid(&c).then_some(c)
     }
