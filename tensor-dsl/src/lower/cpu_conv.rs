@@ -612,7 +612,7 @@ impl Conv<'_> {
             .into_iter()
             .find(|&w| v.is_multiple_of(w))
             .unwrap_or(0);
-        let vectors = if width > 0 { v / width } else { 0 };
+        let vectors = v.checked_div(width).unwrap_or(0);
         let cvar = |m: usize, j: usize| format!("c{m}_{j}");
         let mut body = vec![Stmt::Assume(format!(
             "f0 >= 0 && f0 < {fe} && p0 >= 0 && p0 < {np}"
