@@ -112,13 +112,16 @@ pub trait Dialect {
         unsupported(&format!("shared buffer `{}`", buf.name))
     }
 
-    /// The allocation of a per-thread panel (a null pointer when out of memory).
-    fn alloc_panel(&self, buf: &Buffer) -> Result<String, String> {
+    /// The allocation of a per-thread panel (a null pointer when out of memory); `slot`
+    /// numbers the nest's panels from 0 (their order in the nest's buffers).
+    fn alloc_panel(&self, buf: &Buffer, slot: usize) -> Result<String, String> {
+        let _ = slot;
         unsupported(&format!("panel `{}`", buf.name))
     }
 
     /// The release of a per-thread panel.
-    fn free_panel(&self, buf: &Buffer) -> Result<String, String> {
+    fn free_panel(&self, buf: &Buffer, slot: usize) -> Result<String, String> {
+        let _ = slot;
         unsupported(&format!("panel `{}`", buf.name))
     }
 
@@ -148,6 +151,13 @@ pub trait Dialect {
             Param::Scalar { ty, name } => Ok(format!("const {} {name}", ty.spelling())),
         }
     }
+}
+
+/// The position of panel `b` among the nest's panels.
+fn panel_slot(nest: &Nest, b: &Buffer) -> usize {
+    nest.scoped(crate::lower::Scope::Panel)
+        .position(|p| p.name == b.name)
+        .unwrap_or(0)
 }
 
 fn buffer<'n>(nest: &'n Nest, id: crate::lower::BufId) -> Result<&'n Buffer, String> {
@@ -325,14 +335,19 @@ impl Printer<'_> {
                         format!("{} {}{dims}{init};", self.d.storage_type(b.dtype), b.name)
                     }
                     crate::lower::Scope::Shared => self.d.alloc_shared(b)?,
-                    crate::lower::Scope::Panel => self.d.alloc_panel(b)?,
+                    crate::lower::Scope::Panel => {
+                        self.d.alloc_panel(b, panel_slot(self.nest, b))?
+                    }
                     crate::lower::Scope::Global => {
                         return Err(format!("global buffer `{}` cannot be allocated", b.name))
                     }
                 };
                 out.line(d, &line);
             }
-            Stmt::Free(buf) => out.line(d, &self.d.free_panel(buffer(self.nest, *buf)?)?),
+            Stmt::Free(buf) => {
+                let b = buffer(self.nest, *buf)?;
+                out.line(d, &self.d.free_panel(b, panel_slot(self.nest, b))?)
+            }
             Stmt::Bind { src, ty, parts } => self.bind(out, d, &self.value(src)?, *ty, parts),
             Stmt::Loop(l) => self.lp(out, d, l, in_region, false)?,
             Stmt::If {
