@@ -13,10 +13,13 @@
 //!     when f0 changed: pack w[f0..f0+vector, every reduction point] into this thread's
 //!                      panel wp[reduction point][vector] (zeros past the last f), by
 //!                      16×16 in-register transposes where w[f][point] is row-major
-//!     acc[pixels][vector] = 0
+//!     acc[pixels][vector] = 0                              // vector registers
 //!     for every reduction point (c, r, s, ...):
 //!         for each pixel m:  acc[m][:] += x[pixel m, point] * wp[point][:]   // broadcast-FMA
-//!     out[pixel m, f0 + v] = epilogue(acc[m][v])                            // one store each
+//!     acc = epilogue(acc)
+//!     store: channels unit-stride (NHWC): acc[m] as vectors; pixels unit-stride (NCHW):
+//!            16×16 in-register transposes, one masked vector store per channel; edge
+//!            tiles and other layouts: one store per element
 //! ```
 //!
 //! The pixel axis is every output index but `f`, fused in output order (for NCHW, `n·p·q`),
@@ -187,7 +190,8 @@ pub fn accumulator_registers(registers: usize) -> usize {
 /// so that the pixel tiles cover the pixel axis with little waste (at least 95% of the
 /// computed pixels are real ones where a tile of at least half the size achieves it); the
 /// input padded once; the weights packed by in-register transposes where the channel tile
-/// is a multiple of [`TRANSPOSE`]; parallel when there are cores and work for them. The
+/// is a multiple of [`TRANSPOSE`]; the tile stored as vectors with AVX-512; parallel when
+/// there are cores and work for them. The
 /// channel tile is one register wide where two would make a thread's weight panel larger
 /// than L2.
 pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option<CpuConfig> {
@@ -227,7 +231,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             pixels,
             pad: true,
             transpose: vector.is_multiple_of(TRANSPOSE),
-            vector_store: true,
+            vector_store: lanes >= 16,
         }),
         ..base
     })
@@ -313,6 +317,10 @@ impl ConvTemplate {
         let wide_ok = lanes >= 16;
         b.constraint("wide vectors need AVX-512", move |c| {
             wide_ok || c.index(simd) == Some(0)
+        });
+        // The vector stores are 16-float vectors, the masked ones AVX-512's.
+        b.constraint("vector stores need AVX-512", move |c| {
+            wide_ok || c.index(store) == Some(0)
         });
         let space = b.build().map_err(|e| e.to_string())?;
         let mut t = ConvTemplate {
