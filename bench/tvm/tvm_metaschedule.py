@@ -200,8 +200,14 @@ def machine_cpu():
     return platform.processor() or platform.machine()
 
 
-def fail_missing(what, hint):
-    sys.stderr.write(f"tvm_metaschedule: skipped: {what} ({hint})\n")
+def fail_missing(args, what, hint):
+    """Exit 2 (a skipped column) saying why; with --json, the report says it too."""
+    reason = f"{what} ({hint})"
+    sys.stderr.write(f"tvm_metaschedule: skipped: {reason}\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            report = {"tool": "TVM MetaSchedule", "status": "skipped", "error": reason}
+            f.write(json.dumps(report, indent=2) + "\n")
     sys.exit(2)
 
 
@@ -231,18 +237,19 @@ def main(argv):
     try:
         import numpy as np
     except ImportError as e:
-        fail_missing(f"numpy is not installed: {e}", "pip install numpy")
+        fail_missing(args, f"numpy is not installed: {e}", "pip install numpy")
     try:
         import tvm
         from tvm import te
         from tvm.s_tir import meta_schedule as ms
         from tvm.target import codegen
     except ImportError as e:
-        fail_missing(f"TVM is not installed: {e}", "pip install apache-tvm")
+        fail_missing(args, f"TVM is not installed: {e}", "pip install apache-tvm")
     if not serialization_works():
         import tvm_ffi
 
         fail_missing(
+            args,
             f"TVM {tvm.__version__} crashes writing IR as JSON with apache-tvm-ffi "
             f"{tvm_ffi.__version__}",
             "pip install apache-tvm-ffi==0.1.14.post1",
@@ -257,7 +264,7 @@ def main(argv):
         try:
             __import__(module)
         except ImportError as e:
-            fail_missing(f"{what} is not installed: {e}", f"pip install {module}")
+            fail_missing(args, f"{what} is not installed: {e}", f"pip install {module}")
     # Importing TVM's tensor intrinsics parses hundreds of TVMScript functions (tens of
     # seconds); tune_tir does it on its first call. Done here, it is timed apart.
     import tvm.s_tir.tensor_intrin  # noqa: F401
@@ -302,7 +309,7 @@ def main(argv):
             "timeout_sec": args.timeout or 30,
         },
         "machine": {"cpu": machine_cpu(), "cores_available": len(os.sched_getaffinity(0))},
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "command": " ".join([sys.executable, *sys.argv]),
         "setup_seconds": setup_seconds,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "work_dir": work_dir if keep else None,
@@ -395,7 +402,7 @@ def main(argv):
             }
         )
         status = 0
-    except Exception as e:  # reported, never a traceback the bench has to parse
+    except Exception as e:  # a failure is a report too (the traceback goes to stderr)
         report["status"] = "failed"
         report["error"] = f"{type(e).__name__}: {e}"
         traceback.print_exc(file=sys.stderr)
