@@ -32,7 +32,9 @@
 //! [`Reply::Unavailable`] and exits); then per [`Request::Candidate`] (the CUDA source and
 //! launch geometry, the CUBIN — or PTX — hex-encoded, timing limits) one
 //! [`Reply::Measured`] or [`Reply::Invalid`]. After an invalid answer that lost the context
-//! the child exits. Its stderr is kept (the last 4 KiB) for the reason of a crash.
+//! the child exits. Its stderr is kept (the last 4 KiB) for the reason of a crash. The
+//! inputs are not sent: the child draws them from the seed with the parent's function, and
+//! only the expected output travels, as a file.
 //!
 //! The child's work is an [`Executor`]: [`CudaExecutor`] on the GPU (also used in process
 //! when there is no child), or a fake in tests, which exercise the protocol, crashes, hangs
@@ -616,9 +618,11 @@ impl Supervisor {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                let Some(message) = line.strip_prefix(MARK) else {
+                // After the mark (a test harness may print `test name ... ` before it).
+                let Some(at) = line.find(MARK) else {
                     continue;
                 };
+                let message = &line[at + MARK.len()..];
                 if tx.send(message.to_string()).is_err() {
                     break;
                 }
@@ -756,8 +760,8 @@ impl Supervisor {
                 if failure.context_lost {
                     let how = self.end(Duration::from_secs(2));
                     ChildOutcome::Invalid(format!(
-                        "{} (the CUDA context was lost; the measuring child {how}; the next \
-                         candidate runs in a fresh one)",
+                        "{} (the CUDA context was lost; the next candidate runs in a fresh \
+                         child; this one {how})",
                         failure.reason
                     ))
                 } else {
@@ -774,15 +778,15 @@ impl Supervisor {
             Err(None) => {
                 let how = self.end(Duration::ZERO);
                 ChildOutcome::Invalid(format!(
-                    "timed out after {:.1} s: the measuring child {how}; the next candidate \
-                     runs in a fresh one",
+                    "timed out after {:.1} s (the next candidate runs in a fresh child): the \
+                     measuring child {how}",
                     timeout.as_secs_f64()
                 ))
             }
             Err(Some(())) => {
                 let how = self.end(Duration::from_secs(2));
                 ChildOutcome::Invalid(format!(
-                    "crashed: the measuring child {how}; the next candidate runs in a fresh one"
+                    "crashed (the next candidate runs in a fresh child): the measuring child {how}"
                 ))
             }
         }

@@ -71,6 +71,8 @@ impl Image {
     }
 }
 
+/// Shared memory the system reserves per block on sm_90 and later, bytes.
+const RESERVED_SHARED: u32 = 1024;
 /// `EIATTR_REGCOUNT`: registers per thread of a function (`.nv.info`).
 const EIATTR_REGCOUNT: u8 = 0x2f;
 /// `EIATTR_FRAME_SIZE`: a function's stack frame, bytes (`.nv.info`).
@@ -214,13 +216,24 @@ pub fn resources(cubin: &[u8], entry: Option<&str>) -> Result<PtxasReport, Strin
             .and_then(|(sym, _)| symbol(*sym))
             .map(str::to_string)
     });
+    // From sm_90 on, ptxas puts the 1 KiB of shared memory the system reserves per block
+    // (`.nv.shared.reserved.0`) inside the kernel's own section: ptxas's "bytes smem" and
+    // the driver's static size are the section less that KiB.
+    let reserved = if secs
+        .iter()
+        .any(|s| name_of(s).starts_with(".nv.shared.reserved."))
+    {
+        RESERVED_SHARED
+    } else {
+        0
+    };
     let shared = entry_name
         .as_deref()
         .and_then(|e| {
             let wanted = format!(".nv.shared.{e}");
             secs.iter().find(|s| name_of(s) == wanted)
         })
-        .map_or(0, |s| s.size as u32);
+        .map_or(0, |s| (s.size as u32).saturating_sub(reserved));
     Ok(PtxasReport {
         registers: regs,
         spill_stores: 0,
@@ -287,7 +300,7 @@ mod tests {
         }
         info.extend([EIFMT_HVAL, 0x1b, 0xff, 0]);
         let mut file = vec![0u8; 0x40];
-        let mut place = |data: &[u8], file: &mut Vec<u8>| {
+        let place = |data: &[u8], file: &mut Vec<u8>| {
             let at = file.len();
             file.extend_from_slice(data);
             (at, data.len())
