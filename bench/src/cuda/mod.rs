@@ -115,7 +115,7 @@ fn tune(
 type Enqueue<'a> = Box<dyn FnMut() -> Result<(), String> + 'a>;
 
 /// The most calls one round's graph captures.
-const MAX_LAUNCHES_PER_ROUND: usize = 10_000;
+const MAX_LAUNCHES_PER_ROUND: usize = 2_000;
 
 /// A timer of `f` on the runtime's stream (see the module docs): `warmup` calls first, then
 /// rounds of at least `round_seconds`.

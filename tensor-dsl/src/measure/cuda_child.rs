@@ -21,9 +21,12 @@
 //! sees the variable and serves the protocol *before* `main` starts, then exits: so it works
 //! in any program that links tensor-dsl — a user's binary, the `tensor-dsl` CLI, `bench`,
 //! a test binary — with the same Rust code that runs in-process, and never runs the
-//! program's `main`. If the constructor did not run in the parent (a platform without
+//! program's `main` (the program's other static constructors run in the child too, as they
+//! run before any `main`). If the constructor did not run in the parent (a platform without
 //! `.init_array`), re-running the program would run its `main`, so the measurer measures in
-//! process instead, with a warning.
+//! process instead, with a warning; so it does when the child cannot use the GPU that the
+//! parent can (a GPU in exclusive-process mode while the parent holds a context, a child
+//! that does not start).
 //!
 //! **Protocol.** JSON lines on the child's stdin and stdout, each output line prefixed with
 //! [`MARK`] (anything else on stdout is ignored): the child says [`Reply::Hello`]; the parent
@@ -838,7 +841,21 @@ impl Runner {
 
     pub(crate) fn run(&mut self, candidate: &Candidate) -> ChildOutcome {
         match self {
-            Runner::Child(s) => s.run(candidate),
+            Runner::Child(s) => match s.run(candidate) {
+                // The GPU works here but not in the child (a GPU in exclusive-process mode
+                // while this process holds a context; a child that does not start): measure
+                // in process rather than not at all.
+                ChildOutcome::Unavailable(reason) if crate::runtime::cuda::available().is_ok() => {
+                    crate::log::warn(format_args!(
+                        "GPU candidates are measured in this process: the measuring child \
+                         cannot run them ({reason}); a faulting candidate ends the GPU for \
+                         this process"
+                    ));
+                    *self = Runner::in_process(s.task.clone());
+                    self.run(candidate)
+                }
+                other => other,
+            },
             Runner::InProcess(_, Some(reason)) => ChildOutcome::Unavailable(reason.clone()),
             Runner::InProcess(executor, None) => match executor.run(candidate) {
                 Ok(m) => ChildOutcome::Measured(m),

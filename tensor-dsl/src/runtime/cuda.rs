@@ -1,5 +1,7 @@
-//! The CUDA runtime: generated CUDA C → NVRTC (PTX for the device's virtual architecture) →
-//! the CUDA driver (through `cudarc`, loaded at run time) → a launch on one stream.
+//! The CUDA runtime: generated CUDA C → NVRTC (a CUBIN for the device's real architecture,
+//! `sm_XY`; PTX only as a logged fallback, see [`super::cubin`]) → the CUDA driver (through
+//! `cudarc`, loaded at run time) → a launch on one stream. Timing goes through
+//! [`super::graph_timing`] (CUDA graphs of back-to-back launches).
 //!
 //! Everything here checks first that the CUDA libraries and a GPU are present
 //! ([`available`], memoized): `cudarc` panics when a library is missing, so no `cudarc` call is
@@ -60,7 +62,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 const DEVICE: &str = "cuda";
-/// The oldest driver that loads the PTX this build's NVRTC (CUDA 13) emits.
+/// The oldest driver this build supports: it binds the CUDA 13 driver API (`cudarc`'s
+/// `cuda-13000`), and CUDA 13 NVRTC's PTX (the fallback image) needs it.
 const MIN_DRIVER_VERSION: u32 = 13000;
 /// Shared memory a block may use without opting in to more.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
@@ -204,8 +207,9 @@ fn detect() -> Result<DeviceInfo, String> {
     let info = guarded("detecting the GPU", detect_device)?;
     if !nvrtc::available() {
         return Err(format!(
-            "found {info} but not NVRTC (libnvrtc.so.13): install the CUDA 13 toolkit, or the \
-             `nvidia-cuda-nvrtc` wheel, and put its lib folder (nvidia/cu13/lib) on LD_LIBRARY_PATH"
+            "found {info} but not NVRTC (libnvrtc.so.13, or .so.12): install the CUDA toolkit, \
+             or the `nvidia-cuda-nvrtc` wheel, and put its lib folder (nvidia/cu13/lib) on \
+             LD_LIBRARY_PATH"
         ));
     }
     Ok(info)
@@ -227,8 +231,8 @@ fn detect_device() -> Result<DeviceInfo, String> {
     let driver_version = version.max(0) as u32;
     if driver_version < MIN_DRIVER_VERSION {
         return Err(format!(
-            "the NVIDIA driver supports CUDA {}, older than the CUDA {} this build's NVRTC \
-             generates code for; update the driver",
+            "the NVIDIA driver supports CUDA {}, older than the CUDA {} this build is made \
+             for; update the driver",
             version_text(driver_version),
             version_text(MIN_DRIVER_VERSION)
         ));

@@ -35,7 +35,7 @@
 
 use super::cuda::{self, context_and_stream, driver_error, guarded};
 use crate::Error;
-use cudarc::driver::sys::{self, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaStream, LaunchConfig, PushKernelArg,
 };
@@ -375,12 +375,4 @@ pub(crate) fn order(after: &CudaStream, before: &CudaStream) -> Result<(), Error
     after
         .join(before)
         .map_err(|e| driver_error("ordering two CUDA streams", e))
-}
-
-/// Whether the driver says `stream` is capturing (a sanity check for tests).
-pub fn is_capturing(stream: &CudaStream) -> bool {
-    matches!(
-        stream.capture_status(),
-        Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE)
-    )
 }

@@ -329,7 +329,7 @@ pub fn compile_cubin_cached(
 /// What the driver should load for a kernel on a GPU of compute capability `sm` (e.g. 90):
 /// a CUBIN for `sm_XY` ([`compile_cubin_cached`]) when this NVRTC assembles for it, else —
 /// a GPU newer than NVRTC — PTX for the newest virtual architecture NVRTC knows below it,
-/// which the driver compiles at load time (the reason is in the [`Image`] and logged once
+/// which the driver compiles at load time (the reason is in the [`Image`](crate::runtime::cubin::Image) and logged once
 /// per architecture). With the image comes what ptxas reported for the CUBIN (`None` for
 /// PTX).
 ///
