@@ -7,7 +7,7 @@
 #
 # The test binaries (every test that skips without a GPU; bench/gpu/run.sh runs them with
 # TENSOR_DSL_REQUIRE_GPU=1, so there they fail instead):
-#   tensor-dsl:       cuda_runtime measure_cuda device_tensor cubin
+#   tensor-dsl:       cuda_runtime measure_cuda device_tensor cubin (fake_gpu needs no GPU)
 #   tensor-dsl-tests: stages device_env
 #   bench:            smoke gpu_defaults      (they run $TENSOR_DSL_BENCH_EXE)
 #   tensor-dsl-cli:   cli                     (it runs $TENSOR_DSL_CLI_EXE)

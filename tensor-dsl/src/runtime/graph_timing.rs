@@ -193,7 +193,8 @@ impl<'a> Timer<'a> {
         sync(&stream, "running the warm-up launches")?;
         let once = seconds_between(&start, &end)? / warmup as f64;
         let launches = if once > 0.0 {
-            (plan.min_sample_seconds / once).ceil() as usize
+            // (Less a hair: event times are `f32` milliseconds.)
+            (plan.min_sample_seconds / once - 1e-3).ceil() as usize
         } else {
             plan.max_launches
         }
