@@ -737,7 +737,7 @@ impl CompiledKernel {
         let a = &self.attributes;
         format!(
             "kernel `{}` on {}: grid {:?} block {:?}, {} B dynamic + {} B static shared, {} \
-             registers, {} B local; schedule {}",
+             registers, {} B local, {}; schedule {}",
             self.kernel,
             self.rt.info.name,
             self.generated.grid,
@@ -746,6 +746,7 @@ impl CompiledKernel {
             a.static_shared_bytes,
             a.registers,
             a.local_bytes,
+            self.image.kind(),
             self.schedule
         )
     }
