@@ -78,6 +78,10 @@ pub struct KernelResult {
     pub best_baseline_gflops: Option<f64>,
     /// `ours_gflops / best_baseline_gflops` (> 1: we beat every baseline).
     pub ratio_best: Option<f64>,
+    /// GPU runs: how each contender's rounds were timed (a CUDA graph of N launches, or N
+    /// launches behind a spin kernel, and why), ours / baseline / default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timing: Option<String>,
 }
 
 /// One baseline column of one kernel.
@@ -156,6 +160,7 @@ impl KernelResult {
             peak_gflops: None,
             ours_share_of_peak: None,
             default_share_of_peak: None,
+            timing: None,
             baselines: Vec::new(),
             best_baseline: None,
             best_baseline_gflops: None,

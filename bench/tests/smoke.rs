@@ -14,8 +14,13 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// The bench binary: `$TENSOR_DSL_BENCH_EXE` (a GPU machine runs this test binary away from
+/// the build folder, see bench/gpu/), else the one cargo built.
 fn bench() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_bench"))
+    Command::new(
+        std::env::var_os("TENSOR_DSL_BENCH_EXE")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_bench").into()),
+    )
 }
 
 fn has_cc() -> bool {
@@ -239,6 +244,8 @@ fn cuda_runs_the_smoke_suite_or_says_why_not() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if let Err(reason) = tensor_dsl::runtime::cuda::available() {
+        // The checks below run; with TENSOR_DSL_REQUIRE_GPU=1 that is a failure.
+        tensor_dsl::testing::gpu("cuda_runs_the_smoke_suite_or_says_why_not");
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(stderr.contains("needs a GPU"), "{stderr}");
         assert!(

@@ -165,6 +165,7 @@ pub mod runtime;
 #[doc(hidden)]
 pub mod template;
 pub mod tensor;
+pub mod testing;
 pub mod transfer;
 pub mod tune_once;
 pub mod tuned;

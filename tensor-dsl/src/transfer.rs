@@ -496,7 +496,10 @@ pub fn cuda_prior(
 }
 
 /// The features a CUDA tuning run gives its model: the knob features, then the analytic
-/// GPU features of SIMT schedules (zeros for tensor-core ones).
+/// GPU features of SIMT schedules (zeros for tensor-core ones). A schedule compiled in this
+/// process (every measured candidate: the measurer assembles a CUBIN for it) has its
+/// features computed with ptxas's register count ([`crate::runtime::cubin::recall`]); the
+/// others with the features' estimate.
 pub fn cuda_features<'a>(
     kernel: &'a Kernel,
     extents: &'a [usize],
@@ -504,12 +507,21 @@ pub fn cuda_features<'a>(
     space: &'a CudaSpace,
     gpu: &'a GpuTarget,
 ) -> impl Fn(&Config) -> Vec<f64> + 'a {
+    let arch = gpu.real_arch();
+    let fingerprint = kernel.fingerprint();
     crate::autotune::combined_features(
         space.space(),
         GpuFeatures::NAMES.len(),
         move |c| match space.decode(c).ok()? {
             CudaSchedule::Simt(s) => {
-                Some(gpu_features(kernel, extents, shapes, &s, gpu, None).to_vec())
+                let key = crate::runtime::cubin::schedule_key(
+                    &fingerprint,
+                    extents,
+                    &format!("{s:?}"),
+                    &arch,
+                );
+                let ptxas = crate::runtime::cubin::recall(&key);
+                Some(gpu_features(kernel, extents, shapes, &s, gpu, ptxas.as_ref()).to_vec())
             }
             CudaSchedule::TensorCore(_) => None,
         },

@@ -74,14 +74,9 @@ mod with_cuda {
         s[[]] += x[[i]] * y[[i]];
     }
 
+    /// The GPU, or `None` (the test skips; with `TENSOR_DSL_REQUIRE_GPU=1` it fails).
     fn gpu() -> Option<&'static cuda::DeviceInfo> {
-        match cuda::available() {
-            Ok(info) => Some(info),
-            Err(reason) => {
-                println!("skipping GPU checks: {reason}");
-                None
-            }
-        }
+        tensor_dsl::testing::gpu_info("this GPU test")
     }
 
     // ---------------------------------------------------------------------------------------------
@@ -911,7 +906,21 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
             .unwrap_or_else(|e| panic!("{}", case.report(gpu, &e.to_string())));
         let k2 = case.compiled(gpu).unwrap();
         assert!(Arc::ptr_eq(&k1, &k2), "compile should be memoized");
-        assert!(!k1.source().is_empty() && k1.ptx().contains(".entry"));
+        assert!(!k1.source().is_empty());
+        // What runs is the CUBIN NVRTC assembled for this GPU, not PTX for the driver.
+        match k1.image() {
+            tensor_dsl::runtime::cubin::Image::Cubin { arch, bytes } => {
+                assert_eq!(*arch, format!("sm_{}", gpu.sm()));
+                let r = tensor_dsl::runtime::cubin::resources(bytes, None).unwrap();
+                assert_eq!(
+                    r.registers,
+                    k1.attributes().registers,
+                    "the file and the driver agree"
+                );
+            }
+            other => panic!("expected a CUBIN, got {}", other.kind()),
+        }
+        assert!(k1.ptx().is_none());
         println!("{}", k1.describe());
 
         let a = DeviceBuffer::from_host(&case.data[0]).unwrap();
@@ -1005,6 +1014,21 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
                 .unwrap_or_else(|e| panic!("{src} {shapes:?}: {e}\n{}", k.describe()));
             assert_eq!(times.len(), 10);
             assert!(times.iter().all(|t| t.is_finite() && *t > 0.0), "{times:?}");
+            // A CUDA graph of enough launches to last 200 µs.
+            let plan = tensor_dsl::runtime::graph_timing::TimingPlan::default();
+            let t = k.timing(&refs_in, &mut out, &plan, 3).unwrap();
+            assert_eq!(
+                t.method,
+                tensor_dsl::runtime::graph_timing::Method::Graph,
+                "{t:?}"
+            );
+            assert!(t.note.is_none(), "{t:?}");
+            assert!(
+                t.launches == plan.max_launches
+                    || t.launches as f64 * t.warmup_seconds >= 0.9 * plan.min_sample_seconds,
+                "{t:?}"
+            );
+            println!("  timing: {t:?}");
             assert!(k.time(&refs_in, &mut out, 0, 0).unwrap().is_empty());
             let mut sorted = times.clone();
             sorted.sort_by(f64::total_cmp);
@@ -1033,8 +1057,16 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
                 )
             })
             .collect();
+        // One more thread times a kernel meanwhile: its CUDA graph is captured on a private
+        // stream, so the other threads' launches are neither captured nor lost.
+        let timed = Case::new(
+            MATMUL,
+            None,
+            vec![v(&[64, 64]), v(&[64, 64]), v(&[64, 64])],
+            990,
+        );
         let failures: Vec<String> = std::thread::scope(|scope| {
-            let handles: Vec<_> = cases
+            let mut handles: Vec<_> = cases
                 .iter()
                 .map(|case| {
                     scope.spawn(move || {
@@ -1046,6 +1078,22 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
                     })
                 })
                 .collect();
+            let timed = &timed;
+            handles.push(scope.spawn(move || {
+                let k = timed.compiled(gpu).unwrap();
+                let a = DeviceBuffer::from_host(&timed.data[0]).unwrap();
+                let b = DeviceBuffer::from_host(&timed.data[1]).unwrap();
+                let mut c = DeviceBuffer::zeros(64 * 64).unwrap();
+                let mut f = Vec::new();
+                for _ in 0..5 {
+                    match k.time(&[&a, &b], &mut c, 1, 3) {
+                        Ok(t) if t.len() == 3 => {}
+                        other => f.push(format!("timing while others run: {other:?}")),
+                    }
+                }
+                f.extend(timed.mismatch(&c.to_host().unwrap()));
+                f
+            }));
             handles
                 .into_iter()
                 .flat_map(|h| h.join().unwrap())

@@ -2,7 +2,8 @@
 //! `device_tensor::call`).
 //!
 //! Without a GPU every constructor says why (the detection's reason, or the missing `cuda`
-//! feature) and shape overflow is still a shape error. With a GPU: kernels on awkward shapes
+//! feature) and shape overflow is still a shape error (and with `TENSOR_DSL_REQUIRE_GPU=1`
+//! the test fails). With a GPU: kernels on awkward shapes
 //! match the reference interpreter, two kernels chain on the device with no host copy in
 //! between, and shape and arity errors are errors before anything is launched.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -52,6 +53,8 @@ fn device_tensors_run_on_the_gpu_or_say_why_not() {
         Err(reason) => reason,
         Ok(()) => return on_a_gpu(),
     };
+    // No GPU: the checks below run; with TENSOR_DSL_REQUIRE_GPU=1 that is a failure.
+    tensor_dsl::testing::gpu("device_tensors_run_on_the_gpu_or_say_why_not");
     for r in [
         DeviceTensor::from_host(&a),
         DeviceTensor::<f32>::zeros(&[3, 5]),
@@ -120,4 +123,27 @@ fn on_a_gpu() {
     ));
     let mut host = Tensor::zeros(&[2, 2]);
     assert!(dc.copy_to(&mut host).is_err());
+}
+
+/// `TENSOR_DSL_REQUIRE_GPU=1` (the GPU recipe sets it) turns the skip above into a failure:
+/// this test binary, re-run with it, fails where there is no GPU.
+#[test]
+fn require_gpu_turns_a_skip_into_a_failure() {
+    if Device::Cuda.availability().is_ok()
+        || std::env::var_os(tensor_dsl::testing::REQUIRE_GPU).is_some()
+    {
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "device_tensors_run_on_the_gpu_or_say_why_not",
+            "--test-threads=1",
+        ])
+        .env(tensor_dsl::testing::REQUIRE_GPU, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("TENSOR_DSL_REQUIRE_GPU=1 but"), "{text}");
 }

@@ -2,11 +2,15 @@
 //! our best schedule, the cuBLAS/cuDNN baseline and the untuned default side by side on the
 //! same stream and buffers.
 //!
-//! Timing: every contender is queued back to back between two CUDA events for about
-//! `--round-seconds` (at least once), giving its mean seconds per call for that round;
-//! rounds alternate between the contenders (ours, baseline, default, ours, ...), and each
-//! reports the median of its rounds. Launch latency is hidden by the back-to-back queueing,
-//! as it would be in an application.
+//! Timing, for ours and the libraries alike, through the runtime's one timing helper
+//! ([`tensor_dsl::runtime::graph_timing::Timer`]): each contender's call is captured N times
+//! into a CUDA graph (N such that a round lasts about `--round-seconds`), and a round replays
+//! the graph between two CUDA events, giving its mean seconds per call; a library call that
+//! cannot be captured is queued N times behind a spin kernel instead (the report's `timing`
+//! says which). Either way the host's launch rate does not count, which matters for kernels
+//! of a few microseconds. Rounds alternate between the contenders (ours, baseline, default,
+//! ours, ...), and each reports the median of its rounds. Everything runs on the runtime's
+//! stream, from this one thread.
 
 mod baseline;
 mod epilogue;
@@ -15,6 +19,7 @@ mod gemm_plan;
 use tensor_dsl::measure::cuda::CudaMeasurer;
 use tensor_dsl::records::Target;
 use tensor_dsl::runtime::cuda::{self, DeviceBuffer};
+use tensor_dsl::runtime::graph_timing::{Timer, TimingPlan};
 use tensor_dsl::template::cuda::CudaSpace;
 use tensor_dsl::transfer::cuda_features;
 use tuner::Trial;
@@ -109,41 +114,73 @@ fn tune(
 /// A contender: queues one call on the runtime's stream.
 type Enqueue<'a> = Box<dyn FnMut() -> Result<(), String> + 'a>;
 
-/// Times the contenders in alternating rounds (see the module docs).
-fn side_by_side(
-    contenders: &mut [Enqueue<'_>],
-    rounds: usize,
+/// The most calls one round's graph captures.
+const MAX_LAUNCHES_PER_ROUND: usize = 2_000;
+
+/// A timer of `f` on the runtime's stream (see the module docs): `warmup` calls first, then
+/// rounds of at least `round_seconds`.
+pub(crate) fn timer<'a>(
+    mut f: Enqueue<'a>,
+    warmup: usize,
     round_seconds: f64,
-) -> Result<Vec<Timing>, String> {
-    let time = |f: &mut Enqueue<'_>, launches: usize| {
-        cuda::time_enqueued(launches, &mut || {
+) -> Result<Timer<'a>, String> {
+    let plan = TimingPlan {
+        warmup,
+        min_sample_seconds: round_seconds,
+        max_launches: MAX_LAUNCHES_PER_ROUND,
+    };
+    Timer::new(
+        None,
+        &plan,
+        Box::new(move |_| {
             f().map_err(|message| tensor_dsl::Error::Backend {
                 kernel: "bench".into(),
                 message,
             })
-        })
-        .map_err(|e| e.to_string())
-    };
-    let mut launches = Vec::with_capacity(contenders.len());
-    for f in contenders.iter_mut() {
-        time(f, 3)?; // warm-up
-        let once = time(f, 3)?;
-        let n = (round_seconds / once.max(1e-9)).ceil();
-        launches.push(n.clamp(1.0, 100_000.0) as usize);
+        }),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// How a timer times: `graph of N` or `spin + N (why)`.
+fn describe_timer(t: &Timer<'_>) -> String {
+    match t.note() {
+        None => format!("{} of {}", t.method(), t.launches()),
+        Some(note) => format!("{} of {} ({note})", t.method(), t.launches()),
     }
-    let mut per_round = vec![Vec::with_capacity(rounds); contenders.len()];
+}
+
+/// Times the contenders in alternating rounds (see the module docs); also says how each was
+/// timed.
+fn side_by_side(
+    contenders: Vec<Enqueue<'_>>,
+    rounds: usize,
+    round_seconds: f64,
+) -> Result<(Vec<Timing>, String), String> {
+    let mut timers = contenders
+        .into_iter()
+        .map(|f| timer(f, 3, round_seconds))
+        .collect::<Result<Vec<_>, _>>()?;
+    let how = timers
+        .iter()
+        .map(describe_timer)
+        .collect::<Vec<_>>()
+        .join(" / ");
+    let mut per_round = vec![Vec::with_capacity(rounds); timers.len()];
     for _ in 0..rounds.max(1) {
-        for (i, f) in contenders.iter_mut().enumerate() {
-            per_round[i].push(time(f, launches[i])?);
+        for (i, t) in timers.iter_mut().enumerate() {
+            let s = t.samples(1).map_err(|e| e.to_string())?;
+            per_round[i].extend(s);
         }
     }
-    Ok(per_round
+    let timings = per_round
         .into_iter()
         .map(|r| Timing {
             median: median(&r),
             rounds: r,
         })
-        .collect())
+        .collect();
+    Ok((timings, how))
 }
 
 fn run_into(
@@ -224,14 +261,15 @@ fn run_into(
             "the default schedule's output differs from the baseline's: {m}"
         ));
     }
-    let timings = {
-        let mut contenders: Vec<Enqueue<'_>> = vec![
+    let (timings, how) = {
+        let contenders: Vec<Enqueue<'_>> = vec![
             Box::new(|| ours.launch(&refs, &mut ours_out).map_err(err)),
             Box::new(|| base.enqueue(&refs, &mut base_out)),
             Box::new(|| default.launch(&refs, &mut default_out).map_err(err)),
         ];
-        side_by_side(&mut contenders, opts.plan.rounds, opts.plan.round_seconds)?
+        side_by_side(contenders, opts.plan.rounds, opts.plan.round_seconds)?
     };
+    r.timing = Some(format!("ours / baseline / default: {how}"));
     r.timed(&timings)
 }
 

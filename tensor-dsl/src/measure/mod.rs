@@ -2,6 +2,8 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod cuda_child;
 
 use crate::ir::{DType, Kernel};
 use crate::tensor::{Buffer, Data};
@@ -40,14 +42,15 @@ pub fn random_inputs(kernel: &Kernel, shapes: &[Vec<usize>], seed: u64) -> Vec<B
 /// rather than the reference interpreter (about 0.1 GFLOPS: seconds per check otherwise).
 const INTERPRETER_FLOPS: f64 = 2e8;
 
-/// The inputs a measurer checks and times candidates on: [`random_inputs`] seeded by the
-/// kernel's fingerprint.
+/// The inputs a measurer checks and times candidates on: [`random_inputs`] seeded by
+/// [`task_seed`].
 pub(crate) fn task_inputs(kernel: &Kernel, shapes: &[Vec<usize>]) -> Vec<Buffer> {
-    random_inputs(
-        kernel,
-        shapes,
-        u64::from_str_radix(&kernel.fingerprint(), 16).unwrap_or(1),
-    )
+    random_inputs(kernel, shapes, task_seed(kernel))
+}
+
+/// The seed of a measurer's inputs: the kernel's fingerprint.
+pub(crate) fn task_seed(kernel: &Kernel) -> u64 {
+    u64::from_str_radix(&kernel.fingerprint(), 16).unwrap_or(1)
 }
 
 /// The output every candidate must produce on `data` (by parameter id), as `f32` values of

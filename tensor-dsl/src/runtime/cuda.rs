@@ -1,5 +1,7 @@
-//! The CUDA runtime: generated CUDA C → NVRTC (PTX for the device's virtual architecture) →
-//! the CUDA driver (through `cudarc`, loaded at run time) → a launch on one stream.
+//! The CUDA runtime: generated CUDA C → NVRTC (a CUBIN for the device's real architecture,
+//! `sm_XY`; PTX only as a logged fallback, see [`super::cubin`]) → the CUDA driver (through
+//! `cudarc`, loaded at run time) → a launch on one stream. Timing goes through
+//! [`super::graph_timing`] (CUDA graphs of back-to-back launches).
 //!
 //! Everything here checks first that the CUDA libraries and a GPU are present
 //! ([`available`], memoized): `cudarc` panics when a library is missing, so no `cudarc` call is
@@ -51,8 +53,7 @@ use crate::Error;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys::{self, CUdevice_attribute as Attr, CUresult};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
 };
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -61,15 +62,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 const DEVICE: &str = "cuda";
-/// The oldest driver that loads the PTX this build's NVRTC (CUDA 13) emits.
+/// The oldest driver this build supports: it binds the CUDA 13 driver API (`cudarc`'s
+/// `cuda-13000`), and CUDA 13 NVRTC's PTX (the fallback image) needs it.
 const MIN_DRIVER_VERSION: u32 = 13000;
 /// Shared memory a block may use without opting in to more.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
-/// [`CompiledKernel::time`]: each sample launches the kernel back to back until it lasts at
-/// least this long, so host launch latency does not count for short kernels.
-const MIN_SAMPLE_SECONDS: f64 = 200e-6;
-/// ... but never more than this many launches per sample.
-const MAX_LAUNCHES_PER_SAMPLE: usize = 1000;
 
 /// What the driver says about the GPU kernels run on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -210,8 +207,9 @@ fn detect() -> Result<DeviceInfo, String> {
     let info = guarded("detecting the GPU", detect_device)?;
     if !nvrtc::available() {
         return Err(format!(
-            "found {info} but not NVRTC (libnvrtc.so.13): install the CUDA 13 toolkit, or the \
-             `nvidia-cuda-nvrtc` wheel, and put its lib folder (nvidia/cu13/lib) on LD_LIBRARY_PATH"
+            "found {info} but not NVRTC (libnvrtc.so.13, or .so.12): install the CUDA toolkit, \
+             or the `nvidia-cuda-nvrtc` wheel, and put its lib folder (nvidia/cu13/lib) on \
+             LD_LIBRARY_PATH"
         ));
     }
     Ok(info)
@@ -233,8 +231,8 @@ fn detect_device() -> Result<DeviceInfo, String> {
     let driver_version = version.max(0) as u32;
     if driver_version < MIN_DRIVER_VERSION {
         return Err(format!(
-            "the NVIDIA driver supports CUDA {}, older than the CUDA {} this build's NVRTC \
-             generates code for; update the driver",
+            "the NVIDIA driver supports CUDA {}, older than the CUDA {} this build is made \
+             for; update the driver",
             version_text(driver_version),
             version_text(MIN_DRIVER_VERSION)
         ));
@@ -421,36 +419,6 @@ pub fn stream() -> Result<Arc<CudaStream>, Error> {
     let rt = runtime()?;
     rt.check_device()?;
     Ok(Arc::clone(&rt.stream))
-}
-
-/// Times `launches` back-to-back calls of `enqueue` (which must queue its work on [`stream`])
-/// between two CUDA events and returns the seconds per call. Waits for the stream first and
-/// after, so only the queued work is timed; an error inside the work is reported here.
-pub fn time_enqueued(
-    launches: usize,
-    enqueue: &mut dyn FnMut() -> Result<(), Error>,
-) -> Result<f64, Error> {
-    let rt = runtime()?;
-    rt.synchronize()?;
-    let event = || {
-        rt.ctx
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(|e| rt.device_error("creating a CUDA event", e))
-    };
-    let (start, end) = (event()?, event()?);
-    start
-        .record(&rt.stream)
-        .map_err(|e| rt.device_error("recording a CUDA event", e))?;
-    for _ in 0..launches.max(1) {
-        enqueue()?;
-    }
-    end.record(&rt.stream)
-        .map_err(|e| rt.device_error("recording a CUDA event", e))?;
-    rt.synchronize()?;
-    let ms = start
-        .elapsed_ms(&end)
-        .map_err(|e| rt.device_error("reading the CUDA events", e))?;
-    Ok(f64::from(ms) * 1e-3 / launches.max(1) as f64)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -718,7 +686,7 @@ pub struct CompiledKernel {
     kernel: String,
     func: CudaFunction,
     generated: CudaSource,
-    ptx: String,
+    image: super::cubin::Image,
     schedule: String,
     /// Element count of each input, in declaration order, and of the output.
     input_lens: Vec<usize>,
@@ -736,9 +704,15 @@ impl CompiledKernel {
         &self.generated.source
     }
 
-    /// The PTX NVRTC produced.
-    pub fn ptx(&self) -> &str {
-        &self.ptx
+    /// What the driver loaded: a CUBIN for the device's architecture, or PTX where NVRTC
+    /// could not assemble for it (see [`super::cubin`]).
+    pub fn image(&self) -> &super::cubin::Image {
+        &self.image
+    }
+
+    /// The PTX the driver compiled, when the image is PTX (the fallback); `None` for a CUBIN.
+    pub fn ptx(&self) -> Option<&str> {
+        self.image.ptx()
     }
 
     pub fn grid(&self) -> [u32; 3] {
@@ -763,7 +737,7 @@ impl CompiledKernel {
         let a = &self.attributes;
         format!(
             "kernel `{}` on {}: grid {:?} block {:?}, {} B dynamic + {} B static shared, {} \
-             registers, {} B local; schedule {}",
+             registers, {} B local, {}; schedule {}",
             self.kernel,
             self.rt.info.name,
             self.generated.grid,
@@ -772,6 +746,7 @@ impl CompiledKernel {
             a.static_shared_bytes,
             a.registers,
             a.local_bytes,
+            self.image.kind(),
             self.schedule
         )
     }
@@ -831,15 +806,26 @@ impl CompiledKernel {
         Ok(())
     }
 
-    /// Queues one launch; arguments already checked.
+    /// Queues one launch on the runtime's stream; arguments already checked.
     fn enqueue(&self, inputs: &[&DeviceBuffer], out: &mut DeviceBuffer) -> Result<(), Error> {
+        self.enqueue_on(&self.rt.stream, inputs, out)
+    }
+
+    /// Queues one launch on `stream` (the runtime's, or one ordered after it by the caller,
+    /// such as the timing stream); arguments already checked.
+    fn enqueue_on(
+        &self,
+        stream: &CudaStream,
+        inputs: &[&DeviceBuffer],
+        out: &mut DeviceBuffer,
+    ) -> Result<(), Error> {
         let g = &self.generated;
         let cfg = LaunchConfig {
             grid_dim: (g.grid[0], g.grid[1], g.grid[2]),
             block_dim: (g.block[0], g.block[1], g.block[2]),
             shared_mem_bytes: g.shared_bytes,
         };
-        let mut launch = self.rt.stream.launch_builder(&self.func);
+        let mut launch = stream.launch_builder(&self.func);
         for buf in inputs {
             match &buf.slice {
                 Slice::F32(s) => launch.arg(s),
@@ -877,9 +863,10 @@ impl CompiledKernel {
     }
 
     /// Runs the kernel `warmup` times, then returns `repeats` samples of its run time in
-    /// seconds, measured with CUDA events. Each sample is the mean over enough back-to-back
-    /// launches to last at least 200 µs (one launch for longer kernels), so launch latency
-    /// does not count. Take the median.
+    /// seconds per launch, measured with CUDA events around a CUDA graph of enough
+    /// back-to-back launches to last at least 200 µs (one launch for longer kernels), so
+    /// the host's launch latency does not count (see [`super::graph_timing`]). Take the
+    /// median.
     pub fn time(
         &self,
         inputs: &[&DeviceBuffer],
@@ -887,63 +874,71 @@ impl CompiledKernel {
         warmup: usize,
         repeats: usize,
     ) -> Result<Vec<f64>, Error> {
-        self.check_args(inputs, out)?;
-        let sync = |what: &str| {
-            self.rt
-                .stream
-                .synchronize()
-                .map_err(|e| self.backend(self.rt.failure(what, e)))
-        };
-        for _ in 0..warmup {
-            self.enqueue(inputs, out)?;
-        }
-        sync("running the warm-up launches")?;
         if repeats == 0 {
-            return Ok(Vec::new());
-        }
-        let event = || {
-            self.rt
-                .ctx
-                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| self.backend(self.rt.failure("creating a CUDA event", e)))
-        };
-        let record = |ev: &CudaEvent| {
-            ev.record(&self.rt.stream)
-                .map_err(|e| self.backend(self.rt.failure("recording a CUDA event", e)))
-        };
-        let elapsed = |start: &CudaEvent, end: &CudaEvent| {
-            start
-                .elapsed_ms(end)
-                .map(|ms| f64::from(ms) * 1e-3)
-                .map_err(|e| self.backend(self.rt.failure("running the timed launches", e)))
-        };
-        // Calibrate: how many launches make one sample.
-        let (start, end) = (event()?, event()?);
-        record(&start)?;
-        self.enqueue(inputs, out)?;
-        record(&end)?;
-        let once = elapsed(&start, &end)?;
-        let per_sample = if once > 0.0 {
-            ((MIN_SAMPLE_SECONDS / once).ceil() as usize).clamp(1, MAX_LAUNCHES_PER_SAMPLE)
-        } else {
-            MAX_LAUNCHES_PER_SAMPLE
-        };
-        let mut marks = Vec::with_capacity(repeats);
-        for _ in 0..repeats {
-            let (start, end) = (event()?, event()?);
-            record(&start)?;
-            for _ in 0..per_sample {
+            self.check_args(inputs, out)?;
+            for _ in 0..warmup {
                 self.enqueue(inputs, out)?;
             }
-            record(&end)?;
-            marks.push((start, end));
+            self.rt.synchronize()?;
+            return Ok(Vec::new());
         }
-        sync("running the timed launches")?;
-        marks
-            .iter()
-            .map(|(s, e)| elapsed(s, e).map(|t| t / per_sample as f64))
-            .collect()
+        let plan = super::graph_timing::TimingPlan {
+            warmup,
+            ..Default::default()
+        };
+        self.timing(inputs, out, &plan, repeats).map(|t| t.samples)
     }
+
+    /// [`time`](Self::time) with a [`TimingPlan`](super::graph_timing::TimingPlan) and what
+    /// the timer did: samples, launches per sample, method. The launches run on a private
+    /// stream ordered after the runtime's (and the runtime's after them), so other threads'
+    /// work on the runtime's stream is not captured into the graph.
+    pub fn timing(
+        &self,
+        inputs: &[&DeviceBuffer],
+        out: &mut DeviceBuffer,
+        plan: &super::graph_timing::TimingPlan,
+        repeats: usize,
+    ) -> Result<KernelTiming, Error> {
+        use super::graph_timing::{order, timing_stream, Timer};
+        self.check_args(inputs, out)?;
+        let stream = timing_stream()?;
+        order(&stream, &self.rt.stream)?;
+        let timed = Timer::new(
+            Some(Arc::clone(&stream)),
+            plan,
+            Box::new(|s: &CudaStream| self.enqueue_on(s, inputs, out)),
+        )
+        .and_then(|mut timer| {
+            let samples = timer.samples(repeats)?;
+            Ok(KernelTiming {
+                samples,
+                launches: timer.launches(),
+                method: timer.method(),
+                warmup_seconds: timer.warmup_seconds(),
+                note: timer.note().map(str::to_string),
+            })
+        });
+        order(&self.rt.stream, &stream)?;
+        timed.map_err(|e| match e {
+            Error::Device { message, .. } => self.backend(message),
+            other => other,
+        })
+    }
+}
+
+/// What [`CompiledKernel::timing`] measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTiming {
+    /// Seconds per launch, one per sample.
+    pub samples: Vec<f64>,
+    /// Launches per sample.
+    pub launches: usize,
+    pub method: super::graph_timing::Method,
+    /// Seconds per launch of the warm-up launches (host latency may count).
+    pub warmup_seconds: f64,
+    /// Why no CUDA graph was used, if none was.
+    pub note: Option<String>,
 }
 
 impl fmt::Debug for CompiledKernel {
@@ -1143,6 +1138,22 @@ fn load(
         ));
     }
     let info = rt.info;
+    check_geometry(info, &generated)?;
+    let (image, _) = nvrtc::image(&kernel.name, &generated.source, &generated.entry, info.sm())
+        .map_err(|e| match e {
+            Error::Compile { compiler, log, .. } => BuildError::Compile {
+                compiler,
+                log: format!("{log}{}", saved(kernel, &generated.source)),
+            },
+            Error::DeviceUnavailable { reason, .. } => BuildError::Unavailable(reason),
+            other => BuildError::Backend(other.to_string()),
+        })?;
+    load_image(rt, kernel, shapes, generated, schedule, image)
+}
+
+/// The launch geometry fits the device: grid and block within its limits, not too many
+/// threads per block.
+fn check_geometry(info: &DeviceInfo, generated: &CudaSource) -> Result<(), BuildError> {
     let [bx, by, bz] = generated.block;
     let threads = u64::from(bx) * u64::from(by) * u64::from(bz);
     let geometry_ok = generated
@@ -1168,40 +1179,33 @@ fn load(
             info.max_threads_per_block
         )));
     }
-    let arch = info.target().virtual_arch();
-    let ptx =
-        nvrtc::compile_ptx_cached(&kernel.name, &generated.source, &arch).map_err(|e| match e {
-            Error::Compile { compiler, log, .. } => BuildError::Compile {
-                compiler,
-                log: format!("{log}{}", saved(kernel, &generated.source)),
-            },
-            Error::DeviceUnavailable { reason, .. } => BuildError::Unavailable(reason),
-            other => BuildError::Backend(other.to_string()),
-        })?;
+    Ok(())
+}
+
+/// The driver's half of [`load`]: module, function, attributes, launch-geometry checks, for
+/// an image built already (here or, for the measurer's child process, by its parent).
+fn load_image(
+    rt: &'static Runtime,
+    kernel: &Kernel,
+    shapes: &[&[usize]],
+    generated: CudaSource,
+    schedule: String,
+    image: super::cubin::Image,
+) -> Result<CompiledKernel, BuildError> {
+    let info = rt.info;
+    let threads = generated
+        .block
+        .iter()
+        .map(|&b| u64::from(b))
+        .product::<u64>();
     let load_failure = |what: &str, message: String| {
         BuildError::Backend(format!(
             "{what}: {message}{}",
             saved(kernel, &generated.source)
         ))
     };
-    if ptx.contains('\0') || generated.entry.contains('\0') {
-        return Err(load_failure(
-            "loading the module",
-            "NUL byte in the PTX or entry name".into(),
-        ));
-    }
-    let entry = generated.entry.clone();
-    let ptx_text = ptx.clone();
-    let func = guarded("loading the module", || {
-        let module = rt
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx_text))
-            .map_err(|e| rt.failure("loading the PTX", e))?;
-        module
-            .load_function(&entry)
-            .map_err(|e| rt.failure(&format!("finding the entry point `{entry}`"), e))
-    })
-    .map_err(|m| load_failure("loading the kernel", m))?;
+    let (func, image) = load_function(rt, &kernel.name, &generated, image)
+        .map_err(|m| load_failure("loading the kernel", m))?;
     let attribute = |a: sys::CUfunction_attribute| {
         func.get_attribute(a).map(|v| v.max(0) as u32).map_err(|e| {
             load_failure(
@@ -1255,7 +1259,7 @@ fn load(
         kernel: kernel.name.clone(),
         func,
         generated,
-        ptx,
+        image,
         schedule,
         input_lens: inputs.iter().map(|&p| count(p)).collect(),
         input_names: inputs
@@ -1356,4 +1360,132 @@ pub fn run_host(
         Error::Device { message, .. } => bad(format!("{message}\n{describe}")),
         other => other,
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading images (CUBIN, PTX as the fallback) and kernels built elsewhere
+// ---------------------------------------------------------------------------------------------
+
+/// Why loading an image failed: at the module (the driver refused the image) or later.
+struct LoadFailure {
+    message: String,
+    at_module: bool,
+}
+
+/// Loads `image` as a module and finds `entry` in it.
+fn try_load(
+    rt: &'static Runtime,
+    image: &super::cubin::Image,
+    entry: &str,
+) -> Result<CudaFunction, LoadFailure> {
+    use super::cubin::Image;
+    let module = guarded("loading the module", || {
+        let data = match image {
+            Image::Cubin { bytes, .. } => cudarc::nvrtc::Ptx::from_binary(bytes.clone()),
+            Image::Ptx { text, .. } if !text.contains('\0') => {
+                cudarc::nvrtc::Ptx::from_src(text.clone())
+            }
+            Image::Ptx { .. } => return Err("NUL byte in the PTX".to_string()),
+        };
+        rt.ctx
+            .load_module(data)
+            .map_err(|e| rt.failure(&format!("loading the {}", image.kind()), e))
+    })
+    .map_err(|message| LoadFailure {
+        message,
+        at_module: true,
+    })?;
+    guarded("finding the entry point", || {
+        module
+            .load_function(entry)
+            .map_err(|e| rt.failure(&format!("finding the entry point `{entry}`"), e))
+    })
+    .map_err(|message| LoadFailure {
+        message,
+        at_module: false,
+    })
+}
+
+/// The kernel `generated.entry` of `image`, loaded; when the driver refuses a CUBIN (and the
+/// context is still usable), PTX of the same source instead, with the reason logged once.
+/// Returns the image that was loaded.
+fn load_function(
+    rt: &'static Runtime,
+    name: &str,
+    generated: &CudaSource,
+    image: super::cubin::Image,
+) -> Result<(CudaFunction, super::cubin::Image), String> {
+    use super::cubin::Image;
+    if generated.entry.contains('\0') {
+        return Err("NUL byte in the entry name".into());
+    }
+    let failure = match try_load(rt, &image, &generated.entry) {
+        Ok(f) => return Ok((f, image)),
+        Err(f) => f,
+    };
+    let Image::Cubin { arch, .. } = &image else {
+        return Err(failure.message);
+    };
+    if !failure.at_module || rt.alive().is_err() {
+        return Err(failure.message);
+    }
+    let reason = format!(
+        "the driver (CUDA {}) refused the {arch} CUBIN from NVRTC {}: {}",
+        version_text(rt.info.driver_version),
+        nvrtc::version_text(),
+        failure.message
+    );
+    let ptx = nvrtc::ptx_fallback(name, &generated.source, rt.info.sm(), reason)
+        .map_err(|e| format!("{}; the PTX fallback: {e}", failure.message))?;
+    try_load(rt, &ptx, &generated.entry)
+        .map(|f| (f, ptx))
+        .map_err(|f| f.message)
+}
+
+/// Loads a kernel compiled elsewhere — `image` built from `generated.source` by
+/// [`nvrtc::image`] for this GPU, e.g. by the measurer's parent process — with the parameter
+/// convention and checks of [`compile`]: `shapes` by parameter, launch geometry and shared
+/// memory from `generated`. Not memoized.
+///
+/// Errors: as [`compile_source`], without the compile.
+pub fn load_prebuilt(
+    kernel: &Kernel,
+    shapes: &[&[usize]],
+    generated: CudaSource,
+    image: super::cubin::Image,
+    schedule: &str,
+) -> Result<Arc<CompiledKernel>, Error> {
+    let rt = runtime()?;
+    check_params(kernel, shapes)?;
+    rt.alive().map_err(|message| Error::Backend {
+        kernel: kernel.name.clone(),
+        message,
+    })?;
+    check_geometry(rt.info, &generated)
+        .and_then(|()| load_image(rt, kernel, shapes, generated, schedule.to_string(), image))
+        .map(Arc::new)
+        .map_err(|e| e.into_error(kernel))
+}
+
+/// Whether the runtime's CUDA context is lost (a sticky error, such as a kernel's illegal
+/// address, happened in this process): `Some(the error)`.
+pub fn lost() -> Option<String> {
+    let rt = RUNTIME.get()?.as_ref().ok()?;
+    rt.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// The runtime's context and stream, for the timing helper ([`super::graph_timing`]).
+pub(crate) fn context_and_stream() -> Result<(Arc<CudaContext>, Arc<CudaStream>), Error> {
+    let rt = runtime()?;
+    rt.check_device()?;
+    Ok((Arc::clone(&rt.ctx), Arc::clone(&rt.stream)))
+}
+
+/// A failed driver call as an [`Error::Device`], recording a sticky error (the context is
+/// lost from then on), for code beside the runtime that calls the driver.
+pub(crate) fn driver_error(what: &str, e: DriverError) -> Error {
+    match runtime() {
+        Ok(rt) => rt.device_error(what, e),
+        Err(other) => other,
+    }
 }

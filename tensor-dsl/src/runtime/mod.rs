@@ -1,7 +1,10 @@
 //! Runtimes that build and run generated code.
 pub mod cpu;
+pub mod cubin;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod graph_timing;
 pub mod lru;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
