@@ -603,6 +603,8 @@ pub fn tune_cuda(
     use crate::measure::cuda::CudaMeasurer;
     use crate::template::cuda::CudaSpace;
 
+    // As on the CPU, the budget counts the measurer's preparation.
+    let start = Instant::now();
     let info = crate::runtime::cuda::available().map_err(|reason| Error::DeviceUnavailable {
         device: "cuda".into(),
         reason,
@@ -621,7 +623,6 @@ pub fn tune_cuda(
     let mut measurer = CudaMeasurer::with_space(kernel, shapes, template.clone())?;
     // The analytic features read the SIMT nest; tensor-core points have knob features only.
     let features = transfer::cuda_features(kernel, &extents, shapes, &template, &gpu);
-    let start = Instant::now();
     let prior = transfer::cuda_prior(kernel, shapes, &gpu, &transfer::available_records());
     let Searched { result, pick, .. } = search(
         &space,
