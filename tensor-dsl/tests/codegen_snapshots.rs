@@ -13,8 +13,13 @@ fn generated_c() {
     assert!(cases.len() >= 8);
     for case in cases {
         let (kernel, shapes, extents) = (&case.kernel, case.shape_refs(), case.extents());
-        // A fixed SIMD width so snapshots do not depend on the machine.
-        let config = CpuConfig::heuristic(kernel, &extents, 8);
+        // A fixed SIMD width so snapshots do not depend on the machine, and for the
+        // convolution template (whose default runs in parallel only with several cores) a
+        // fixed serial loop.
+        let mut config = CpuConfig::heuristic(kernel, &extents, 8);
+        if config.conv.is_some() {
+            config.parallel = false;
+        }
         let code = tensor_dsl::codegen::c::generate(kernel, &extents, &shapes, &config);
         insta::assert_snapshot!(format!("c_{}", case.name), code);
     }
@@ -54,7 +59,11 @@ fn generated_c_conv_transposed_pack() {
     .unwrap();
     let shapes: [&[usize]; 3] = [&[1, 5, 6, 6], &[40, 5, 3, 3], &[1, 40, 6, 6]];
     let extents = [1, 40, 6, 6, 5, 3, 3];
-    let config = CpuConfig::heuristic(&kernel, &extents, 16);
+    // Parallel whatever the machine's cores (the default is serial on one core).
+    let config = CpuConfig {
+        parallel: true,
+        ..CpuConfig::heuristic(&kernel, &extents, 16)
+    };
     assert_eq!(config.vector, 32);
     assert!(config.conv.as_ref().unwrap().transpose);
     let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
