@@ -231,6 +231,7 @@ pub fn lower<'a>(
         helpers,
         entry,
         launch: None,
+        globals: Vec::new(),
     })
 }
 
