@@ -86,7 +86,9 @@ impl Dialect for CudaDialect {
                 Ok(Some(format!("#pragma unroll {n}")))
             }
             LoopKind::Unrolled(_) | LoopKind::Vectorized(_) => Ok(Some("#pragma unroll".into())),
-            LoopKind::Serial | LoopKind::InOrder | LoopKind::ThreadStrided => Ok(None),
+            // Kept a loop (the compiler would unroll a short constant one).
+            LoopKind::InOrder => Ok(Some("#pragma unroll 1".into())),
+            LoopKind::Serial | LoopKind::ThreadStrided => Ok(None),
             LoopKind::Parallel => Err("CPU-parallel loops cannot be printed as CUDA".into()),
         }
     }

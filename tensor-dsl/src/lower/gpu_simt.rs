@@ -1278,7 +1278,7 @@ pub fn lower<'a>(
     let hot_kind = if s.unroll > 1 {
         LoopKind::Unrolled(s.unroll)
     } else {
-        LoopKind::Serial
+        LoopKind::InOrder
     };
     let hot = |body: Vec<Stmt>| {
         Stmt::Loop(Loop {
@@ -1376,11 +1376,13 @@ pub fn lower<'a>(
         }
     }
     let mut reduction = pass;
+    // Outer reduction loops stay loops: unrolled, their copies of the pipeline would only
+    // cost registers and instruction cache.
     for &r in l.outer.iter().rev() {
         reduction = vec![loop_(
             &l.var(r),
             extents[r].max(1),
-            LoopKind::Serial,
+            LoopKind::InOrder,
             Some(r),
             reduction,
         )];
@@ -1504,7 +1506,7 @@ fn split_epilogue(
         len: out_tiles,
         align: 4,
     });
-    let at = |z: &str| format!("(({z} * {out_tiles} + td_o) * {n} + n) * {t} + td_tid");
+    let at = |z: &str, e: &str| format!("(({z} * {out_tiles} + td_o) * {n} + {e}) * {t} + td_tid");
     let mut out = vec![Stmt::Comment(format!(
         "split-K: this split's partial tile to the workspace; the last of the {} splits of \
          the tile to arrive sums them in split order",
@@ -1516,7 +1518,7 @@ fn split_epilogue(
         LoopKind::Unrolled(n),
         None,
         vec![Stmt::Assign {
-            dst: Target::Var(format!("td_ws[{}]", at("td_z"))),
+            dst: Target::Var(format!("td_ws[{}]", at("td_z", "n"))),
             op: AssignOp::Set,
             value: Value::Read(Target::Elem {
                 buf: acc,
@@ -1536,27 +1538,54 @@ fn split_epilogue(
             s.split - 1
         ),
     ));
-    let mut sum = vec![Stmt::Let {
-        ty: Ty::Elem(COMPUTE),
-        konst: false,
-        defs: vec![("td_sum".into(), Value::Float(0.0))],
-    }];
-    for z in 0..s.split {
-        sum.push(Stmt::Assign {
-            dst: Target::Var("td_sum".into()),
-            op: AssignOp::Add,
-            // Read past L1 (which is not coherent across SMs).
-            value: Value::Code(format!("__ldcg(&td_ws[{}])", at(&z.to_string()))),
-        });
-    }
-    sum.push(Stmt::Assign {
+    // The sum, 16 accumulators at a time over the splits (a rolled loop), so the loads in
+    // flight stay within registers.
+    let chunk = n.min(16);
+    let add = Stmt::Assign {
         dst: Target::Elem {
             buf: acc,
-            index: vec!["n".into()],
+            index: vec![format!("td_c * {chunk} + n")],
         },
-        op: AssignOp::Set,
-        value: Value::Read(Target::Var("td_sum".into())),
-    });
+        op: AssignOp::Add,
+        // Read past L1 (which is not coherent across SMs).
+        value: Value::Code(format!(
+            "__ldcg(&td_ws[{}])",
+            at("td_zz", &format!("td_c * {chunk} + n"))
+        )),
+    };
+    let sum = loop_(
+        "td_c",
+        n / chunk,
+        LoopKind::Unrolled(n / chunk),
+        None,
+        vec![loop_(
+            "td_zz",
+            s.split,
+            LoopKind::InOrder,
+            None,
+            vec![loop_(
+                "n",
+                chunk,
+                LoopKind::Unrolled(chunk),
+                None,
+                vec![add],
+            )],
+        )],
+    );
+    let zero = loop_(
+        "n",
+        n,
+        LoopKind::Unrolled(n),
+        None,
+        vec![Stmt::Assign {
+            dst: Target::Elem {
+                buf: acc,
+                index: vec!["n".into()],
+            },
+            op: AssignOp::Set,
+            value: Value::Float(0.0),
+        }],
+    );
     out.push(if_(
         "td_last".into(),
         vec![
@@ -1564,7 +1593,8 @@ fn split_epilogue(
                 func: "__threadfence".into(),
                 args: Vec::new(),
             },
-            loop_("n", n, LoopKind::Unrolled(n), None, sum),
+            zero,
+            sum,
         ],
     ));
     out
