@@ -1619,8 +1619,53 @@ mod tests {
     use crate::ir::parse_text;
     use crate::template::gpu_simt::{bank_conflicts, gemm_form};
 
-    /// The word addresses of one warp's shared stores of one slot element, from the
-    /// lowering's own slot map (evaluating its C text for each lane).
+    /// Evaluates the integer C text the lowering prints for a thread's place (`+ - * / %`,
+    /// parentheses, literals, `td_tid`), as C does (left to right, `* / %` before `+ -`).
+    fn eval(text: &str, tid: i64) -> i64 {
+        fn term(t: &[String], i: &mut usize, tid: i64) -> i64 {
+            let mut v = atom(t, i, tid);
+            while *i < t.len() && ["*", "/", "%"].contains(&t[*i].as_str()) {
+                let op = t[*i].clone();
+                *i += 1;
+                let r = atom(t, i, tid);
+                v = match op.as_str() {
+                    "*" => v * r,
+                    "/" => v / r,
+                    _ => v % r,
+                };
+            }
+            v
+        }
+        fn expr(t: &[String], i: &mut usize, tid: i64) -> i64 {
+            let mut v = term(t, i, tid);
+            while *i < t.len() && ["+", "-"].contains(&t[*i].as_str()) {
+                let op = t[*i].clone();
+                *i += 1;
+                let r = term(t, i, tid);
+                v = if op == "+" { v + r } else { v - r };
+            }
+            v
+        }
+        fn atom(t: &[String], i: &mut usize, tid: i64) -> i64 {
+            let tok = t[*i].clone();
+            *i += 1;
+            match tok.as_str() {
+                "(" => {
+                    let v = expr(t, i, tid);
+                    *i += 1;
+                    v
+                }
+                "td_tid" => tid,
+                n => n.parse().unwrap(),
+            }
+        }
+        let spaced = text.replace('(', " ( ").replace(')', " ) ");
+        let toks: Vec<String> = spaced.split_whitespace().map(String::from).collect();
+        expr(&toks, &mut 0, tid)
+    }
+
+    /// The word addresses (in one shared stage) of one warp's stores of each slot element,
+    /// from the lowering's own printed place of each thread (`rows`, `<tag>_kk`, `slots`).
     fn store_words(
         src: &str,
         extents: &[usize],
@@ -1630,32 +1675,73 @@ mod tests {
     ) -> Vec<Vec<usize>> {
         let k = parse_text("k", src, None).unwrap();
         let g = gemm_form(&k, extents).unwrap();
+        let shapes: Vec<Vec<usize>> = k
+            .params
+            .iter()
+            .enumerate()
+            .map(|(p, _)| {
+                let acc = k.accesses().into_iter().find(|a| a.tensor == p);
+                match acc {
+                    Some(a) => a
+                        .dims
+                        .iter()
+                        .map(|d| extents[d.as_var().unwrap()])
+                        .collect(),
+                    None => k.spatial().iter().map(|&i| extents[i]).collect(),
+                }
+            })
+            .collect();
+        let shape_refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let l = Simt {
+            k: &k,
+            extents,
+            shapes: &shape_refs,
+            g: &g,
+            s,
+            ity: IntType::Int,
+            k_axes: g.k_axes(false),
+            outer: g.outer(false),
+            shift: 0,
+            threads: s.threads(),
+            smem: BufId(0),
+        };
         let plan = s.plan(&g, side);
         let tile = if side == Side::A { s.bm } else { s.bn };
-        let pitch = tile + SHARED_PAD;
-        let t = s.threads();
-        let w = plan.width;
-        // The mapping, restated numerically (what `rows`, `kk0` and `slots` print).
-        let place = |tid: usize, i: usize, e: usize| -> usize {
-            if plan.k_fast {
-                let q = 8 / w;
-                let workers = t / q;
-                let idx = tid / q + i * workers;
-                let (row, gh) = (idx % tile, idx / tile);
-                let kk = gh * 8 + (tid % q) * w + e;
-                kk * pitch + row
-            } else {
-                let r = tile / w;
-                let idx = tid + i * t;
-                let (rg, kk) = (idx % r, idx / r);
-                kk * pitch + rg * w + e
-            }
+        let o = Op {
+            side,
+            tag: 'a',
+            access: g.access(side),
+            axes: g.axes(side),
+            extent: g.extent(side),
+            tile,
+            plan,
+            global: BufId(0),
+            dtype: DType::F32,
+            regs: None,
+            base: 0,
+            pitch: tile + SHARED_PAD,
         };
-        let per = if plan.k_fast { w } else { 1 };
+        let rows = l.rows(&o);
+        let kk0 = l.kk0(&o);
+        let per = if plan.k_fast { plan.width } else { 1 };
         let mut out = Vec::new();
-        for i in 0..plan.slots {
+        for slot in l.slots(&o) {
             for e in 0..per {
-                out.push((0..32).map(|l| place(warp * 32 + l, i, e)).collect());
+                out.push(
+                    (0..32)
+                        .map(|lane| {
+                            let tid = (warp * 32 + lane) as i64;
+                            let row = eval(&rows[slot.setup], tid) as usize;
+                            let kk = eval(&kk0, tid) as usize + slot.kk;
+                            let (kk, row) = if plan.k_fast {
+                                (kk + e, row)
+                            } else {
+                                (kk, row + e)
+                            };
+                            kk * o.pitch + row
+                        })
+                        .collect(),
+                );
             }
         }
         out

@@ -1457,6 +1457,16 @@ mod tests {
             ("o[[]] = a[[]] * 2.0", vec![]),
             ("d[[i]] = a[[i, i]]", vec![33]),
             ("o[[i, j, l, m]] = a[[i, j, l, m]]", vec![64, 3, 64, 17]),
+            // SIMT GEMM spaces: split-K, float4, a fused reduction's tables.
+            ("c[[i, j]] += a[[i, k]] * b[[k, j]]", vec![512, 64, 1024]),
+            (
+                "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 3, 2 * q + s - 3]] * w[[f, c, r, s]]",
+                vec![1, 64, 112, 112, 3, 7, 7],
+            ),
+            (
+                "y[[n, p, q, f]] += x[[n, p + r - 1, q + s - 1, c]] * w[[r, s, c, f]]",
+                vec![8, 14, 14, 256, 256, 3, 3],
+            ),
         ] {
             let k = parse_text("k", src, None).unwrap();
             let t = GpuTemplate::new(&k, &extents, &target).unwrap();

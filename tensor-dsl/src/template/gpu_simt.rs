@@ -865,3 +865,100 @@ pub fn bank_conflicts(words: &[usize], width: usize) -> usize {
     }
     extra
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::ir::parse_text;
+
+    fn form(src: &str, extents: &[usize], dtypes: &str) -> GemmForm {
+        let k = parse_text("k", src, None)
+            .unwrap()
+            .with_dtypes(dtypes)
+            .unwrap();
+        gemm_form(&k, extents).unwrap()
+    }
+
+    const MM: &str = "c[[i, j]] += a[[i, k]] * b[[k, j]]";
+    const CONV7: &str =
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 3, 2 * q + s - 3]] * w[[f, c, r, s]]";
+
+    #[test]
+    fn the_default_splits_k_when_the_tiles_cannot_fill_the_gpu() {
+        let h100 = GpuTarget::h100();
+        let g = form(MM, &[512, 64, 1024], "");
+        let s = SimtGemm::analytic(&g, &h100);
+        assert!(s.split > 1, "{s:?}");
+        assert!(s.blocks(&g) <= 2 * h100.sm_count as usize, "{s:?}");
+        assert!(s.workspace_bytes(&g) <= MAX_WORKSPACE_BYTES);
+        // A square GEMM fills the GPU without: no split, raster groups, cp.async, float4.
+        let g = form(MM, &[4096, 4096, 4096], "");
+        let s = SimtGemm::analytic(&g, &h100);
+        assert_eq!((s.split, s.raster, s.vector), (1, 8, 4), "{s:?}");
+        assert!(s.pipeline >= 2 && s.shared_bytes(&g) <= 48 * 1024, "{s:?}");
+        assert_eq!((s.tm, s.tn), (8, 8));
+    }
+
+    #[test]
+    fn the_default_fuses_a_short_windowed_reduction() {
+        let g = form(CONV7, &[1, 64, 112, 112, 3, 7, 7], "");
+        assert_eq!(g.fused.as_ref().map(|f| f.k), Some(147));
+        // x is read through the table (padding), w linearly in (c, r, s).
+        assert!(g.table(Side::A, true) && !g.table(Side::B, true));
+        assert_eq!(g.table_bits(Side::A), 14);
+        let s = SimtGemm::analytic(&g, &GpuTarget::h100());
+        assert!(s.kfuse && s.check(&g).is_ok(), "{s:?}");
+        assert!(s.plan(&g, Side::A).table);
+    }
+
+    #[test]
+    fn without_cp_async_the_default_prefetches_into_registers() {
+        let mut turing = GpuTarget::h100();
+        turing.sm = 75;
+        let g = form(MM, &[1024, 1024, 1024], "");
+        assert_eq!(SimtGemm::analytic(&g, &turing).pipeline, 0);
+        let g = form(MM, &[1024, 1024, 1024], "a=bf16,b=bf16");
+        let s = SimtGemm::analytic(&g, &GpuTarget::h100());
+        assert_eq!((s.pipeline, s.vector), (0, 1), "{s:?}");
+    }
+
+    #[test]
+    fn float4_loads_need_provable_alignment() {
+        // a[[i, k]]: along k (K % 4 == 0); b[[k, j]]: along rows (N % 4 == 0).
+        let g = form(MM, &[64, 48, 40], "");
+        assert!(g.vector_k(Side::A, false) && g.vector_rows(Side::B));
+        let g = form(MM, &[64, 47, 41], "");
+        assert!(!g.vector_k(Side::A, false) && !g.vector_rows(Side::B));
+        let mut s = SimtGemm::tiles(64, 64, 16, 8, 8, 4);
+        s.vector = 4;
+        assert!(s.check(&g).unwrap_err().contains("float4"));
+        // A 1x1 convolution's pixels are contiguous runs of P*Q: 14*14 is a multiple of 4,
+        // 7*7 is not; a padded (affine) access never is.
+        let conv1 = "y[[n, f, p, q]] += x[[n, c, p, q]] * w[[f, c]]";
+        assert!(form(conv1, &[2, 64, 14, 14, 32], "").vector_rows(Side::A));
+        assert!(!form(conv1, &[2, 64, 7, 7, 32], "").vector_rows(Side::A));
+        assert!(!form(CONV7, &[1, 64, 112, 112, 3, 7, 7], "").vector_rows(Side::A));
+    }
+
+    #[test]
+    fn knob_values_that_change_nothing_or_break_a_limit_are_rejected() {
+        let g = form(MM, &[100, 100, 64], "");
+        let base = SimtGemm::tiles(32, 32, 16, 4, 4, 4);
+        assert!(base.check(&g).is_ok());
+        let with = |f: &dyn Fn(&mut SimtGemm)| {
+            let mut s = base.clone();
+            f(&mut s);
+            s.check(&g)
+        };
+        assert!(with(&|s| s.kfuse = true).is_err(), "one reduction index");
+        assert!(with(&|s| s.split = 8).is_err(), "8 splits of 4 k-tiles");
+        assert!(with(&|s| s.split = 4).is_ok());
+        assert!(with(&|s| s.raster = 8).is_err(), "4 tile rows");
+        assert!(with(&|s| s.raster = 4).is_ok());
+        let half = form(MM, &[100, 100, 64], "a=f16");
+        let mut s = base.clone();
+        s.pipeline = 3;
+        assert!(s.check(&half).is_err() && s.check(&g).is_ok());
+    }
+}
