@@ -312,17 +312,15 @@ impl Simt<'_> {
     }
 
     /// When the logical set-ups' rows differ by a constant offset (one fused axis read
-    /// plainly, a tile that divides its extent: no clamping, no checks), the offset per
-    /// set-up in the tile and in memory: then only set-up 0 is computed.
+    /// plainly, no checks), the offset per set-up in the tile and in memory: then only
+    /// set-up 0 is computed. Rows are not clamped then; when the tile does not divide the
+    /// extent, each set-up's row is guarded instead ([`Simt::row_guarded`]).
     fn row_step(&self, o: &Op) -> Option<(usize, i64)> {
         let rows = self.rows(o).len();
         if rows < 2 {
             return None;
         }
         let [ax] = o.axes else { return None };
-        if !o.extent.is_multiple_of(o.tile) {
-            return None;
-        }
         let st = strides(self.shapes[o.access.tensor]);
         let mut delta = 0i64;
         for (d, m) in o.access.dims.iter().enumerate() {
@@ -338,6 +336,12 @@ impl Simt<'_> {
             self.threads * o.plan.width
         };
         Some((step, step as i64 * delta))
+    }
+
+    /// Whether the rows of [`Simt::row_step`]'s set-ups are checked against the extent
+    /// (`<tag>_ok<j>`) instead of clamped.
+    fn row_guarded(&self, o: &Op) -> bool {
+        self.row_step(o).is_some() && !o.extent.is_multiple_of(o.tile)
     }
 
     /// Set-ups with their own code (1 when [`Simt::row_step`] applies).
@@ -405,8 +409,21 @@ impl Simt<'_> {
             out.push(let_int(
                 &format!("{p}_r"),
                 IntType::Int,
-                format!("{corner} + {row} < {last} ? {corner} + {row} : {last}"),
+                if self.row_guarded(o) {
+                    format!("{corner} + {row}")
+                } else {
+                    format!("{corner} + {row} < {last} ? {corner} + {row} : {last}")
+                },
             ));
+            if let (true, Some((step, _))) = (self.row_guarded(o), self.row_step(o)) {
+                for j in 0..rows.len() {
+                    out.push(let_int(
+                        &format!("{}_ok{j}", o.tag),
+                        IntType::Int,
+                        format!("{p}_r + {} < {}", j * step, o.extent),
+                    ));
+                }
+            }
             out.extend(decode(
                 self.k,
                 self.extents,
@@ -598,6 +615,9 @@ impl Simt<'_> {
             let mut guard = Vec::new();
             if !self.outer_checks(o, &p).is_empty() {
                 guard.push(format!("{p}_v"));
+            }
+            if self.row_guarded(o) {
+                guard.push(format!("{}_ok{}", o.tag, slot.setup));
             }
             if o.plan.table {
                 // Position of the point in the tiles, and its table entry.

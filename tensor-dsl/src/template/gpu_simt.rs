@@ -578,9 +578,10 @@ impl SimtGemm {
         (self.bm * self.bk / t, self.bn * self.bk / t)
     }
 
-    /// How an operand is loaded: table operands along rows, others in runs along their
-    /// fastest axis; `float4`s where [`GemmForm::vector_k`] / [`GemmForm::vector_rows`]
-    /// prove them aligned and the tile is loaded in whole rounds of 4-wide slots.
+    /// How an operand is loaded: `float4` runs along `k` for a k-major operand where
+    /// [`GemmForm::vector_k`] proves them aligned, else along the fused rows (`float4`s of 4
+    /// rows where [`GemmForm::vector_rows`] proves them aligned); 4-wide slots only where
+    /// the tile is loaded in whole rounds of them.
     pub fn plan(&self, g: &GemmForm, side: Side) -> OperandPlan {
         let fuse = self.fuses(g);
         let table = g.table(side, fuse);
@@ -598,7 +599,10 @@ impl SimtGemm {
             1
         };
         OperandPlan {
-            k_fast,
+            // Scalar loads go along rows whatever the layout: one row per thread, its `k`
+            // offsets small constants (runs of 8 along `k` would give each thread several
+            // rows, each its own address and guard); the L1 serves the rest of each sector.
+            k_fast: k_fast && width == 4,
             width,
             table,
             asynchronous: self.pipeline >= 2,
@@ -716,9 +720,10 @@ impl SimtGemm {
     ///
     /// * 8 × 8 thread tiles (what keeps the hot loop at 0.85+ FFMAs: smaller ones spend a
     ///   third of it on loads) in warps of 4 × 8, block tiles of 64 or 128 along `m`, `n`;
-    /// * on sm_80 and later with `f32` operands a `cp.async` pipeline (3 stages of 16, or 4
-    ///   of 8 for 128 × 128 tiles, within the static shared memory), else register
-    ///   prefetch with k-tiles of 16; `float4` loads wherever provable;
+    /// * on sm_80 and later with `f32` operands a `cp.async` pipeline of k-tiles of 16 (3
+    ///   stages, or 2 for 128 × 128 tiles, within the static shared memory: deeper tiles
+    ///   halve the per-tile overhead of 8-deep ones), else register prefetch with k-tiles
+    ///   of 16; `float4` loads wherever provable;
     /// * the reduction fused (`kfuse`) when that wastes less of the k-tiles than tiling the
     ///   longest index (a 7 × 7 window over 3 channels), a split of the reduction across
     ///   blocks when the output tiles cannot fill the SMs, raster groups of 8 tile rows on
@@ -737,7 +742,7 @@ impl SimtGemm {
                     continue;
                 }
                 let pipes: &[(usize, usize)] = if asynchronous {
-                    &[(16, 3), (8, 4), (16, 2)]
+                    &[(16, 3), (16, 2)]
                 } else {
                     &[(16, 0)]
                 };
@@ -789,8 +794,9 @@ impl SimtGemm {
     /// over the tile's efficiency: its arithmetic intensity `bm·bn / (bm + bn)` against 64,
     /// and the latency hiding of the warps resident on the SM (the blocks per SM that
     /// registers — about 64 + accumulators per thread —, threads and shared memory allow,
-    /// at most as many as it has blocks; 8 warps hide it all). A fused reduction's table
-    /// loads cost a tenth more; per-point padding checks of a tiled index a third more.
+    /// at most as many as it has blocks; 8 warps hide it all) and the issue slots its loads
+    /// take per multiply-add. A fused reduction costs a tenth more; per-point padding checks
+    /// of a tiled index a third more.
     pub fn score(&self, g: &GemmForm, target: &GpuTarget) -> f64 {
         let t = self.threads().max(1);
         let regs = (self.accumulators() + 64).min(255);
@@ -805,7 +811,13 @@ impl SimtGemm {
         let warps = (resident * t / 32) as f64;
         let hide = (warps / 8.0).min(1.0).sqrt();
         let intensity = (self.bm * self.bn) as f64 / (self.bm + self.bn) as f64;
-        let efficiency = (intensity / 64.0).min(1.0).powf(0.3) * hide;
+        // Issue slots per FMA spent on loads: each element of A feeds `bn` FMAs, of B `bm`,
+        // and the thread tile's shared reads.
+        let issue = 1.0
+            + self.load_cost(g, Side::A) / self.bn as f64
+            + self.load_cost(g, Side::B) / self.bm as f64
+            + 0.25 * (1.0 / self.tm as f64 + 1.0 / self.tn as f64);
+        let efficiency = (intensity / 64.0).min(1.0).powf(0.3) * hide / issue;
         let fuse = self.fuses(g);
         let outer = if fuse { 1 } else { g.outer.max(1) };
         let mut k_cost = (outer * (self.tiles_per_split(g) + 2)) as f64;
@@ -829,6 +841,23 @@ impl SimtGemm {
             blocks_per_sm as f64 * (self.bm * self.bn * self.bk) as f64 * k_cost / efficiency;
         let useful = (g.m * g.n * g.batch) as f64 * (g.k * g.outer) as f64;
         useful / time
+    }
+}
+
+impl SimtGemm {
+    /// Instructions per element of an operand's tile copy (measured in the SASS of the
+    /// defaults): a quarter of a `float4` and its address, a scalar load, or a fused-table
+    /// point (its entry, address and mask check); without `cp.async` a shared store more.
+    fn load_cost(&self, g: &GemmForm, side: Side) -> f64 {
+        let p = self.plan(g, side);
+        let load = if p.table {
+            3.5
+        } else if p.width == 4 {
+            0.5
+        } else {
+            1.5
+        };
+        load + if p.asynchronous { 0.0 } else { 1.0 }
     }
 }
 
