@@ -146,6 +146,7 @@ const SIMT_POINTS: &[(&str, &[usize], &str, &[&str])] = &[
             "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=1;pipeline=0;split=2;vector=1",
             "bm=32;bn=32;tm=4;tn=4;bk=32;kfuse=1;pipeline=2;split=4;vector=1",
             "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=0;pipeline=3;split=1;vector=1",
+            "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=0;pipeline=2;split=16;vector=1",
         ],
     ),
     (
@@ -157,6 +158,7 @@ const SIMT_POINTS: &[(&str, &[usize], &str, &[&str])] = &[
             "bm=32;bn=32;tm=4;tn=4;bk=16;kfuse=0;vector=4;pipeline=3;split=1",
             "bm=32;bn=32;tm=4;tn=4;bk=16;kfuse=1;vector=4;pipeline=2;split=2",
             "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=1;vector=1;pipeline=0;split=4",
+            "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=0;vector=4;pipeline=0;split=8",
         ],
     ),
     (
@@ -242,6 +244,7 @@ struct Coverage {
     multi_block: usize,
     simt: usize,
     split: usize,
+    split_outer: usize,
     cp_async: usize,
     float4: usize,
     raster: usize,
@@ -424,6 +427,7 @@ fn check_kernel(
             cov.simt += usize::from(schedule.simt.is_some());
             if let Some(t) = &schedule.simt {
                 cov.split += usize::from(t.split > 1);
+                cov.split_outer += usize::from(src.source.contains("td_oi"));
                 cov.cp_async += usize::from(src.source.contains("td_cp_async"));
                 cov.float4 += usize::from(src.source.contains("float4"));
                 cov.raster += usize::from(t.raster > 1);
@@ -613,6 +617,7 @@ fn emulated_cuda_matches_reference() {
         total.multi_block += c.multi_block;
         total.simt += c.simt;
         total.split += c.split;
+        total.split_outer += c.split_outer;
         total.cp_async += c.cp_async;
         total.float4 += c.float4;
         total.raster += c.raster;
@@ -640,6 +645,7 @@ fn emulated_cuda_matches_reference() {
         ("several blocks", total.multi_block),
         ("the SIMT GEMM template", total.simt),
         ("SIMT split-K", total.split),
+        ("SIMT split-K over outer reduction loops", total.split_outer),
         ("SIMT cp.async stages", total.cp_async),
         ("SIMT float4 loads", total.float4),
         ("SIMT rasterization", total.raster),

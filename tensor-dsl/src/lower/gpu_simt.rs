@@ -1192,7 +1192,7 @@ pub fn lower<'a>(
     }
 
     // The k-tiles of this block: all, or its split's range.
-    let (t0, t1) = if s.split > 1 {
+    let (t0, t1) = if s.split > 1 && !s.splits_outer(g) {
         let split = s.split;
         body.push(Stmt::Let {
             ty: Ty::Int(IntType::Int),
@@ -1398,14 +1398,47 @@ pub fn lower<'a>(
     let mut reduction = pass;
     // Outer reduction loops stay loops: unrolled, their copies of the pipeline would only
     // cost registers and instruction cache.
-    for &r in l.outer.iter().rev() {
-        reduction = vec![loop_(
-            &l.var(r),
-            extents[r].max(1),
-            LoopKind::InOrder,
-            Some(r),
-            reduction,
-        )];
+    if s.splits_outer(g) {
+        // This split's range of the outer iterations, one loop decoding them.
+        let (outer, split) = (g.outer, s.split);
+        body.push(Stmt::Let {
+            ty: Ty::Int(IntType::Int),
+            konst: true,
+            defs: vec![
+                (
+                    "td_o0".into(),
+                    Value::Code(format!("td_z * {outer} / {split}")),
+                ),
+                (
+                    "td_o1".into(),
+                    Value::Code(format!("(td_z + 1) * {outer} / {split}")),
+                ),
+            ],
+        });
+        let mut inner = decode(kernel, extents, &l.outer, "td_oi", "i");
+        inner.extend(reduction);
+        reduction = vec![Stmt::Loop(Loop {
+            var: "td_oi".into(),
+            ty: IntType::Int,
+            start: "td_o0".into(),
+            end: "td_o1".into(),
+            step: Step::Inc,
+            trip: s.outer_per_split(g),
+            kind: LoopKind::InOrder,
+            index: l.outer.first().copied(),
+            layout: Layout::Braced,
+            body: inner,
+        })];
+    } else {
+        for &r in l.outer.iter().rev() {
+            reduction = vec![loop_(
+                &l.var(r),
+                extents[r].max(1),
+                LoopKind::InOrder,
+                Some(r),
+                reduction,
+            )];
+        }
     }
     body.extend(reduction);
 

@@ -32,7 +32,8 @@
 //! * **raster** `G`: the block index walks groups of `G` tile rows column by column, so
 //!   neighbouring blocks share `A` and `B` tiles in L2;
 //! * **split** (split-K across blocks): `split` blocks share an output tile, each a
-//!   contiguous range of k-tiles (as equal as they divide); each writes its partial tile to a workspace (a module
+//!   contiguous range of the outer reduction loops' iterations when there are at least as
+//!   many (a convolution's `r, s`), else of the k-tiles (as equal as they divide); each writes its partial tile to a workspace (a module
 //!   global), `__threadfence()`, and counts itself in the tile's arrival counter; the last to
 //!   arrive sums the partials in split order (the same bits whatever the arrival order),
 //!   applies the epilogue, stores, and resets the counter for the next launch. Nobody waits
@@ -536,9 +537,31 @@ impl SimtGemm {
         blocks_of(g.k_len(self.fuses(g)), self.bk)
     }
 
-    /// Most k-tiles of one split (split `z` takes tiles `z·kt/split .. (z+1)·kt/split`).
+    /// Whether the split divides the outer reduction loops (a convolution's `r, s`: when
+    /// there are at least as many of their iterations as splits) rather than the k-tiles
+    /// of each: then every split runs whole pipelines.
+    pub fn splits_outer(&self, g: &GemmForm) -> bool {
+        self.split > 1 && !self.fuses(g) && g.outer >= self.split
+    }
+
+    /// Most k-tiles of one split per outer iteration (split `z` takes tiles
+    /// `z·kt/split .. (z+1)·kt/split`, or all of them when [`SimtGemm::splits_outer`]).
     pub fn tiles_per_split(&self, g: &GemmForm) -> usize {
-        blocks_of(self.k_tiles(g), self.split.max(1))
+        if self.splits_outer(g) {
+            self.k_tiles(g)
+        } else {
+            blocks_of(self.k_tiles(g), self.split.max(1))
+        }
+    }
+
+    /// Most outer reduction iterations of one split.
+    pub fn outer_per_split(&self, g: &GemmForm) -> usize {
+        let outer = if self.fuses(g) { 1 } else { g.outer.max(1) };
+        if self.splits_outer(g) {
+            blocks_of(outer, self.split)
+        } else {
+            outer
+        }
     }
 
     /// Bytes of the fused-reduction tables (8 per point and table operand).
@@ -696,7 +719,7 @@ impl SimtGemm {
         }
         if self.split > 1 {
             let kt = self.k_tiles(g);
-            if self.split > kt {
+            if self.split > kt && !self.splits_outer(g) {
                 return Err(format!(
                     "split {} of {kt} k-tiles leaves a split without one",
                     self.split
@@ -762,7 +785,7 @@ impl SimtGemm {
                     let mut s = base.clone();
                     s.split = split as usize;
                     // Each split keeps a pipeline's worth of k-tiles.
-                    if s.split > 1 && s.tiles_per_split(g) < 4 {
+                    if s.split > 1 && s.tiles_per_split(g) * s.outer_per_split(g) < 4 {
                         continue;
                     }
                     if s.check(g).is_err() {
@@ -819,8 +842,7 @@ impl SimtGemm {
             + 0.25 * (1.0 / self.tm as f64 + 1.0 / self.tn as f64);
         let efficiency = (intensity / 64.0).min(1.0).powf(0.3) * hide / issue;
         let fuse = self.fuses(g);
-        let outer = if fuse { 1 } else { g.outer.max(1) };
-        let mut k_cost = (outer * (self.tiles_per_split(g) + 2)) as f64;
+        let mut k_cost = (self.outer_per_split(g) * (self.tiles_per_split(g) + 2)) as f64;
         if fuse {
             k_cost *= 1.1;
         } else {
