@@ -155,6 +155,18 @@ const WORKLOADS: &[(&str, &str, &str, &str)] = &[
         "",
     ),
     (
+        "short_reduction_33x17x7",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=33x7 b=7x17 c=33x17",
+        "",
+    ),
+    (
+        "conv1x1_c3_one_tile",
+        "y[[n, f, p, q]] += x[[n, c, p, q]] * w[[c, f]]",
+        "x=4x3x64x64 w=3x32 y=4x32x64x64",
+        "",
+    ),
+    (
         "nt_128x4096x4096",
         "c[[i, j]] += a[[i, k]] * b[[j, k]]",
         "a=128x4096 b=4096x4096 c=128x4096",
@@ -169,15 +181,8 @@ const WORKLOADS: &[(&str, &str, &str, &str)] = &[
 ];
 
 /// Workloads that must not spill but whose hot loop is not an SGEMM's: shapes not in GEMM
-/// form (matrix-vector products: the Ansor template's default), and a reduction of one
-/// k-tile (no loop at all: the whole kernel, mostly its epilogue, is profiled).
+/// form (matrix-vector products: the Ansor template's default).
 const FALLBACKS: &[(&str, &str, &str, &str)] = &[
-    (
-        "short_reduction_33x17x7",
-        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
-        "a=33x7 b=7x17 c=33x17",
-        "",
-    ),
     (
         "gemv_1x4096x4096",
         "c[[i, j]] += a[[i, k]] * b[[k, j]]",

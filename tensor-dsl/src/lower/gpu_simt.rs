@@ -1274,13 +1274,31 @@ pub fn lower<'a>(
             vec![compute],
         )],
     ));
-    let inner = loop_(
-        "td_kk",
-        s.bk,
-        LoopKind::Unrolled(s.bk),
-        l.k_axes.last().copied(),
-        frag,
-    );
+    let inner = if ktiles == 1 {
+        // The whole reduction is one (partial) tile: a rolled loop over its points only
+        // (the zero-filled ones before them add nothing), rather than a second copy of the
+        // tile's code that computes zeros.
+        Stmt::Loop(Loop {
+            var: "td_kk".into(),
+            ty: IntType::Int,
+            start: l.shift.to_string(),
+            end: s.bk.to_string(),
+            step: Step::Inc,
+            trip: s.bk - l.shift,
+            kind: LoopKind::InOrder,
+            index: l.k_axes.last().copied(),
+            layout: Layout::Braced,
+            body: frag,
+        })
+    } else {
+        loop_(
+            "td_kk",
+            s.bk,
+            LoopKind::Unrolled(s.bk),
+            l.k_axes.last().copied(),
+            frag,
+        )
+    };
     let reads = |stage: &str| Stmt::Let {
         ty: Ty::Int(IntType::Int),
         konst: true,
