@@ -38,7 +38,9 @@
 //!   arrive sums the partials in split order (the same bits whatever the arrival order),
 //!   applies the epilogue, stores, and resets the counter for the next launch. Nobody waits
 //!   for another block, so no launch order can deadlock. The workspace is at most
-//!   [`MAX_WORKSPACE_BYTES`] per kernel.
+//!   [`MAX_WORKSPACE_BYTES`] per kernel and belongs to its loaded module: two launches of
+//!   one module must not overlap (the CUDA runtime orders every launch on its one stream);
+//!   a launch aborted halfway would leave counters behind.
 //!
 //! Shared tiles are k-major (`[bk][tile + 4]`): the 4-float padding keeps rows 16-byte
 //! aligned for the compute loop's `float4` reads and spreads the copies' stores over the
