@@ -365,6 +365,10 @@ static inline float __ldcg(const float *p) {
     return *p;
 }
 
+static inline float __ldg(const float *p) {
+    return *p;
+}
+
 static inline int atomicAdd(int *p, int v) {
     int old = *p;
     *p = old + v;

@@ -567,7 +567,7 @@ impl Simt<'_> {
                 }
             }
             out.push(let_int(&format!("{p}_o"), self.ity, join_sum(terms)));
-            if o.plan.table && o.dtype == DType::F32 && o.plan.asynchronous {
+            if o.plan.table && o.dtype == DType::F32 {
                 out.push(Stmt::Comment(format!(
                     "{p}_p: the row's base pointer, opaque so a table offset adds in one instruction"
                 )));
@@ -635,7 +635,7 @@ impl Simt<'_> {
                     ],
                 });
                 guard.push(format!("({f} & {p}_nm) == 0"));
-                let opaque = o.dtype == DType::F32 && o.plan.asynchronous;
+                let opaque = o.dtype == DType::F32;
                 out.push(Element {
                     shared: drow + slot.kk * o.pitch,
                     setup: phys,
@@ -735,6 +735,23 @@ impl Simt<'_> {
                     continue;
                 }
                 el.width = 4;
+            }
+            if el.opaque {
+                // A table point of an f32 operand, from the row's opaque base pointer.
+                body.push(Stmt::Assign {
+                    dst: Target::Elem {
+                        buf: regs,
+                        index: vec![(el.slot * w + el.lane).to_string()],
+                    },
+                    op: AssignOp::Set,
+                    value: Value::Code(format!(
+                        // `__ldg`: a global load (the opaque pointer is generic).
+                        "{} ? __ldg({}) : 0.0f",
+                        el.guard.join(" && "),
+                        el.src
+                    )),
+                });
+                continue;
             }
             let dst = (regs, (el.slot * w + el.lane).to_string());
             let mv = Stmt::Move {
