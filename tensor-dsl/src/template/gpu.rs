@@ -2,9 +2,10 @@
 //!
 //! * a kernel in GEMM form (two inputs multiplied and summed: matmuls, batched matmuls,
 //!   convolutions; see [`super::gpu_simt::gemm_form`]) gets the SIMT GEMM space of
-//!   [`super::gpu_simt`] — block, warp and thread tiles, k-tile, hot-loop unroll — and its
-//!   analytic default; the schedule is a [`GpuSchedule`] whose `simt` field holds the tiles
-//!   ([`simt_schedule`]);
+//!   [`super::gpu_simt`] — block, warp and thread tiles, k-tile, hot-loop unroll, `float4`
+//!   loads, register-prefetch or `cp.async` pipeline, rasterization, split-K, fused
+//!   reduction — and its analytic default; the schedule is a [`GpuSchedule`] whose `simt`
+//!   field holds the knobs ([`simt_schedule`]);
 //! * every other kernel of the language gets Ansor's multi-level tiling, below.
 //!
 //! Every spatial index (on the output) is split in five levels and every reduction index in
