@@ -458,7 +458,7 @@ impl Simt<'_> {
             }
             out.push(let_int(&format!("{p}_m"), self.ity, join_sum(terms)));
             if o.plan.table {
-                out.push(self.window_mask(o, &p));
+                out.extend(self.window_mask(o, &p));
             }
         }
         out
@@ -468,8 +468,9 @@ impl Simt<'_> {
     /// when the dimensions without a reduction index are inside the tensor, and per
     /// window field the positions inside the tensor — so a point with entry `e` is read
     /// when `(e & <p>_nm) == 0`.
-    fn window_mask(&self, o: &Op, p: &str) -> Stmt {
+    fn window_mask(&self, o: &Op, p: &str) -> Vec<Stmt> {
         let shape = self.shapes[o.access.tensor];
+        let mut out = Vec::new();
         let mut row_ok = Vec::new();
         for (d, m) in o.access.dims.iter().enumerate() {
             if self.needs_check(o.access, d) && !m.terms.iter().any(|t| self.k_axes.contains(&t.0))
@@ -487,26 +488,46 @@ impl Simt<'_> {
             if !self.needs_check(o.access, d) {
                 mask.push(format!("{}u", ((1u64 << span) - 1) << field));
             } else {
-                let c = format!("({p}_c{d} + {lo})");
-                let l = format!("({c} < 0 ? -{c} : 0)");
-                let h = format!(
-                    "({} - {c} < {span} ? {} - {c} : {span})",
-                    shape[d], shape[d]
-                );
-                mask.push(format!(
-                    "({h} > {l} ? ((1u << {h}) - (1u << {l})) << {field} : 0u)"
-                ));
+                // The window positions inside the tensor: `[l, h)` of the field.
+                let c = match lo {
+                    0 => format!("{p}_c{d}"),
+                    lo if lo < 0 => format!("{p}_c{d} - {}", -lo),
+                    lo => format!("{p}_c{d} + {lo}"),
+                };
+                let (l, h) = (format!("{p}_l{d}"), format!("{p}_h{d}"));
+                out.push(Stmt::Let {
+                    ty: Ty::Int(IntType::Int),
+                    konst: true,
+                    defs: vec![
+                        (l.clone(), Value::Code(format!("{c} < 0 ? -({c}) : 0"))),
+                        (
+                            h.clone(),
+                            Value::Code(format!(
+                                "{n} - ({c}) < {span} ? {n} - ({c}) : {span}",
+                                n = shape[d]
+                            )),
+                        ),
+                    ],
+                });
+                let bits = format!("((1u << {h}) - (1u << {l}))");
+                let bits = if field == 0 {
+                    bits
+                } else {
+                    format!("{bits} << {field}")
+                };
+                mask.push(format!("({h} > {l} ? {bits} : 0u)"));
             }
             field += span;
         }
-        Stmt::Let {
+        out.push(Stmt::Let {
             ty: Ty::Int(IntType::Unsigned),
             konst: true,
             defs: vec![(
                 format!("{p}_nm"),
                 Value::Code(format!("~({})", mask.join(" | "))),
             )],
-        }
+        });
+        out
     }
 
     /// The checks of dimensions without the tiled index, for set-up `p`, at the outer
