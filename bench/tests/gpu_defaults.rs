@@ -3,7 +3,9 @@
 //! H100 (`compute_90`), assembles with `ptxas -arch=sm_90`, and can launch: its block's
 //! registers fit the register file (a block of T threads using R registers each needs
 //! R·T ≤ 65536) and its shared memory fits the default limit. Checked without a GPU, so a
-//! GPU session does not discover it.
+//! GPU session does not discover it. With `nvdisasm` at hand (CI), the SASS is profiled
+//! too: no default spills, and every SIMT GEMM default (the matmuls, batched matmuls and
+//! convolutions of the suites) spends at least 0.85 of its hot loop on FFMA.
 //!
 //! Without NVRTC or ptxas the test prints why and passes, unless
 //! `TENSOR_DSL_REQUIRE_NVRTC=1` (CI) or `TENSOR_DSL_REQUIRE_GPU=1` (a GPU session).
@@ -12,7 +14,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 use tensor_dsl::codegen::cuda;
-use tensor_dsl::runtime::{nvrtc, ptxas};
+use tensor_dsl::runtime::{nvrtc, ptxas, sass};
 use tensor_dsl::template::gpu::{GpuTarget, GpuTemplate};
 
 /// A tensor: name, shape, whether it is the output.
@@ -84,6 +86,15 @@ fn every_workload_default_gpu_schedule_compiles_and_fits() {
         return;
     }
     let target = GpuTarget::h100();
+    let profile = sass::find_nvdisasm().is_some();
+    if !profile {
+        if std::env::var("TENSOR_DSL_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+            panic!(
+                "TENSOR_DSL_REQUIRE_NVRTC=1 but nvdisasm is not on PATH (or TENSOR_DSL_NVDISASM)"
+            );
+        }
+        println!("nvdisasm not found: the SASS is not profiled");
+    }
     let list = workloads();
     // BERT 6, OpEvo 3 + 3 + 2, ResNet-50 13, YOLO-9000 11.
     assert!(list.len() >= 38, "{} workloads", list.len());
@@ -97,17 +108,36 @@ fn every_workload_default_gpu_schedule_compiles_and_fits() {
         let template = GpuTemplate::new(&p.kernel, &p.extents, &target).unwrap();
         let schedule = template.default_schedule();
         let generated = cuda::generate(&p.kernel, &p.extents, &p.shape_refs(), &schedule);
+        let threads: u32 = generated.block.iter().product();
         let result = nvrtc::compile_ptx(name, &generated.source, &target.virtual_arch())
             .map_err(|e| e.to_string())
-            .and_then(|ptx| ptxas::assemble(&ptx, &target.real_arch()));
-        let r = match result {
+            .and_then(|ptx| {
+                if profile {
+                    sass::profile_ptx(&ptx, &target, threads as usize)
+                        .map(|p| (p.ptxas.clone(), Some(p)))
+                } else {
+                    ptxas::assemble(&ptx, &target.real_arch()).map(|r| (r, None))
+                }
+            });
+        let (r, prof) = match result {
             Ok(r) => r,
             Err(e) => {
                 failures.push(format!("{name}: {e}"));
                 continue;
             }
         };
-        let threads: u32 = generated.block.iter().product();
+        let share = prof.as_ref().map(sass::SassProfile::ffma_share);
+        if let Some(p) = &prof {
+            if p.spills() > 0 || p.ptxas.stack_bytes > 0 {
+                failures.push(format!("{name} spills ({:?})", p.ptxas));
+            }
+            if schedule.simt.is_some() && p.ffma_share() < 0.85 {
+                failures.push(format!(
+                    "{name}: the SIMT GEMM default's hot loop is {:.3} FFMA (< 0.85)",
+                    p.ffma_share()
+                ));
+            }
+        }
         let regs = u64::from(r.registers) * u64::from(threads.div_ceil(32) * 32);
         if regs > u64::from(target.regs_per_sm) {
             failures.push(format!(
@@ -122,7 +152,7 @@ fn every_workload_default_gpu_schedule_compiles_and_fits() {
         }
         report.push(serde_json::json!({
             "name": name, "threads": threads, "grid": generated.grid, "registers": r.registers,
-            "spill_stores": r.spill_stores, "shared_bytes": shared,
+            "spill_stores": r.spill_stores, "shared_bytes": shared, "ffma_share": share,
         }));
     }
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gpu-defaults.json");

@@ -346,3 +346,53 @@ static float *td_alloc_nan(size_t n) {
         p[i] = NAN;
     return p;
 }
+
+// ---- SIMT GEMM template (split-K, fused-reduction tables) --------------------------------
+// What the SIMT GEMM's split-K epilogue and module-scope arrays use. Module globals
+// (`__device__` arrays) are zero-initialised statics, kept across launches like device
+// memory. Blocks run one after another, so "the last block to arrive reduces" never waits
+// for another block (no order can deadlock) and the fence is a no-op; fibers switch only at
+// barriers, so a read-modify-write is atomic.
+#define __constant__ static
+
+struct __attribute__((aligned(16))) int4 {
+    int x, y, z, w;
+};
+
+static inline void __threadfence() {}
+
+static inline float __ldcg(const float *p) {
+    return *p;
+}
+
+static inline float __ldg(const float *p) {
+    return *p;
+}
+
+static inline int atomicAdd(int *p, int v) {
+    int old = *p;
+    *p = old + v;
+    return old;
+}
+
+static inline float atomicAdd(float *p, float v) {
+    float old = *p;
+    *p = old + v;
+    return old;
+}
+
+namespace td_emu {
+static int or_slot[1024];
+}
+
+// Every thread of the block waits for the others and gets whether any passed non-zero.
+static inline int __syncthreads_or(int p) {
+    using namespace td_emu;
+    or_slot[threadIdx.x] = p != 0;
+    __syncthreads();
+    int any = 0;
+    for (unsigned t = 0; t < blockDim.x; ++t)
+        any |= or_slot[t];
+    __syncthreads();
+    return any;
+}

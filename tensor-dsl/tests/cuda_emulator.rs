@@ -17,7 +17,10 @@ use std::process::Command;
 use tensor_dsl::codegen::cuda;
 use tensor_dsl::codegen::storage_type;
 use tensor_dsl::ir::{parse_text, DType, Kernel};
-use tensor_dsl::template::gpu::{default_schedule, GpuSchedule, GpuTarget, GpuTemplate};
+use tensor_dsl::template::gpu::{
+    default_schedule, simt_schedule, GpuSchedule, GpuTarget, GpuTemplate,
+};
+use tensor_dsl::template::gpu_simt::SimtGemm;
 use tensor_dsl::Buffer;
 
 /// Kernels covering the language: many inputs, diagonals, scalars, outer products,
@@ -84,6 +87,88 @@ const SIMT: &[(&str, &[usize], &str)] = &[
         "c[[i, j]] += a[[i, k]] * b[[k, j]]; c[[i, j]] = gelu(c[[i, j]] + bias[[j]])",
         &[64, 48, 96],
         "a=bf16,b=f16",
+    ),
+];
+
+/// SIMT GEMM points beyond each case's default and random ones: the default with these
+/// knobs set (`knob=value;...`, each must be a valid point of the case's space), so every
+/// knob of the template — split-K, `cp.async` stages, `float4` loads, rasterization, the
+/// fused reduction — runs against the reference on awkward shapes (primes, edge tiles, a
+/// reduction that is not a multiple of the k-tile, padding).
+const SIMT_POINTS: &[(&str, &[usize], &str, &[&str])] = &[
+    (
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        &[130, 50, 97],
+        "",
+        &[
+            "bm=32;bn=32;tm=4;tn=4;bk=8;split=2;pipeline=0;vector=1",
+            "bm=32;bn=32;tm=4;tn=4;bk=16;split=4;pipeline=3;vector=1",
+            "bm=32;bn=64;tm=4;tn=8;bk=8;pipeline=2;raster=4;split=1;vector=1",
+            "bm=32;bn=32;tm=4;tn=4;bk=8;pipeline=4;raster=4;split=8;vector=1;unroll=2",
+        ],
+    ),
+    (
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        &[67, 48, 44],
+        "",
+        &[
+            "bm=64;bn=64;tm=8;tn=8;bk=8;vector=4;pipeline=0;split=1",
+            "bm=64;bn=64;tm=8;tn=8;bk=16;vector=4;pipeline=3;split=1",
+            "bm=32;bn=32;tm=4;tn=4;bk=8;vector=4;pipeline=2;split=2",
+            "bm=32;bn=64;tm=4;tn=8;bk=8;vector=4;pipeline=0;split=4;raster=1",
+        ],
+    ),
+    (
+        "c[[i, j]] += a[[k, i]] * b[[j, k]]",
+        &[40, 36, 72],
+        "",
+        &[
+            "bm=32;bn=32;tm=4;tn=4;bk=8;vector=4;pipeline=0;split=1",
+            "bm=32;bn=32;tm=4;tn=4;bk=8;vector=4;pipeline=4;split=8",
+            "bm=64;bn=32;tm=8;tn=4;bk=16;vector=4;pipeline=3;split=2",
+        ],
+    ),
+    (
+        "c[[b, i, j]] += x[[b, k, i]] * y[[b, k, j]]",
+        &[3, 20, 36, 41],
+        "",
+        &[
+            "bm=32;bn=32;tm=4;tn=4;bk=8;vector=4;pipeline=2;split=2",
+            "bm=32;bn=32;tm=4;tn=4;bk=16;vector=1;pipeline=0;split=2",
+        ],
+    ),
+    (
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 3, 2 * q + s - 3]] * w[[f, c, r, s]]; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        &[1, 17, 5, 7, 3, 7, 7],
+        "",
+        &[
+            "bm=32;bn=32;tm=4;tn=4;bk=16;kfuse=1;pipeline=3;split=1;vector=1",
+            "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=1;pipeline=0;split=2;vector=1",
+            "bm=32;bn=32;tm=4;tn=4;bk=32;kfuse=1;pipeline=2;split=4;vector=1",
+            "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=0;pipeline=3;split=1;vector=1",
+            "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=0;pipeline=2;split=16;vector=1",
+        ],
+    ),
+    (
+        "y[[n, p, q, f]] += x[[n, p + r - 1, q + s - 1, c]] * w[[r, s, c, f]]",
+        &[2, 5, 3, 20, 12, 3, 3],
+        "",
+        &[
+            "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=0;vector=4;pipeline=0;split=1",
+            "bm=32;bn=32;tm=4;tn=4;bk=16;kfuse=0;vector=4;pipeline=3;split=1",
+            "bm=32;bn=32;tm=4;tn=4;bk=16;kfuse=1;vector=4;pipeline=2;split=2",
+            "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=1;vector=1;pipeline=0;split=4",
+            "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=0;vector=4;pipeline=0;split=8",
+        ],
+    ),
+    (
+        "y[[n, p, q, f]] += x[[n, 2 * p + r - 3, 2 * q + s - 3, c]] * w[[r, s, c, f]]",
+        &[1, 6, 7, 16, 7, 7, 3],
+        "",
+        &[
+            "bm=32;bn=32;tm=4;tn=4;bk=16;kfuse=1;vector=4;pipeline=3;split=1",
+            "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=1;vector=1;pipeline=0;split=2",
+        ],
     ),
 ];
 
@@ -158,7 +243,38 @@ struct Coverage {
     padded_reduction: usize,
     multi_block: usize,
     simt: usize,
+    split: usize,
+    split_outer: usize,
+    cp_async: usize,
+    float4: usize,
+    raster: usize,
+    kfuse: usize,
     switches: u64,
+}
+
+/// `base` with the knobs of `point` (`knob=value;...`) set.
+fn simt_point(base: &SimtGemm, point: &str) -> SimtGemm {
+    let mut s = base.clone();
+    for kv in point.split(';') {
+        let (k, v) = kv.split_once('=').unwrap();
+        let v: usize = v.parse().unwrap();
+        match k {
+            "bm" => s.bm = v,
+            "bn" => s.bn = v,
+            "bk" => s.bk = v,
+            "tm" => s.tm = v,
+            "tn" => s.tn = v,
+            "warp_m" => s.warp_m = v,
+            "unroll" => s.unroll = v,
+            "vector" => s.vector = v,
+            "pipeline" => s.pipeline = v,
+            "raster" => s.raster = v,
+            "split" => s.split = v,
+            "kfuse" => s.kfuse = v == 1,
+            other => panic!("unknown knob {other}"),
+        }
+    }
+    s
 }
 
 fn check_kernel(
@@ -168,6 +284,7 @@ fn check_kernel(
     src: &str,
     fixed: Option<&[usize]>,
     dtypes: &str,
+    points: &[&str],
 ) -> Coverage {
     let kernel = parse_text(&format!("k{n}"), src, None)
         .unwrap()
@@ -240,7 +357,8 @@ fn check_kernel(
             format!("default {}", template.space().format(&config).unwrap()),
             default,
         )];
-        for _ in 0..5 {
+        // Cases with explicit points draw fewer random ones (the emulator's time).
+        for _ in 0..if points.is_empty() { 5 } else { 2 } {
             let point = template
                 .space()
                 .sample_uniform(&mut rng)
@@ -248,6 +366,18 @@ fn check_kernel(
             let s = template.decode(&point).unwrap();
             s.check_limits(&kernel, &target).unwrap();
             schedules.push((template.space().format(&point).unwrap(), s));
+        }
+        for point in points {
+            let base = default_schedule(&kernel, &extents, &target)
+                .simt
+                .unwrap_or_else(|| panic!("{src} {extents:?} is not a SIMT GEMM"));
+            let t = simt_point(&base, point);
+            let s = simt_schedule(&kernel, &extents, t);
+            let config = template
+                .encode(&s)
+                .unwrap_or_else(|e| panic!("{src} {extents:?} {point}: {e}"));
+            s.check_limits(&kernel, &target).unwrap();
+            schedules.push((template.space().format(&config).unwrap(), s));
         }
         cases.push(Shape {
             extents,
@@ -295,6 +425,14 @@ fn check_kernel(
             cov.vector_loads += usize::from(src.source.contains("reinterpret_cast"));
             cov.multi_block += usize::from(src.grid[0] > 1);
             cov.simt += usize::from(schedule.simt.is_some());
+            if let Some(t) = &schedule.simt {
+                cov.split += usize::from(t.split > 1);
+                cov.split_outer += usize::from(src.source.contains("td_oi"));
+                cov.cp_async += usize::from(src.source.contains("td_cp_async"));
+                cov.float4 += usize::from(src.source.contains("float4"));
+                cov.raster += usize::from(t.raster > 1);
+                cov.kfuse += usize::from(src.source.contains("td_tab_"));
+            }
             cov.vthreads += usize::from(
                 kernel
                     .spatial()
@@ -447,14 +585,15 @@ fn emulated_cuda_matches_reference() {
                 scope.spawn(move || {
                     let all = KERNELS
                         .iter()
-                        .map(|&k| (k, None, ""))
-                        .chain(FIXED.iter().map(|&(k, e)| (k, Some(e), "")))
-                        .chain(HALF.iter().map(|&(k, d)| (k, None, d)))
-                        .chain(SIMT.iter().map(|&(k, e, d)| (k, Some(e), d)));
+                        .map(|&k| (k, None, "", &[][..]))
+                        .chain(FIXED.iter().map(|&(k, e)| (k, Some(e), "", &[][..])))
+                        .chain(HALF.iter().map(|&(k, d)| (k, None, d, &[][..])))
+                        .chain(SIMT.iter().map(|&(k, e, d)| (k, Some(e), d, &[][..])))
+                        .chain(SIMT_POINTS.iter().map(|&(k, e, d, p)| (k, Some(e), d, p)));
                     all.enumerate()
                         .filter(|(n, _)| n % workers == w)
-                        .map(|(n, (src, fixed, dtypes))| {
-                            check_kernel(cxx, dir, n, src, fixed, dtypes)
+                        .map(|(n, (src, fixed, dtypes, points))| {
+                            check_kernel(cxx, dir, n, src, fixed, dtypes, points)
                         })
                         .collect::<Vec<_>>()
                 })
@@ -477,14 +616,21 @@ fn emulated_cuda_matches_reference() {
         total.padded_reduction += c.padded_reduction;
         total.multi_block += c.multi_block;
         total.simt += c.simt;
+        total.split += c.split;
+        total.split_outer += c.split_outer;
+        total.cp_async += c.cp_async;
+        total.float4 += c.float4;
+        total.raster += c.raster;
+        total.kfuse += c.kfuse;
         total.switches += c.switches;
     }
     println!(
-        "{} kernels + {} fixed cases + {} half-precision ones + {} SIMT GEMM ones, {total:?}, {:.1} s",
+        "{} kernels + {} fixed cases + {} half-precision ones + {} SIMT GEMM ones + {} with SIMT points, {total:?}, {:.1} s",
         KERNELS.len(),
         FIXED.len(),
         HALF.len(),
         SIMT.len(),
+        SIMT_POINTS.len(),
         start.elapsed().as_secs_f64()
     );
     // The random configs must have exercised every feature of the generator.
@@ -498,6 +644,12 @@ fn emulated_cuda_matches_reference() {
         ("padded reduction extents", total.padded_reduction),
         ("several blocks", total.multi_block),
         ("the SIMT GEMM template", total.simt),
+        ("SIMT split-K", total.split),
+        ("SIMT split-K over outer reduction loops", total.split_outer),
+        ("SIMT cp.async stages", total.cp_async),
+        ("SIMT float4 loads", total.float4),
+        ("SIMT rasterization", total.raster),
+        ("SIMT fused reduction tables", total.kfuse),
     ] {
         assert!(n > 0, "no config exercised {what}: {total:?}");
     }

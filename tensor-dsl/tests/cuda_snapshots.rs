@@ -33,6 +33,23 @@ const GPU_CASES: &[(&str, &str, &str)] = &[
         "c[[i, j]] += a[[i, k]] * b[[k, j]]",
         "a=1024x1024 b=1024x1024 c=1024x1024",
     ),
+    // The SIMT GEMM template's paths: split-K with float4 loads, the fused reduction's
+    // table (a 7x7 first layer), an NHWC convolution split over its r, s iterations.
+    (
+        "simt_split_k",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=512x1024 b=1024x64 c=512x64",
+    ),
+    (
+        "simt_conv7x7_fused",
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 3, 2 * q + s - 3]] * w[[f, c, r, s]]; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        "x=1x3x224x224 w=64x3x7x7 bias=64 y=1x64x112x112",
+    ),
+    (
+        "simt_conv3x3_nhwc",
+        "y[[n, p, q, f]] += x[[n, p + r - 1, q + s - 1, c]] * w[[r, s, c, f]]",
+        "x=1x7x7x512 w=3x3x512x512 y=1x7x7x512",
+    ),
 ];
 
 fn load_cases() -> Vec<common::Case> {

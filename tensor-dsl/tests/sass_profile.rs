@@ -1,8 +1,12 @@
 //! The static SASS profile of default GPU schedules, without a GPU: each workload's default
 //! schedule goes through the real NVRTC (`compute_90`), `ptxas -arch=sm_90 -v` and
 //! `nvdisasm`, and must not spill and must spend at least [`MIN_FFMA_SHARE`] of its hot loop's
-//! instructions on FFMA (what a SIMT SGEMM at cuBLAS speed does: 0.85–0.92). The profiles
-//! are written to `target/sass-profile.json`.
+//! instructions on FFMA (what a SIMT SGEMM at cuBLAS speed does: 0.85–0.92). The workloads
+//! cover the families of the SIMT GEMM template: square, tall-skinny and short-wide GEMMs
+//! (split-K), fused epilogues, batched GEMMs with transposed operands and the batch index
+//! inside, NCHW and NHWC convolutions (strided, padded, 1×1 to 7×7, a 7×7 first layer with 3
+//! channels: the fused reduction), awkward and prime sizes, half-precision operands. The
+//! profiles are written to `target/sass-profile.json`.
 //!
 //! Without NVRTC, `ptxas` or `nvdisasm` the test prints why and passes, unless
 //! `TENSOR_DSL_REQUIRE_NVRTC=1` (CI) makes that a failure.
@@ -37,9 +41,27 @@ const WORKLOADS: &[(&str, &str, &str, &str)] = &[
         "",
     ),
     (
+        "short_wide_64x4096x512",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=64x512 b=512x4096 c=64x4096",
+        "",
+    ),
+    (
+        "thin_16x4096x4096",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=16x4096 b=4096x4096 c=16x4096",
+        "",
+    ),
+    (
         "bias_gelu_512x768x3072",
         "c[[i, j]] += a[[i, k]] * b[[k, j]]; c[[i, j]] = gelu(c[[i, j]] + bias[[j]])",
         "a=512x3072 b=3072x768 bias=768 c=512x768",
+        "",
+    ),
+    (
+        "bias_relu_tn_1024x1024x1024",
+        "c[[i, j]] += a[[k, i]] * b[[k, j]]; c[[i, j]] = relu(c[[i, j]] + bias[[j]])",
+        "a=1024x1024 b=1024x1024 bias=1024 c=1024x1024",
         "",
     ),
     (
@@ -52,6 +74,12 @@ const WORKLOADS: &[(&str, &str, &str, &str)] = &[
         "batched_transposed",
         "z[[b, m, n]] += x[[b, k, m]] * y[[b, k, n]]",
         "x=8x256x256 y=8x256x256 z=8x256x256",
+        "",
+    ),
+    (
+        "batched_nt_batch_inside",
+        "z[[m, b, n]] += x[[m, b, k]] * y[[n, b, k]]",
+        "x=384x12x64 y=384x12x64 z=384x12x384",
         "",
     ),
     (
@@ -73,15 +101,104 @@ const WORKLOADS: &[(&str, &str, &str, &str)] = &[
         "",
     ),
     (
+        "conv1x1_stride2_7x7",
+        "y[[n, f, p, q]] += x[[n, c, 2 * p, 2 * q]] * w[[f, c]]",
+        "x=8x1024x14x14 w=2048x1024 y=8x2048x7x7",
+        "",
+    ),
+    (
+        "conv7x7_c3_stride2_nchw",
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 3, 2 * q + s - 3]] * w[[f, c, r, s]]",
+        "x=1x3x224x224 w=64x3x7x7 y=1x64x112x112",
+        "",
+    ),
+    (
+        "conv7x7_c3_stride2_nhwc_bias_relu",
+        "y[[n, p, q, f]] += x[[n, 2 * p + r - 3, 2 * q + s - 3, c]] * w[[r, s, c, f]]; y[[n, p, q, f]] = relu(y[[n, p, q, f]] + bias[[f]])",
+        "x=8x224x224x3 w=7x7x3x64 bias=64 y=8x112x112x64",
+        "",
+    ),
+    (
+        "conv3x3_nhwc_14x14x256",
+        "y[[n, p, q, f]] += x[[n, p + r - 1, q + s - 1, c]] * w[[r, s, c, f]]",
+        "x=8x14x14x256 w=3x3x256x256 y=8x14x14x256",
+        "",
+    ),
+    (
+        "conv3x3_nhwc_stride2_56x56x64",
+        "y[[n, p, q, f]] += x[[n, 2 * p + r - 1, 2 * q + s - 1, c]] * w[[r, s, c, f]]",
+        "x=4x56x56x64 w=3x3x64x128 y=4x28x28x128",
+        "",
+    ),
+    (
+        "conv3x3_c3_pad1_first_layer",
+        "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
+        "x=1x3x224x224 w=64x3x3x3 y=1x64x224x224",
+        "",
+    ),
+    (
+        "conv5x5_c16_pad2_nchw",
+        "y[[n, f, p, q]] += x[[n, c, p + r - 2, q + s - 2]] * w[[f, c, r, s]]",
+        "x=4x16x32x32 w=32x16x5x5 y=4x32x32x32",
+        "",
+    ),
+    (
         "awkward_1000x777x1021",
         "c[[i, j]] += a[[i, k]] * b[[k, j]]",
         "a=1000x1021 b=1021x777 c=1000x777",
         "",
     ),
     (
+        "primes_127x131x137",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=127x137 b=137x131 c=127x131",
+        "",
+    ),
+    (
+        "short_reduction_33x17x7",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=33x7 b=7x17 c=33x17",
+        "",
+    ),
+    (
+        "conv1x1_c3_one_tile",
+        "y[[n, f, p, q]] += x[[n, c, p, q]] * w[[c, f]]",
+        "x=4x3x64x64 w=3x32 y=4x32x64x64",
+        "",
+    ),
+    (
         "nt_128x4096x4096",
         "c[[i, j]] += a[[i, k]] * b[[j, k]]",
         "a=128x4096 b=4096x4096 c=128x4096",
+        "",
+    ),
+    (
+        "bf16_operands_512x512x512",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=512x512 b=512x512 c=512x512",
+        "a=bf16,b=bf16",
+    ),
+];
+
+/// Workloads that must not spill but whose hot loop is not an SGEMM's: shapes not in GEMM
+/// form (matrix-vector products: the Ansor template's default).
+const FALLBACKS: &[(&str, &str, &str, &str)] = &[
+    (
+        "gemv_1x4096x4096",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=1x4096 b=4096x4096 c=1x4096",
+        "",
+    ),
+    (
+        "gemv_4096",
+        "o[[i]] += a[[i, k]] * b[[k]]",
+        "a=4096x4096 b=4096 o=4096",
+        "",
+    ),
+    (
+        "rows_8x4096x4096",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=8x4096 b=4096x4096 c=8x4096",
         "",
     ),
 ];
@@ -130,7 +247,11 @@ fn default_schedules_do_not_spill_and_their_hot_loops_are_ffma() {
     let target = GpuTarget::h100();
     let mut report = Vec::new();
     let mut failures = Vec::new();
-    for &(name, src, shape_text, dtypes) in WORKLOADS {
+    let all = WORKLOADS
+        .iter()
+        .map(|w| (w, true))
+        .chain(FALLBACKS.iter().map(|w| (w, false)));
+    for (&(name, src, shape_text, dtypes), sgemm) in all {
         let named = shapes(shape_text);
         let decl: Vec<(String, bool)> = named
             .iter()
@@ -160,7 +281,10 @@ fn default_schedules_do_not_spill_and_their_hot_loops_are_ffma() {
         if profile.spills() > 0 || profile.ptxas.stack_bytes > 0 {
             failures.push(format!("{name} spills ({:?})", profile.ptxas));
         }
-        if share < MIN_FFMA_SHARE {
+        if sgemm && schedule.simt.is_none() {
+            failures.push(format!("{name}: the default is not the SIMT GEMM template"));
+        }
+        if sgemm && share < MIN_FFMA_SHARE {
             failures.push(format!(
                 "{name}: hot-loop FFMA share {share:.3} < {MIN_FFMA_SHARE}"
             ));

@@ -78,10 +78,17 @@ impl Dialect for CudaDialect {
         Ok(())
     }
 
-    fn loop_pragma(&self, kind: LoopKind, _cx: LoopContext) -> Result<Option<String>, String> {
+    fn loop_pragma(&self, kind: LoopKind, cx: LoopContext) -> Result<Option<String>, String> {
         match kind {
+            // A partial unroll (the SIMT GEMM's hot loop); a factor of the whole trip count is
+            // a full unroll.
+            LoopKind::Unrolled(n) if n > 1 && n < cx.trip => {
+                Ok(Some(format!("#pragma unroll {n}")))
+            }
             LoopKind::Unrolled(_) | LoopKind::Vectorized(_) => Ok(Some("#pragma unroll".into())),
-            LoopKind::Serial | LoopKind::InOrder | LoopKind::ThreadStrided => Ok(None),
+            // Kept a loop (the compiler would unroll a short constant one).
+            LoopKind::InOrder => Ok(Some("#pragma unroll 1".into())),
+            LoopKind::Serial | LoopKind::ThreadStrided => Ok(None),
             LoopKind::Parallel => Err("CPU-parallel loops cannot be printed as CUDA".into()),
         }
     }
@@ -110,6 +117,55 @@ impl Dialect for CudaDialect {
             buf.name,
             buf.elements()
         ))
+    }
+
+    fn align(&self, bytes: usize) -> Result<String, String> {
+        Ok(format!("__align__({bytes}) "))
+    }
+
+    fn module_array(&self, a: &lower::ModuleArray) -> Result<String, String> {
+        let space = match a.space {
+            lower::MemSpace::Device => "__device__",
+            lower::MemSpace::Shared => "__shared__",
+        };
+        let ty = match a.elem {
+            lower::ElemKind::F32 => "float",
+            lower::ElemKind::I32 => "int",
+        };
+        Ok(format!(
+            "{space} __align__({}) {ty} {}[{}];",
+            a.align.max(4),
+            a.name,
+            a.len.max(1)
+        ))
+    }
+
+    fn shared_address(&self, name: &str) -> Result<String, String> {
+        Ok(format!("td_smem({name})"))
+    }
+
+    fn async_copy(
+        &self,
+        dst: &str,
+        src: &str,
+        bytes: usize,
+        ok: Option<&str>,
+    ) -> Result<String, String> {
+        if bytes != 4 && bytes != 16 {
+            return Err(format!("cp.async of {bytes} bytes is not printed"));
+        }
+        Ok(format!(
+            "td_cp_async{bytes}({dst}, {src}, {});",
+            ok.unwrap_or("true")
+        ))
+    }
+
+    fn async_commit(&self) -> Result<String, String> {
+        Ok("td_cp_async_commit();".into())
+    }
+
+    fn async_wait(&self, n: usize) -> Result<String, String> {
+        Ok(format!("td_cp_async_wait<{n}>();"))
     }
 
     fn vector_type(&self, dtype: DType, width: usize) -> Result<String, String> {
@@ -150,22 +206,55 @@ fn header(nest: &Nest, extents: &[usize], s: &GpuSchedule) -> String {
             grid: [0; 3],
             block: [0; 3],
         });
+        let g = s.gemm(k);
+        let pipeline = if t.pipeline == 0 {
+            "register prefetch into 2 shared buffers".to_string()
+        } else {
+            format!("cp.async, {} stages", t.pipeline)
+        };
+        let loads = |side| {
+            g.as_ref().map_or(String::new(), |g| {
+                let p = t.plan(g, side);
+                format!(
+                    "{}{}{}",
+                    if p.table {
+                        "table"
+                    } else if p.k_fast {
+                        "along k"
+                    } else {
+                        "along rows"
+                    },
+                    if p.width == 4 { ", float4" } else { "" },
+                    if p.asynchronous { ", cp.async" } else { "" }
+                )
+            })
+        };
         let _ = writeln!(
             h,
-            " * schedule (SIMT GEMM): block tile {} x {}, k tile {}, thread tile {} x {}, \
-             warps of {} x {} threads, hot loop unrolled x{}\n *   {} threads, {} blocks, \
-             {} bytes of shared memory (two buffers per operand)\n */",
+            " * schedule (SIMT GEMM): block tile {} x {}, k tile {}{}, thread tile {} x {}, \
+             warps of {} x {} threads, hot loop unrolled x{}\n *   {pipeline}; loads: a {}, b {}; \
+             raster groups of {} tile rows; split-K {}\n *   {} threads, {} blocks, \
+             {} bytes of shared memory\n */",
             t.bm,
             t.bn,
             t.bk,
+            if g.as_ref().is_some_and(|g| t.fuses(g)) {
+                " (reduction fused)"
+            } else {
+                ""
+            },
             t.tm,
             t.tn,
             t.warp_m,
             32 / t.warp_m,
             t.unroll,
+            loads(crate::template::gpu_simt::Side::A),
+            loads(crate::template::gpu_simt::Side::B),
+            t.raster,
+            t.split,
             launch.block[0],
             launch.grid[0],
-            t.shared_bytes()
+            nest.shared_bytes()
         );
         return h;
     }
@@ -336,6 +425,7 @@ fn source(
     s.push_str(&builtin_prelude("__device__ "));
     s.push_str(&super::used_builtins_prelude(kernel, "__device__ "));
     s.push_str(&super::dtype_prelude(kernel, "__device__ "));
+    s.push_str(&super::cuda_async::prelude(&body));
     s.push('\n');
     s.push_str(&body);
     Ok(CudaSource {

@@ -5,6 +5,7 @@
 
 pub mod c;
 pub mod cuda;
+pub mod cuda_async;
 pub mod printer;
 pub mod rows;
 pub mod tensorcore;

@@ -19,8 +19,8 @@
 use super::{float_lit, ExprPrinter};
 use crate::ir::DType;
 use crate::lower::{
-    AssignOp, BindPart, Binding, Buffer, CopyMode, Func, HwIndex, Layout, Loop, LoopKind, Nest,
-    Param, Stage, Step, Stmt, Target, Ty, Value,
+    AssignOp, BindPart, Binding, Buffer, CopyMode, Func, HwIndex, Layout, Loop, LoopKind,
+    ModuleArray, Nest, Param, Stage, Step, Stmt, Target, Ty, Value,
 };
 
 /// Lines of text at an indentation depth (four spaces a level).
@@ -47,6 +47,8 @@ pub struct LoopContext {
     pub collapse: usize,
     /// Whether the loop is inside a parallel [`Stmt::Region`].
     pub in_region: bool,
+    /// The loop's most iterations ([`Loop::trip`]).
+    pub trip: usize,
 }
 
 fn unsupported<T>(what: &str) -> Result<T, String> {
@@ -112,6 +114,45 @@ pub trait Dialect {
         unsupported(&format!("shared buffer `{}`", buf.name))
     }
 
+    /// The attribute (with a trailing space) that aligns a register array to `bytes`, for
+    /// vector accesses of it.
+    fn align(&self, bytes: usize) -> Result<String, String> {
+        unsupported(&format!("a register array aligned to {bytes} bytes"))
+    }
+
+    /// The declaration of a module-scope array.
+    fn module_array(&self, array: &ModuleArray) -> Result<String, String> {
+        unsupported(&format!("module array `{}`", array.name))
+    }
+
+    /// The 32-bit shared-memory address of shared buffer `name`'s first element.
+    fn shared_address(&self, name: &str) -> Result<String, String> {
+        unsupported(&format!("the shared address of `{name}`"))
+    }
+
+    /// An asynchronous copy of `bytes` from the element at `src` (a pointer expression) to
+    /// shared address `dst`, zero-filling when `ok` (if any) is false.
+    fn async_copy(
+        &self,
+        dst: &str,
+        src: &str,
+        bytes: usize,
+        ok: Option<&str>,
+    ) -> Result<String, String> {
+        let _ = (dst, src, ok);
+        unsupported(&format!("an asynchronous copy of {bytes} bytes"))
+    }
+
+    /// Closes this thread's group of asynchronous copies.
+    fn async_commit(&self) -> Result<String, String> {
+        unsupported("an asynchronous copy group")
+    }
+
+    /// Waits until at most `n` groups of asynchronous copies are pending.
+    fn async_wait(&self, n: usize) -> Result<String, String> {
+        unsupported(&format!("a wait for asynchronous copies ({n})"))
+    }
+
     /// The allocation of a per-thread panel (a null pointer when out of memory); `slot`
     /// numbers the nest's panels from 0 (their order in the nest's buffers).
     fn alloc_panel(&self, buf: &Buffer, slot: usize) -> Result<String, String> {
@@ -165,11 +206,17 @@ fn buffer<'n>(nest: &'n Nest, id: crate::lower::BufId) -> Result<&'n Buffer, Str
         .ok_or_else(|| format!("the nest has no buffer {}", id.0))
 }
 
-/// Prints `nest` with `dialect`: the helper functions (each followed by a blank line),
-/// then the entry point.
+/// Prints `nest` with `dialect`: the module-scope arrays (then a blank line), the helper
+/// functions (each followed by a blank line), then the entry point.
 pub fn print(nest: &Nest, dialect: &dyn Dialect) -> Result<String, String> {
     let p = Printer { nest, d: dialect };
     let mut out = Lines::default();
+    for a in &nest.globals {
+        out.line(0, &dialect.module_array(a)?);
+    }
+    if !nest.globals.is_empty() {
+        out.line(0, "");
+    }
     for f in &nest.helpers {
         let params = p.params(f)?;
         out.line(
@@ -255,6 +302,7 @@ impl Printer<'_> {
             Value::Code(c) => Ok(c.clone()),
             Value::Float(f) => Ok(float_lit(*f)),
             Value::Hw(h) => self.d.hw_index(*h).map(String::from),
+            Value::SharedAddress(b) => self.d.shared_address(&buffer(self.nest, *b)?.name),
             Value::Read(t) => self.target(t),
             Value::Kernel { expr, binding } => {
                 let p = self.exprs(binding)?;
@@ -278,6 +326,7 @@ impl Printer<'_> {
             Ty::Int(i) => Ok(i.spelling().into()),
             Ty::Elem(d) => Ok(self.d.storage_type(d).into()),
             Ty::Vector(n) => self.d.vector_type(crate::lower::COMPUTE, n),
+            Ty::Ptr(d) => Ok(format!("{} *", self.d.storage_type(d))),
         }
     }
 
@@ -332,7 +381,12 @@ impl Printer<'_> {
                             Some(v) => format!(" = {}", self.value(v)?),
                             None => String::new(),
                         };
-                        format!("{} {}{dims}{init};", self.d.storage_type(b.dtype), b.name)
+                        let align = b.align.map_or(Ok(String::new()), |a| self.d.align(a))?;
+                        format!(
+                            "{align}{} {}{dims}{init};",
+                            self.d.storage_type(b.dtype),
+                            b.name
+                        )
                     }
                     crate::lower::Scope::Shared => self.d.alloc_shared(b)?,
                     crate::lower::Scope::Panel => {
@@ -456,6 +510,18 @@ impl Printer<'_> {
                     ),
                 );
             }
+            Stmt::AsyncCopy {
+                dst,
+                src,
+                bytes,
+                guard,
+            } => {
+                let ok = (!guard.is_empty()).then(|| guard.join(" && "));
+                let line = self.d.async_copy(dst, src, *bytes, ok.as_deref())?;
+                out.line(d, &line);
+            }
+            Stmt::AsyncCommit => out.line(d, &self.d.async_commit()?),
+            Stmt::AsyncWait(n) => out.line(d, &self.d.async_wait(*n)?),
             Stmt::Barrier => out.line(d, self.d.barrier()?),
             Stmt::Call { func, args } => out.line(d, &format!("{func}({});", args.join(", "))),
             Stmt::Return => out.line(d, "return;"),
@@ -527,6 +593,7 @@ impl Printer<'_> {
             let cx = LoopContext {
                 collapse,
                 in_region,
+                trip: l.trip,
             };
             if let Some(p) = self.d.loop_pragma(l.kind, cx)? {
                 out.line(d, &p);

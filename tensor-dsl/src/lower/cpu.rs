@@ -149,6 +149,7 @@ pub fn lower<'a>(
         helpers,
         entry,
         launch: None,
+        globals: Vec::new(),
     })
 }
 

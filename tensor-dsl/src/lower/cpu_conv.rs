@@ -236,6 +236,7 @@ pub fn lower<'a>(
         helpers,
         entry,
         launch: None,
+        globals: Vec::new(),
     })
 }
 

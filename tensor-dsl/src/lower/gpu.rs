@@ -326,6 +326,7 @@ pub fn lower<'a>(
             grid: [schedule.blocks(kernel), 1, 1],
             block: [threads, 1, 1],
         }),
+        globals: Vec::new(),
     })
 }
 

@@ -58,6 +58,43 @@ use crate::ir::{Access, DType, Expr, Kernel};
 /// The type the compute statement, accumulators and epilogues work in.
 pub const COMPUTE: DType = DType::F32;
 
+/// Where a module-scope array ([`ModuleArray`]) lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemSpace {
+    /// Device memory (`__device__`), zero when the module is loaded, kept across launches:
+    /// a split-K workspace and its arrival counters.
+    Device,
+    /// Shared memory (`__shared__` at file scope): one copy per block, like a [`Scope::Shared`]
+    /// buffer, of another element type.
+    Shared,
+}
+
+/// The element type of a module-scope array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ElemKind {
+    F32,
+    I32,
+}
+
+/// An array declared at module scope, named in the nest's C text: a split-K workspace and
+/// counters, a fused reduction's table of offsets and window masks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModuleArray {
+    pub name: String,
+    pub space: MemSpace,
+    pub elem: ElemKind,
+    pub len: usize,
+    /// Alignment, bytes.
+    pub align: usize,
+}
+
+impl ModuleArray {
+    /// Bytes of the array.
+    pub fn bytes(&self) -> usize {
+        self.len.saturating_mul(4)
+    }
+}
+
 /// A buffer of a [`Nest`]: its position in [`Nest::buffers`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BufId(pub usize);
@@ -133,6 +170,8 @@ pub enum Ty {
     /// A vector of this many lanes of the compute type (explicit SIMD code, the CPU
     /// micro-kernel of [`cpu_micro`]); a `Let` of it from a [`Value::Float`] is a splat.
     Vector(usize),
+    /// A pointer to read-only elements stored as this type (a per-thread base pointer).
+    Ptr(DType),
 }
 
 /// What a loop does with its iterations.
@@ -244,6 +283,9 @@ pub enum Value {
     Float(f64),
     /// A hardware index (`threadIdx.x`).
     Hw(HwIndex),
+    /// The 32-bit shared-memory address of a shared buffer's first element (what
+    /// [`Stmt::AsyncCopy`] takes).
+    SharedAddress(BufId),
     /// The value at a place.
     Read(Target),
     /// A kernel expression (the body or an epilogue).
@@ -354,6 +396,20 @@ pub enum Stmt {
         op: AssignOp,
         value: Value,
     },
+    /// An asynchronous copy (`cp.async`) of `bytes` (4 or 16) from `src` (a pointer into
+    /// global memory, C text) to the shared-memory byte address `dst` (C text, from a
+    /// [`Value::SharedAddress`]); zeros instead when a `guard` condition fails (then nothing
+    /// is read). It lands at a later [`Stmt::AsyncWait`].
+    AsyncCopy {
+        dst: String,
+        src: String,
+        bytes: usize,
+        guard: Vec<String>,
+    },
+    /// Closes the group of this thread's asynchronous copies issued since the last one.
+    AsyncCommit,
+    /// Waits until at most this many of this thread's copy groups are pending.
+    AsyncWait(usize),
     /// The compute statement: `acc += body` (`reduce`) or `acc = body`.
     Compute {
         acc: Target,
@@ -438,6 +494,8 @@ pub struct Nest<'a> {
     pub helpers: Vec<Func>,
     pub entry: Func,
     pub launch: Option<Launch>,
+    /// Arrays declared at module scope, printed before the functions.
+    pub globals: Vec<ModuleArray>,
 }
 
 impl Nest<'_> {
@@ -451,10 +509,18 @@ impl Nest<'_> {
         self.buffers.iter().filter(move |b| b.scope == scope)
     }
 
-    /// Static shared memory per block, bytes: every shared buffer, each rounded up to 16.
+    /// Static shared memory per block, bytes: every shared buffer and shared module array,
+    /// each rounded up to 16.
     pub fn shared_bytes(&self) -> usize {
+        let arrays = self
+            .globals
+            .iter()
+            .filter(|g| g.space == MemSpace::Shared)
+            .map(ModuleArray::bytes);
         self.scoped(Scope::Shared)
-            .map(|b| b.bytes().saturating_add(15) / 16 * 16)
+            .map(Buffer::bytes)
+            .chain(arrays)
+            .map(|b| b.saturating_add(15) / 16 * 16)
             .fold(0, usize::saturating_add)
     }
 

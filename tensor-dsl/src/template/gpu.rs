@@ -2,9 +2,10 @@
 //!
 //! * a kernel in GEMM form (two inputs multiplied and summed: matmuls, batched matmuls,
 //!   convolutions; see [`super::gpu_simt::gemm_form`]) gets the SIMT GEMM space of
-//!   [`super::gpu_simt`] — block, warp and thread tiles, k-tile, hot-loop unroll — and its
-//!   analytic default; the schedule is a [`GpuSchedule`] whose `simt` field holds the tiles
-//!   ([`simt_schedule`]);
+//!   [`super::gpu_simt`] — block, warp and thread tiles, k-tile, hot-loop unroll, `float4`
+//!   loads, register-prefetch or `cp.async` pipeline, rasterization, split-K, fused
+//!   reduction — and its analytic default; the schedule is a [`GpuSchedule`] whose `simt`
+//!   field holds the knobs ([`simt_schedule`]);
 //! * every other kernel of the language gets Ansor's multi-level tiling, below.
 //!
 //! Every spatial index (on the output) is split in five levels and every reduction index in
@@ -458,7 +459,7 @@ impl GpuSchedule {
     /// the cross-warp lane sum.
     pub fn shared_bytes(&self, kernel: &Kernel) -> usize {
         if let Some(t) = &self.simt {
-            return t.shared_bytes();
+            return self.gemm(kernel).map_or(usize::MAX, |g| t.shared_bytes(&g));
         }
         let tiles = self
             .tiles(kernel)
@@ -600,6 +601,12 @@ impl GpuSchedule {
             return Err(format!(
                 "{shared} bytes of shared memory (limit {})",
                 target.max_shared_per_block
+            ));
+        }
+        if self.simt.as_ref().is_some_and(|t| t.pipeline >= 2) && target.sm < 80 {
+            return Err(format!(
+                "cp.async needs sm_80 or later (the target is sm_{})",
+                target.sm
             ));
         }
         let blocks = self.blocks(kernel);
@@ -818,17 +825,22 @@ struct Layout {
     simt: Option<SimtKnobs>,
 }
 
-/// The knobs of the SIMT GEMM space, in [`SimtKnobs::LISTS`] order.
+/// The knobs of the SIMT GEMM space, in [`SimtKnobs::NAMES`] order (`kfuse` only for a
+/// kernel with several reduction indices).
 #[derive(Debug)]
 struct SimtKnobs {
     form: GemmForm,
-    /// Knob ids of `bm, bn, bk, tm, tn, warp_m, unroll`.
-    ids: [usize; 7],
+    /// Knob ids of `bm, bn, bk, tm, tn, warp_m, unroll, vector, pipeline, raster, split`
+    /// and, when present, `kfuse`.
+    ids: Vec<usize>,
 }
 
 impl SimtKnobs {
-    const NAMES: [&'static str; 7] = ["bm", "bn", "bk", "tm", "tn", "warp_m", "unroll"];
-    const LISTS: [&'static [i64]; 7] = [
+    const NAMES: [&'static str; 12] = [
+        "bm", "bn", "bk", "tm", "tn", "warp_m", "unroll", "vector", "pipeline", "raster", "split",
+        "kfuse",
+    ];
+    const LISTS: [&'static [i64]; 12] = [
         &super::gpu_simt::BLOCK_TILES,
         &super::gpu_simt::BLOCK_TILES,
         &super::gpu_simt::K_TILES,
@@ -836,10 +848,24 @@ impl SimtKnobs {
         &super::gpu_simt::THREAD_TILES,
         &super::gpu_simt::WARP_M,
         &super::gpu_simt::UNROLLS,
+        &super::gpu_simt::VECTORS,
+        &super::gpu_simt::PIPELINES,
+        &super::gpu_simt::RASTERS,
+        &super::gpu_simt::SPLITS,
+        &super::gpu_simt::K_FUSE,
     ];
 
+    /// How many of the knobs a kernel of this form has.
+    fn count(form: &GemmForm) -> usize {
+        if form.fused.is_some() {
+            Self::NAMES.len()
+        } else {
+            Self::NAMES.len() - 1
+        }
+    }
+
     fn decode(&self, c: &Config) -> Result<SimtGemm, String> {
-        let mut v = [0usize; 7];
+        let mut v = [0usize; 12];
         for (n, (&k, list)) in self.ids.iter().zip(Self::LISTS).enumerate() {
             v[n] = c
                 .index(k)
@@ -855,14 +881,36 @@ impl SimtKnobs {
             tn: v[4],
             warp_m: v[5],
             unroll: v[6],
+            vector: v[7],
+            pipeline: v[8],
+            raster: v[9],
+            split: v[10],
+            kfuse: v[11] == 1,
         })
     }
 
     fn encode(&self, t: &SimtGemm) -> Result<Vec<Value>, String> {
-        let v = [t.bm, t.bn, t.bk, t.tm, t.tn, t.warp_m, t.unroll];
+        let v = [
+            t.bm,
+            t.bn,
+            t.bk,
+            t.tm,
+            t.tn,
+            t.warp_m,
+            t.unroll,
+            t.vector,
+            t.pipeline,
+            t.raster,
+            t.split,
+            usize::from(t.kfuse),
+        ];
+        if t.kfuse && self.ids.len() < Self::NAMES.len() {
+            return Err("kfuse on a kernel with one reduction index".into());
+        }
         v.iter()
             .zip(Self::LISTS)
             .zip(Self::NAMES)
+            .take(self.ids.len())
             .map(|((&x, list), name)| {
                 list.iter()
                     .position(|&y| y == x as i64)
@@ -1222,10 +1270,15 @@ impl GpuTemplate {
         form: GemmForm,
     ) -> Result<GpuTemplate, String> {
         let mut b = SearchSpace::builder();
-        let mut ids = [0usize; 7];
-        for (n, (name, list)) in SimtKnobs::NAMES.iter().zip(SimtKnobs::LISTS).enumerate() {
-            ids[n] = b.add(name, Discrete::new(list.to_vec()));
+        let mut ids = Vec::new();
+        for (name, list) in SimtKnobs::NAMES
+            .iter()
+            .zip(SimtKnobs::LISTS)
+            .take(SimtKnobs::count(&form))
+        {
+            ids.push(b.add(name, Discrete::new(list.to_vec())));
         }
+        let knob_count = ids.len();
         let layout = Arc::new(Layout {
             kernel: kernel.clone(),
             extents: extents.to_vec(),
@@ -1238,12 +1291,13 @@ impl GpuTemplate {
             unroll: 0,
             order: None,
             items: register_loops(kernel),
-            knob_count: ids.len(),
+            knob_count,
             simt: Some(SimtKnobs { form, ids }),
         });
         let l = Arc::clone(&layout);
         b.constraint(
-            "SIMT tiles: 64 to 1024 threads in whole warps tiling the block, whole load rounds",
+            "SIMT GEMM: 64 to 1024 threads in whole warps tiling the block, whole load rounds, \
+             float4 only where provable, splits of whole k-tiles, tables that fit",
             move |c| match &l.simt {
                 Some(k) => k.decode(c).is_ok_and(|t| t.check(&k.form).is_ok()),
                 None => false,
@@ -1252,12 +1306,18 @@ impl GpuTemplate {
         let l = Arc::clone(&layout);
         let max_shared = target.max_shared_per_block as usize;
         let max_threads = target.max_threads_per_block as usize;
+        let sm = target.sm;
         b.constraint(
-            &format!("shared memory per block <= {max_shared} bytes, threads <= {max_threads}"),
+            &format!(
+                "shared memory per block <= {max_shared} bytes, threads <= {max_threads}, \
+                 cp.async on sm_80+"
+            ),
             move |c| match &l.simt {
-                Some(k) => k
-                    .decode(c)
-                    .is_ok_and(|t| t.shared_bytes() <= max_shared && t.threads() <= max_threads),
+                Some(k) => k.decode(c).is_ok_and(|t| {
+                    t.shared_bytes(&k.form) <= max_shared
+                        && t.threads() <= max_threads
+                        && (t.pipeline == 0 || sm >= 80)
+                }),
                 None => false,
             },
         );
@@ -1398,6 +1458,16 @@ mod tests {
             ("o[[]] = a[[]] * 2.0", vec![]),
             ("d[[i]] = a[[i, i]]", vec![33]),
             ("o[[i, j, l, m]] = a[[i, j, l, m]]", vec![64, 3, 64, 17]),
+            // SIMT GEMM spaces: split-K, float4, a fused reduction's tables.
+            ("c[[i, j]] += a[[i, k]] * b[[k, j]]", vec![512, 64, 1024]),
+            (
+                "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 3, 2 * q + s - 3]] * w[[f, c, r, s]]",
+                vec![1, 64, 112, 112, 3, 7, 7],
+            ),
+            (
+                "y[[n, p, q, f]] += x[[n, p + r - 1, q + s - 1, c]] * w[[r, s, c, f]]",
+                vec![8, 14, 14, 256, 256, 3, 3],
+            ),
         ] {
             let k = parse_text("k", src, None).unwrap();
             let t = GpuTemplate::new(&k, &extents, &target).unwrap();
