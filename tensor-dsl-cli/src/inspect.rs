@@ -14,13 +14,9 @@ use tensor_dsl::template::gpu::GpuTarget;
 /// (tensor cores for half-precision GEMMs on sm_80+, else SIMT).
 pub fn run(args: &KernelArgs, target: &str, config: &str, json: bool) -> Result<ExitCode, String> {
     let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
-    let sm = match parse_target(target)? {
-        Target::Cuda { sm } => sm,
+    let target: GpuTarget = match parse_target(target)? {
+        Target::Cuda { sm, arch_specific } => Target::gpu(sm, arch_specific),
         Target::Cpu => return Err("inspect profiles GPU code: use --target cuda:sm_XY".into()),
-    };
-    let target = GpuTarget {
-        sm,
-        ..GpuTarget::h100()
     };
     let t = CudaSpace::new(&p.kernel, &p.extents, &p.shape_refs(), &target)?;
     let point = match config.trim() {
@@ -52,8 +48,10 @@ pub fn run(args: &KernelArgs, target: &str, config: &str, json: bool) -> Result<
     );
     println!("shared      {} bytes", prof.ptxas.shared_bytes);
     println!(
-        "occupancy   {:.2} ({} threads per block, sm_{sm})",
-        prof.occupancy, prof.threads
+        "occupancy   {:.2} ({} threads per block, {})",
+        prof.occupancy,
+        prof.threads,
+        target.real_arch()
     );
     match &prof.hot_loop {
         None => {

@@ -210,9 +210,23 @@ fn tensor_core_kernels_compile_assemble_and_issue_hmma() {
             stages: 3,
             swizzle: true,
             split_k: 1,
+            splits: 1,
         };
         let c = t.encode(&big).unwrap();
         points.push((t.space().format(&c).unwrap(), big));
+        // Split-K across blocks (4 blocks per tile where the reduction has the k tiles).
+        let d = t.default_schedule();
+        let across = TcSchedule {
+            splits: if t.gemm().k_extent >= 4 * d.block_k {
+                4
+            } else {
+                2
+            },
+            ..d.clone()
+        };
+        if let Ok(c) = t.encode(&across) {
+            points.push((t.space().format(&c).unwrap(), across));
+        }
         // Sliced K over two warp groups.
         let d = t.default_schedule();
         let split = TcSchedule {
@@ -241,8 +255,9 @@ fn tensor_core_kernels_compile_assemble_and_issue_hmma() {
                 let _ = std::fs::write(d.join(format!("{name}-{n}.cu")), &gen.source);
             }
             let r = tensor_dsl::runtime::ptxas::parse_report(&log);
-            // One k tile: the main loop runs once and is gone; the whole kernel is "hot".
-            let hot = if t.gemm().k_extent <= s.block_k {
+            // One k tile (per split): the main loop runs once and is gone; the whole kernel
+            // is "hot".
+            let hot = if t.gemm().k_tiles(&s) <= s.splits {
                 sass.lines().collect()
             } else {
                 hot_loop(&sass)

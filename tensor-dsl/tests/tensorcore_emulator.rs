@@ -60,6 +60,20 @@ const CASES: &[(&str, &str, &str)] = &[
 
 const RANDOM_POINTS: usize = 4;
 
+/// Copies the emulator headers (`cuda_emu.h`, and `cuda_emu_sm90.h` for wgmma and split-K)
+/// into `dir`.
+fn copy_headers(dir: &std::path::Path) {
+    for h in ["cuda_emu.h", "cuda_emu_sm90.h"] {
+        std::fs::copy(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests")
+                .join(h),
+            dir.join(h),
+        )
+        .unwrap();
+    }
+}
+
 fn close(got: f32, want: f32, dtype: DType) -> bool {
     let tol = common::emulator_tolerance(dtype);
     (got - want).abs() <= tol * (1.0 + want.abs())
@@ -73,11 +87,7 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
     };
     let dir = std::env::temp_dir().join(format!("td-tc-emu-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cuda_emu.h"),
-        dir.join("cuda_emu.h"),
-    )
-    .unwrap();
+    copy_headers(&dir);
     let target = GpuTarget::h100();
     let mut rng = StdRng::seed_from_u64(13);
     let mut seen = (false, false, false); // swizzled, padded, 4-stage
@@ -127,6 +137,21 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
             let c = t.encode(&s).unwrap_or_else(|e| panic!("{src}: {s:?}: {e}"));
             points.push((t.space().format(&c).unwrap(), s));
         }
+        // Split-K across blocks: 2 and up to 4 blocks per output tile (16-deep stages, so
+        // every split has a k tile), alone and with a sliced K inside each block.
+        let k_tiles = t.gemm().k_extent.div_ceil(32);
+        for (splits, split_k) in [(2, 1), (if k_tiles >= 4 { 4 } else { 2 }, 2)] {
+            let d = t.default_schedule();
+            let s = TcSchedule {
+                splits,
+                split_k,
+                block_k: 16 * split_k,
+                warps_n: 1,
+                ..d
+            };
+            let c = t.encode(&s).unwrap_or_else(|e| panic!("{src}: {s:?}: {e}"));
+            points.push((t.space().format(&c).unwrap(), s));
+        }
         // A warp tile that is no power of two (valid unswizzled, not a knob value): the
         // fragments' addresses are computed in full, not from per-thread bases.
         points.push((
@@ -140,10 +165,11 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
                 stages: 2,
                 swizzle: false,
                 split_k: 1,
+                splits: 1,
             },
         ));
 
-        let mut cpp = String::from("#include \"cuda_emu.h\"\n");
+        let mut cpp = String::from("#include \"cuda_emu.h\"\n#include \"cuda_emu_sm90.h\"\n");
         let mut main = String::from("int main(int argc, char **argv) {\n    (void)argc;\n");
         main.push_str("    FILE *f = fopen(argv[1], \"rb\"), *o = fopen(argv[2], \"wb\");\n");
         let inputs = kernel.inputs();
@@ -178,7 +204,7 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
                 main,
                 "    {{\n        {ty} *out = ({ty} *)td_alloc_nan_bytes({out_bytes});\n        \
                  fprintf(stderr, \"config {id}\\n\");\n        \
-                 td_launch({}, {}, [&] {{ cfg{id}::{}({}); }});\n        \
+                 td_launch90({}, {}, [&] {{ cfg{id}::{}({}); }});\n        \
                  fwrite(out, 1, {out_bytes}, o);\n        free(out);\n    }}",
                 gen.grid[0],
                 gen.block[0],
@@ -254,11 +280,7 @@ fn warp_collectives_follow_the_ptx_layouts() {
     };
     let dir = std::env::temp_dir().join(format!("td-tc-collectives-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cuda_emu.h"),
-        dir.join("cuda_emu.h"),
-    )
-    .unwrap();
+    copy_headers(&dir);
     let program = r#"#include "cuda_emu.h"
 // Four 8x8 matrices of 16-bit values, rows padded to 16 elements (rows stay 16-byte aligned).
 static __attribute__((aligned(16))) unsigned short M[4][8][16];

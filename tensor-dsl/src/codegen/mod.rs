@@ -7,6 +7,7 @@ pub mod c;
 pub mod cuda;
 pub mod printer;
 pub mod rows;
+pub mod split_k;
 pub mod tensorcore;
 
 use crate::ir::{Access, Affine, BinOp, DType, Expr, Func, Kernel};

@@ -324,7 +324,8 @@ fn load_tile(
     };
     let _ = writeln!(
         out,
-        "{ind}    const int g{name} = {row0} + {ri}, gk = ({kt}) * {} + {ki}{shift};",
+        "{ind}    const int g{name} = {row0} + {ri}, gk = ({kt}{}) * {} + {ki}{shift};",
+        if s.splits > 1 { " + kt0" } else { "" },
         s.block_k
     );
     let _ = writeln!(
@@ -386,6 +387,8 @@ fn load_tile(
 /// divide the extent) compares with the tile's remaining depth. A chunk outside the tensor
 /// copies nothing (`cp.async` source size 0) whatever its pointer.
 struct Fast {
+    /// The reduction is split across blocks: tile indices count from the split's `kt0`.
+    split: bool,
     step: usize,
     iterations: usize,
     /// The chunks do not divide among the threads: in the last round, threads past the
@@ -406,6 +409,7 @@ impl Fast {
         }
         let chunks = t.rows * per_row;
         Some(Fast {
+            split: s.splits > 1,
             step: threads / per_row,
             iterations: chunks.div_ceil(threads),
             guard: !chunks.is_multiple_of(threads),
@@ -441,6 +445,11 @@ impl Fast {
         let pad = k_pad(g, s);
         let ki = if pad > 0 {
             format!("({ki} - {pad})")
+        } else {
+            ki
+        };
+        let ki = if self.split {
+            format!("({ki} + kt0 * {})", s.block_k)
         } else {
             ki
         };
@@ -502,6 +511,7 @@ impl Fast {
         // Only the first tile can start before k = 0 (see `k_pad`), and only the prologue
         // copies it.
         let pad = if prologue { k_pad(g, s) } else { 0 };
+        let first = if self.split { " + kt0" } else { "" };
         for it in 0..self.iterations {
             let mut ok = Vec::new();
             if rows_checked {
@@ -509,9 +519,9 @@ impl Fast {
             }
             if pad > 0 {
                 ok.push(if op.k_major {
-                    format!("({kt} > 0 || {p}_c >= {pad})")
+                    format!("({kt}{first} > 0 || {p}_c >= {pad})")
                 } else {
-                    format!("({kt} > 0 || {p}_r + {} >= {pad})", it * self.step)
+                    format!("({kt}{first} > 0 || {p}_r + {} >= {pad})", it * self.step)
                 });
             }
             let ok = if ok.is_empty() {
@@ -658,7 +668,20 @@ fn source(
     let (mi_n, ni_n) = (s.warp_m / 16, s.warp_n / 8);
     let grid_m = g.m_extent.div_ceil(s.block_m());
     let grid_n = g.n_extent.div_ceil(s.block_n());
-    let k_tiles = g.k_extent.div_ceil(s.block_k);
+    let k_tiles_total = g.k_tiles(s);
+    let split = g.split(s);
+    // The block's k tiles: all of them, or its split's (`kt_n`, from `kt0`).
+    let k_tiles = if split.is_some() {
+        "kt_n".to_string()
+    } else {
+        k_tiles_total.to_string()
+    };
+    // The output tile's index among the tiles of the launch.
+    let bid = if split.is_some() {
+        "tile"
+    } else {
+        "blockIdx.x"
+    };
     let out_dtype = kernel.params[kernel.output].dtype;
 
     let mut src = String::new();
@@ -692,8 +715,15 @@ fn source(
             String::new()
         },
         s.stages,
-        if s.swizzle { "swizzled shared memory" } else { "padded shared memory" }
+        if s.swizzle { "swizzled shared memory" } else { "padded shared memory" },
     );
+    if s.splits > 1 {
+        let _ = writeln!(
+            src,
+            " *   split-K across blocks: {} blocks per output tile, {k_tiles_total} k tiles",
+            s.splits
+        );
+    }
     let _ = writeln!(
         src,
         " *   {threads} threads, {blocks} blocks, {} accumulators per thread, {} bytes shared; A {} {}, B {} {}",
@@ -711,6 +741,9 @@ fn source(
     }
     src.push_str(&dtype_prelude(kernel, "__device__ "));
     src.push_str(&ptx_helpers(&g, s));
+    if let Some(p) = &split {
+        src.push_str(&p.globals());
+    }
     src.push('\n');
 
     let params: Vec<String> = kernel
@@ -775,9 +808,12 @@ fn source(
         "{i}const int wm = wmn / {} * {}, wn = wmn % {} * {};",
         s.warps_n, s.warp_m, s.warps_n, s.warp_n
     );
+    if let Some(p) = &split {
+        p.decode(&mut src, i, k_tiles_total);
+    }
     let _ = writeln!(
         src,
-        "{i}const int n0 = blockIdx.x % {grid_n} * {}, m0 = blockIdx.x / {grid_n} % {grid_m} * {};",
+        "{i}const int n0 = {bid} % {grid_n} * {}, m0 = {bid} / {grid_n} % {grid_m} * {};",
         s.block_n(),
         s.block_m()
     );
@@ -789,7 +825,7 @@ fn source(
         let name = super::index_name(kernel, bx);
         let _ = writeln!(
             src,
-            "{i}const int {name} = blockIdx.x / {div} % {};",
+            "{i}const int {name} = {bid} / {div} % {};",
             extents[bx]
         );
         div *= extents[bx];
@@ -1029,7 +1065,13 @@ fn source(
         );
         let _ = writeln!(src, "{i}}}");
         let _ = writeln!(src, "{i}__syncthreads();");
-        let _ = writeln!(src, "{i}if (kw > 0) return;");
+        // Split across blocks too: the other groups stay for the barriers of that reduction.
+        let (open, close) = if split.is_some() {
+            ("if (kw == 0) {", "}")
+        } else {
+            ("if (kw > 0) return;", "")
+        };
+        let _ = writeln!(src, "{i}{open}");
         let _ = writeln!(src, "{i}#pragma unroll");
         let _ = writeln!(src, "{i}for (int x = 0; x < {accs}; ++x)");
         let _ = writeln!(src, "{i}    #pragma unroll");
@@ -1038,6 +1080,23 @@ fn source(
             src,
             "{i}        (&acc[0][0][0])[x] += red[x * {stride} + g * {lanes_all} + wmn * 32 + lane];"
         );
+        if !close.is_empty() {
+            let _ = writeln!(src, "{i}{close}");
+        }
+    }
+    if let Some(p) = &split {
+        let active = (s.split_k > 1).then_some("kw == 0");
+        // The pipeline's shared memory is free (every copy landed, every fragment read).
+        p.reduce(
+            &mut src,
+            i,
+            "&acc[0][0][0]",
+            active,
+            "*reinterpret_cast<unsigned *>(smem)",
+        );
+        if s.split_k > 1 {
+            let _ = writeln!(src, "{i}if (kw > 0) return;");
+        }
     }
 
     // Epilogue.

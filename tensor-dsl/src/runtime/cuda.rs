@@ -119,6 +119,9 @@ impl DeviceInfo {
             max_regs_per_thread: 255,
             max_threads_per_sm: self.max_threads_per_sm,
             warp_size: self.warp_size,
+            // Code is compiled for this very device, so a 9.0 GPU's `sm_90a` features
+            // (`wgmma`) are usable: its kernels are compiled for `compute_90a`.
+            arch_specific: self.sm() == 90,
         }
     }
 }
