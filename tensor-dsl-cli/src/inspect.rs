@@ -46,7 +46,10 @@ pub fn run(args: &KernelArgs, target: &str, config: &str, json: bool) -> Result<
         "spills      {} bytes stored, {} bytes loaded (stack frame {} bytes)",
         prof.ptxas.spill_stores, prof.ptxas.spill_loads, prof.ptxas.stack_bytes
     );
-    println!("shared      {} bytes", prof.ptxas.shared_bytes);
+    println!(
+        "shared      {} bytes static, {} bytes dynamic",
+        prof.ptxas.shared_bytes, prof.dynamic_shared_bytes
+    );
     println!(
         "occupancy   {:.2} ({} threads per block, {})",
         prof.occupancy,

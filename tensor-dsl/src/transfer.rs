@@ -511,7 +511,7 @@ pub fn cuda_features<'a>(
             CudaSchedule::Simt(s) => {
                 Some(gpu_features(kernel, extents, shapes, &s, gpu, None).to_vec())
             }
-            CudaSchedule::TensorCore(_) => None,
+            CudaSchedule::TensorCore(_) | CudaSchedule::Wgmma(_) => None,
         },
     )
 }

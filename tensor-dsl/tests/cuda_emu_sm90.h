@@ -36,7 +36,8 @@ struct Op {
     // Byte ranges [lo, hi] of shared memory the operation reads.
     unsigned a_lo, a_hi, b_lo, b_hi;
 };
-// Per thread: queued operations and the indices in it where commit groups end.
+// Per thread: queued operations and the indices in it where commit groups end (the
+// footprints are those of the warpgroup's first thread's entries).
 static std::vector<Op> ops[1024];
 static std::vector<size_t> op_groups[1024];
 static bool fenced[1024];
@@ -116,18 +117,24 @@ static void check_warpgroup() {
         fail("a warpgroup collective in a block of a partial warpgroup");
 }
 
-// Retires this thread's oldest operations: computes its fragment of each.
+// Retires this thread's oldest operations: computes its fragment of each (rows
+// 16w + lane/4 and 8 below it; columns 2(lane%4) and the next of every 8).
 static void retire(size_t count) {
     unsigned me = threadIdx.x, lane = me % 32, warp = me % 128 / 32;
     for (size_t i = 0; i < count; ++i) {
         const Op &o = ops[me][i];
+        float a[2][16], b[64][16];
+        for (unsigned h = 0; h < 2; ++h)
+            for (unsigned k = 0; k < 16; ++k)
+                a[h][k] = value(element(o.da, 16 * warp + lane / 4 + 8 * h, k, o.trans_a), o.bf16);
+        for (unsigned c = 0; c < (unsigned)o.n / 4; ++c)
+            for (unsigned k = 0; k < 16; ++k)
+                b[c][k] = value(element(o.db, c / 2 * 8 + lane % 4 * 2 + c % 2, k, o.trans_b), o.bf16);
         for (int x = 0; x < o.n / 2; ++x) {
             unsigned j = x / 4, e = x % 4;
-            unsigned row = 16 * warp + lane / 4 + 8 * (e / 2), col = 8 * j + lane % 4 * 2 + e % 2;
             float sum = o.d[x];
             for (unsigned k = 0; k < 16; ++k)
-                sum += value(element(o.da, row, k, o.trans_a), o.bf16) *
-                       value(element(o.db, col, k, o.trans_b), o.bf16);
+                sum += a[e / 2][k] * b[2 * j + e % 2][k];
             o.d[x] = sum;
         }
     }
@@ -178,10 +185,16 @@ static void td_emu90_wgmma(float *d, unsigned long long da, unsigned long long d
     if (n < 8 || n > 256 || n % 8 != 0)
         fail("wgmma: N is not a multiple of 8 in 8..256");
     Op o = {da, db, n, trans_a, trans_b, bf16, d, 0, 0, 0, 0};
+    // The warpgroup's first thread checks for it (the wait checks the others issued the
+    // same): the operands must be in shared memory already, landed and made visible to
+    // the async proxy by the thread that copied them (then a barrier, which the caller
+    // provides).
+    if (me % 128 != 0) {
+        ops[me].push_back(o);
+        return;
+    }
     footprint(da, 64, trans_a != 0, &o.a_lo, &o.a_hi);
     footprint(db, (unsigned)n, trans_b != 0, &o.b_lo, &o.b_hi);
-    // The operands must be in shared memory already: landed and made visible to the async
-    // proxy by the thread that copied them (then a barrier, which the caller provides).
     for (unsigned t = 0; t < blockDim.x; ++t) {
         for (const auto &c : td_emu::copies[t]) {
             unsigned lo = shared_offset(c.dst), hi = lo + (unsigned)c.bytes - 1;

@@ -9,6 +9,7 @@ pub mod printer;
 pub mod rows;
 pub mod split_k;
 pub mod tensorcore;
+pub mod wgmma;
 
 use crate::ir::{Access, Affine, BinOp, DType, Expr, Func, Kernel};
 use std::fmt::Write as _;

@@ -175,15 +175,15 @@ fn offset(t: &Tile, row: &str, col: &str) -> String {
 }
 
 /// What the printers of a kernel's pieces need.
-struct Context<'a> {
-    kernel: &'a Kernel,
-    extents: &'a [usize],
-    shapes: &'a [&'a [usize]],
+pub(super) struct Context<'a> {
+    pub(super) kernel: &'a Kernel,
+    pub(super) extents: &'a [usize],
+    pub(super) shapes: &'a [&'a [usize]],
 }
 
 /// `const int` definitions of the indices of `group` from their fused value `fused`
 /// (row-major, the first outermost): `(name, expression)`.
-fn decompose(extents: &[usize], group: &[usize], fused: &str) -> Vec<(usize, String)> {
+pub(super) fn decompose(extents: &[usize], group: &[usize], fused: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut inner = 1usize;
     for (j, &i) in group.iter().enumerate().rev() {
@@ -263,7 +263,12 @@ fn open_unrolled(out: &mut String, ind: &str, var: &str, trip: usize) {
 /// does not divide the reduction (else 0), so that only the first tile, copied in the
 /// prologue, is partial and the main loop's copies check no `k` bounds.
 fn k_pad(g: &Gemm, s: &TcSchedule) -> usize {
-    (s.block_k - g.k_extent % s.block_k) % s.block_k
+    k_pad_of(g, s.block_k)
+}
+
+/// [`k_pad`] for a stage depth.
+pub(super) fn k_pad_of(g: &Gemm, block_k: usize) -> usize {
+    (block_k - g.k_extent % block_k) % block_k
 }
 
 /// The cooperative copy of k-tile `kt` of one operand into the shared stage that starts
@@ -817,36 +822,7 @@ fn source(
         s.block_n(),
         s.block_m()
     );
-    // Batch coordinates, innermost batch index fastest.
-    let mut index_c: Vec<String> = (0..kernel.indices.len()).map(|_| "0".to_string()).collect();
-    let mut div = grid_m * grid_n;
-    let (mut a_base, mut b_base) = (Vec::new(), Vec::new());
-    for (bi, &bx) in g.batch.iter().enumerate().rev() {
-        let name = super::index_name(kernel, bx);
-        let _ = writeln!(
-            src,
-            "{i}const int {name} = {bid} / {div} % {};",
-            extents[bx]
-        );
-        div *= extents[bx];
-        let [sa, sb] = g.batch_strides[bi];
-        a_base.push(format!("{name} * {sa}"));
-        b_base.push(format!("{name} * {sb}"));
-        index_c[bx] = name;
-    }
-    let sum = |v: &[String]| {
-        if v.is_empty() {
-            "0".to_string()
-        } else {
-            v.join(" + ")
-        }
-    };
-    let _ = writeln!(
-        src,
-        "{i}const int a_base = {}, b_base = {};",
-        sum(&a_base),
-        sum(&b_base)
-    );
+    let index_c = batch_coordinates(&mut src, i, kernel, extents, &g, bid, grid_m * grid_n);
     for (op, a) in [(&g.a, true), (&g.b, false)] {
         if let Some(f) = Fast::new(s, op, &Tile::for_operand(s, a, op)) {
             f.setup(&mut src, i, &g, s, op, a);
@@ -1099,7 +1075,99 @@ fn source(
         }
     }
 
-    // Epilogue.
+    epilogue(
+        &mut src,
+        i,
+        &cx,
+        &g,
+        index_c,
+        "m0 + wm + mi * 16 + (lane >> 2) + (e >> 1) * 8",
+        "n0 + wn + ni * 8 + (lane & 3) * 2 + (e & 1)",
+        (mi_n, ni_n),
+    );
+    src.push_str("}\n");
+    Ok(CudaSource {
+        source: finish(src),
+        entry: super::cuda::ENTRY.into(),
+        grid: [blocks as u32, 1, 1],
+        block: [threads as u32, 1, 1],
+        shared_bytes: 0,
+    })
+}
+
+/// The batch coordinates of the block's tile `bid` (tiles of one instance first, innermost
+/// batch index fastest) and `a_base`, `b_base` (the instance's first elements of A and B);
+/// returns the C names of the kernel's indices (`"0"` for those not yet defined).
+pub(super) fn batch_coordinates(
+    src: &mut String,
+    i: &str,
+    kernel: &Kernel,
+    extents: &[usize],
+    g: &Gemm,
+    bid: &str,
+    tiles_per_instance: usize,
+) -> Vec<String> {
+    let mut index_c: Vec<String> = (0..kernel.indices.len()).map(|_| "0".to_string()).collect();
+    let mut div = tiles_per_instance;
+    let (mut a_base, mut b_base) = (Vec::new(), Vec::new());
+    for (bi, &bx) in g.batch.iter().enumerate().rev() {
+        let name = super::index_name(kernel, bx);
+        let _ = writeln!(
+            src,
+            "{i}const int {name} = {bid} / {div} % {};",
+            extents[bx]
+        );
+        div *= extents[bx];
+        let [sa, sb] = g.batch_strides[bi];
+        a_base.push(format!("{name} * {sa}"));
+        b_base.push(format!("{name} * {sb}"));
+        index_c[bx] = name;
+    }
+    let sum = |v: &[String]| {
+        if v.is_empty() {
+            "0".to_string()
+        } else {
+            v.join(" + ")
+        }
+    };
+    let _ = writeln!(
+        src,
+        "{i}const int a_base = {}, b_base = {};",
+        sum(&a_base),
+        sum(&b_base)
+    );
+    index_c
+}
+
+/// The `INFINITY` definition where the source uses it (no headers).
+pub(super) fn finish(mut src: String) -> String {
+    if src.contains("INFINITY") {
+        src.insert_str(
+            0,
+            "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n",
+        );
+    }
+    src
+}
+
+/// The epilogue over an accumulator array `acc[mi][ni][e]` (`counts` = the `mi` and `ni`
+/// extents, `e` < 4): `row` and `col` are the C expressions of an accumulator's output row
+/// (`m`) and column (`n`) in `mi`, `ni`, `e`; the kernel's later statements run on the
+/// `f32` value, which is rounded once and stored if inside the output.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn epilogue(
+    src: &mut String,
+    i: &str,
+    cx: &Context,
+    g: &Gemm,
+    mut index_c: Vec<String>,
+    row: &str,
+    col: &str,
+    counts: (usize, usize),
+) {
+    let (kernel, extents, shapes) = (cx.kernel, cx.extents, cx.shapes);
+    let (mi_n, ni_n) = counts;
+    let out_dtype = kernel.params[kernel.output].dtype;
     let (gm, gn) = ("gm", "gn");
     // A fused group's indices are split out of it; a single index is the fused one.
     let mut parts = Vec::new();
@@ -1139,10 +1207,7 @@ fn source(
     let _ = writeln!(src, "{i}    for (int ni = 0; ni < {ni_n}; ++ni)");
     let _ = writeln!(src, "{i}        #pragma unroll");
     let _ = writeln!(src, "{i}        for (int e = 0; e < 4; ++e) {{");
-    let _ = writeln!(
-        src,
-        "{i}            const int {gm} = m0 + wm + mi * 16 + (lane >> 2) + (e >> 1) * 8, {gn} = n0 + wn + ni * 8 + (lane & 3) * 2 + (e & 1);"
-    );
+    let _ = writeln!(src, "{i}            const int {gm} = {row}, {gn} = {col};");
     let _ = writeln!(
         src,
         "{i}            if ({gm} < {} && {gn} < {}) {{",
@@ -1162,18 +1227,4 @@ fn source(
     );
     let _ = writeln!(src, "{i}            }}");
     let _ = writeln!(src, "{i}        }}");
-    src.push_str("}\n");
-    if src.contains("INFINITY") {
-        src.insert_str(
-            0,
-            "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n",
-        );
-    }
-    Ok(CudaSource {
-        source: src,
-        entry: super::cuda::ENTRY.into(),
-        grid: [blocks as u32, 1, 1],
-        block: [threads as u32, 1, 1],
-        shared_bytes: 0,
-    })
 }

@@ -120,11 +120,13 @@ pub fn compile_batch_space(
             .into_iter()
             .map(|r| r.map(CudaSchedule::Simt))
             .collect(),
-        CudaSpace::TensorCore(_) => compile_points(kernel, target, batch, &|config: &Config| {
-            let schedule = space.decode(config)?;
-            let generated = crate::template::cuda::generate(kernel, extents, shapes, &schedule);
-            Ok((schedule, generated.source))
-        }),
+        CudaSpace::TensorCore(_) | CudaSpace::Wgmma(_) => {
+            compile_points(kernel, target, batch, &|config: &Config| {
+                let schedule = space.decode(config)?;
+                let generated = crate::template::cuda::generate(kernel, extents, shapes, &schedule);
+                Ok((schedule, generated.source))
+            })
+        }
     }
 }
 

@@ -96,6 +96,10 @@ pub struct SassProfile {
     pub ptxas: PtxasReport,
     /// Threads per block the occupancy estimate assumes.
     pub threads: usize,
+    /// Dynamic shared memory per block the occupancy estimate adds to ptxas's static
+    /// shared memory, bytes.
+    #[serde(default)]
+    pub dynamic_shared_bytes: u32,
     /// Resident warps per SM / the most an SM holds (see [`occupancy`]).
     pub occupancy: f64,
     /// Instructions of the whole kernel by class.
@@ -288,13 +292,30 @@ pub fn occupancy(registers: u32, shared_bytes: u32, threads: usize, target: &Gpu
 /// Assembles `ptx` for `target`, disassembles it and profiles it (see the module docs).
 /// `threads` is the block size the occupancy estimate assumes.
 pub fn profile_ptx(ptx: &str, target: &GpuTarget, threads: usize) -> Result<SassProfile, String> {
+    profile_ptx_with(ptx, target, threads, 0)
+}
+
+/// [`profile_ptx`] for a kernel launched with `dynamic_shared` bytes of dynamic shared
+/// memory (counted in the occupancy estimate).
+pub fn profile_ptx_with(
+    ptx: &str,
+    target: &GpuTarget,
+    threads: usize,
+    dynamic_shared: u32,
+) -> Result<SassProfile, String> {
     let (cubin, report) = super::ptxas::assemble_cubin(ptx, &target.real_arch())?;
     let text = disassemble(&cubin)?;
     let (ins, _) = parse(&text);
     Ok(SassProfile {
-        occupancy: occupancy(report.registers, report.shared_bytes, threads, target),
+        occupancy: occupancy(
+            report.registers,
+            report.shared_bytes + dynamic_shared,
+            threads,
+            target,
+        ),
         ptxas: report,
         threads,
+        dynamic_shared_bytes: dynamic_shared,
         kernel_mix: mix_of(&ins),
         hot_loop: hot_loop(&text),
     })
@@ -309,7 +330,7 @@ pub fn profile_cuda(
     let ptx = super::nvrtc::compile_ptx("td_profile", &source.source, &target.virtual_arch())
         .map_err(|e| e.to_string())?;
     let threads = source.block.iter().map(|&b| b as usize).product();
-    profile_ptx(&ptx, target, threads)
+    profile_ptx_with(&ptx, target, threads, source.shared_bytes)
 }
 
 #[cfg(test)]

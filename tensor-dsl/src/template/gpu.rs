@@ -142,6 +142,13 @@ impl GpuTarget {
         self.sm == 90 && self.arch_specific
     }
 
+    /// Shared memory a block may use with the opt-in attribute (dynamic shared memory),
+    /// bytes: an SM's shared memory less the 1 KiB the system reserves per block (227 KiB
+    /// on an H100, 163 KiB on an A100).
+    pub fn max_dynamic_shared(&self) -> u32 {
+        self.shared_per_sm.saturating_sub(1024)
+    }
+
     /// `a` for an architecture-specific target, else nothing.
     fn suffix(&self) -> &'static str {
         if self.arch_specific {
