@@ -39,39 +39,42 @@ pub fn run(args: &KernelArgs, target: &str, config: &str, json: bool) -> Result<
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("config      {text} ({})", t.name());
-    println!("launch      grid {:?} block {:?}", src.grid, src.block);
-    println!("registers   {}", prof.ptxas.registers);
-    println!(
+    crate::output::line(format!("config      {text} ({})", t.name()))?;
+    crate::output::line(format!(
+        "launch      grid {:?} block {:?}",
+        src.grid, src.block
+    ))?;
+    crate::output::line(format!("registers   {}", prof.ptxas.registers))?;
+    crate::output::line(format!(
         "spills      {} bytes stored, {} bytes loaded (stack frame {} bytes)",
         prof.ptxas.spill_stores, prof.ptxas.spill_loads, prof.ptxas.stack_bytes
-    );
-    println!(
+    ))?;
+    crate::output::line(format!(
         "shared      {} bytes static, {} bytes dynamic",
         prof.ptxas.shared_bytes, prof.dynamic_shared_bytes
-    );
-    println!(
+    ))?;
+    crate::output::line(format!(
         "occupancy   {:.2} ({} threads per block, {})",
         prof.occupancy,
         prof.threads,
         target.real_arch()
-    );
+    ))?;
     match &prof.hot_loop {
         None => {
             let m = &prof.kernel_mix;
-            println!(
+            crate::output::line(format!(
                 "hot loop    none (no loop does arithmetic: the reduction is unrolled whole); whole kernel: {} instructions: FFMA {} MMA {} LDS {} LDG {} STS {} BAR {} other {}",
                 m.total(), m.ffma, m.mma, m.lds, m.ldg, m.sts, m.bar, m.other
-            );
-            println!("FFMA share  {:.3} (whole kernel)", m.ffma_share());
+            ))?;
+            crate::output::line(format!("FFMA share  {:.3} (whole kernel)", m.ffma_share()))?;
         }
         Some(h) => {
             let m = &h.mix;
-            println!(
+            crate::output::line(format!(
                 "hot loop    /*{:04x}*/../*{:04x}*/: {} instructions: FFMA {} MMA {} LDS {} LDG {} STS {} BAR {} other {}",
                 h.start, h.end, m.total(), m.ffma, m.mma, m.lds, m.ldg, m.sts, m.bar, m.other
-            );
-            println!("FFMA share  {:.3}", m.ffma_share());
+            ))?;
+            crate::output::line(format!("FFMA share  {:.3}", m.ffma_share()))?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1065,6 +1065,7 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
             grid,
             block,
             shared_bytes: shared,
+            tensor_maps: Vec::new(),
         }
     }
 

@@ -220,7 +220,7 @@ fn tensor_core_kernels_compile_assemble_and_issue_hmma() {
         // Split-K across blocks (4 blocks per tile where the reduction has the k tiles).
         let d = t.default_schedule();
         let across = TcSchedule {
-            splits: if t.gemm().k_extent >= 4 * d.block_k {
+            splits: if t.gemm().k_extent >= 8 * d.block_k {
                 4
             } else {
                 2

@@ -275,6 +275,7 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
     let target = GpuTarget::h100();
     let mut rng = StdRng::seed_from_u64(13);
     let mut seen = (false, false, false); // swizzled, padded, 4-stage
+    let mut seen_split = false;
     for (n, &(src, shapes, dtypes)) in CASES.iter().enumerate() {
         let problem = Problem::new(n, src, shapes, dtypes, &mut rng);
         let (kernel, extents, refs) = (&problem.kernel, &problem.extents, problem.refs());
@@ -299,20 +300,25 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
             let c = t.encode(&s).unwrap_or_else(|e| panic!("{src}: {s:?}: {e}"));
             points.push((t.space().format(&c).unwrap(), s));
         }
-        // Split-K across blocks: 2 and up to 4 blocks per output tile (so every split has a
-        // k tile), alone and with a sliced K inside each block.
-        let k_tiles = t.gemm().k_extent.div_ceil(32);
-        for (splits, split_k) in [(2, 1), (if k_tiles >= 4 { 4 } else { 2 }, 2)] {
+        // Split-K across blocks: 2 or 4 blocks per output tile (where every split gets two
+        // k tiles), alone and with a sliced K inside each block.
+        for split_k in [1, 2] {
+            let block_k = 16 * split_k;
+            let k_tiles = t.gemm().k_extent.div_ceil(block_k);
+            let Some(splits) = [4, 2].into_iter().find(|s| 2 * s <= k_tiles) else {
+                continue;
+            };
             let d = t.default_schedule();
             let s = TcSchedule {
                 splits,
                 split_k,
-                block_k: 16 * split_k,
+                block_k,
                 warps_n: 1,
                 ..d
             };
             let c = t.encode(&s).unwrap_or_else(|e| panic!("{src}: {s:?}: {e}"));
             points.push((t.space().format(&c).unwrap(), s));
+            seen_split = true;
         }
         // A warp tile that is no power of two (valid unswizzled, not a knob value): the
         // fragments' addresses are computed in full, not from per-thread bases.
@@ -347,6 +353,7 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
         problem.check(&cxx, &dir, &format!("tc{n}"), &sources);
     }
     assert!(seen.0 && seen.1, "both shared-memory layouts were tested");
+    assert!(seen_split, "split-K across blocks was tested");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -8,6 +8,7 @@ pub mod cuda;
 pub mod printer;
 pub mod rows;
 pub mod split_k;
+pub mod tensor_map;
 pub mod tensorcore;
 pub mod wgmma;
 

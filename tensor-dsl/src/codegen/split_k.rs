@@ -158,7 +158,7 @@ impl SplitK {
                 "\n{ind}    #pragma unroll\n{ind}    for (int x = 0; x < {a}; ++x) {{\n\
                  {ind}        float v = 0.0f;\n\
                  {ind}        #pragma unroll\n\
-                 {ind}        for (int sp = 0; sp < {s}; ++sp) v += td_load_partial(td_slot + sp * {} + x * {t});\n\
+                 {ind}        #pragma unroll 1\n{ind}        for (int sp = 0; sp < {s}; ++sp) v += td_load_partial(td_slot + sp * {} + x * {t});\n\
                  {ind}        ({acc})[x] = v;\n\
                  {ind}    }}\n{ind}",
                 self.tiles * slot

@@ -66,6 +66,7 @@ pub fn generate(
         grid: [1, 1, 1],
         block: [1, 1, 1],
         shared_bytes: 0,
+        tensor_maps: Vec::new(),
     })
 }
 
@@ -1092,6 +1093,7 @@ fn source(
         grid: [blocks as u32, 1, 1],
         block: [threads as u32, 1, 1],
         shared_bytes: 0,
+        tensor_maps: Vec::new(),
     })
 }
 

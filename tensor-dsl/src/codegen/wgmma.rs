@@ -72,6 +72,7 @@ pub fn generate(
         grid: [1, 1, 1],
         block: [1, 1, 1],
         shared_bytes: 0,
+        tensor_maps: Vec::new(),
     })
 }
 
@@ -827,5 +828,6 @@ fn source(
         grid: [blocks as u32, 1, 1],
         block: [threads as u32, 1, 1],
         shared_bytes: shared as u32,
+        tensor_maps: Vec::new(),
     })
 }

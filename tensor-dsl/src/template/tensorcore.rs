@@ -143,8 +143,10 @@ impl TcTemplate {
             move |c| decode_values(c).is_ok_and(|s| g.shared_bytes(&s) <= max_shared),
         );
         let g = gemm.clone();
-        b.constraint("every split has a k tile", move |c| {
-            decode_values(c).is_ok_and(|s| s.splits <= g.k_tiles(&s))
+        // Two k tiles or more per split: the main loop stays a loop (with one, the compiler
+        // drops it) and a split is worth its partial sums.
+        b.constraint("every split has two k tiles", move |c| {
+            decode_values(c).is_ok_and(|s| s.splits == 1 || 2 * s.splits <= g.k_tiles(&s))
         });
         let g = gemm.clone();
         b.constraint(

@@ -16,7 +16,7 @@
 //! * `splits` ∈ {1, 2, 4, 8}: split-K across blocks ([`crate::codegen::split_k`]).
 //!
 //! Constraints: at most 128 accumulators per thread, shared memory within the target's
-//! limit, every split with a k tile, split-K partial sums within bounds.
+//! limit, at least two k tiles per split, split-K partial sums within bounds.
 //!
 //! ```
 //! use tensor_dsl::ir::parse_text;
@@ -153,8 +153,10 @@ impl WgTemplate {
             move |c| decode_values(c).is_ok_and(|s| g.wg_shared_bytes(&s) <= max_shared),
         );
         let g = gemm.clone();
-        b.constraint("every split has a k tile", move |c| {
-            decode_values(c).is_ok_and(|s| s.splits <= g.wg_k_tiles(&s))
+        // Two k tiles or more per split: the main loop stays a loop (with one, the compiler
+        // drops it) and a split is worth its partial sums.
+        b.constraint("every split has two k tiles", move |c| {
+            decode_values(c).is_ok_and(|s| s.splits == 1 || 2 * s.splits <= g.wg_k_tiles(&s))
         });
         let g = gemm.clone();
         b.constraint(
