@@ -142,6 +142,9 @@ pub fn emit_cuda(
             "grid": src.grid,
             "block": src.block,
             "shared_bytes": src.shared_bytes,
+            // TMA kernels: the CUtensorMap parameters after the output (input, extents,
+            // byte strides, box, swizzle), as the runtime encodes them.
+            "tensor_maps": src.tensor_maps,
         });
         crate::emit::write_pair(out, n, "cu", &src.source, &meta)?;
     }

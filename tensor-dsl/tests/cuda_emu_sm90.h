@@ -22,9 +22,30 @@
 //   td_emu90_cp_async) never writes shared memory that a queued wgmma reads; and a wgmma
 //   never reads bytes that a cp.async landed in without a later fence.proxy.async by the
 //   thread that issued it, nor bytes whose cp.async is still in flight.
+// * TMA (cp.async.bulk.tensor.Nd...tile.mbarrier::complete_tx::bytes) and mbarriers (init,
+//   arrive.expect_tx, try_wait.parity): a tensor map is the emulator's own 128-byte
+//   encoding (td_emu90_encode_tensor_map; the driver's is opaque) of what
+//   cuTensorMapEncodeTiled takes. A copy is queued on its mbarrier and lands — the box read
+//   from global memory, zeros outside the tensor, written as rows of the box's inner side
+//   and swizzled like wgmma's layouts (16-byte chunks by address bits 7+) — when a thread
+//   waits on that barrier, completing its bytes; a phase completes when every arrival and
+//   every expected byte is in. Checked: a copy's destination is 128-byte aligned, no copy
+//   writes what a queued wgmma reads, no wgmma reads what a copy has not landed in, and a
+//   wait that could never complete fails instead of hanging.
 // Errors exit with 3, like cuda_emu.h's.
 
 #include <algorithm>
+#include <map>
+
+#ifndef __grid_constant__
+#define __grid_constant__
+#endif
+// The kernel parameter type of a tensor map (generated code declares it only where this
+// header has not).
+#define TD_TENSOR_MAP_DEFINED
+struct __attribute__((aligned(64))) td_tensor_map {
+    unsigned long long opaque[16];
+};
 
 namespace td_emu90 {
 using td_emu::fail;
@@ -54,6 +75,8 @@ static unsigned shared_offset(const void *p) {
         fail("shared memory used before td_emu90_shared");
     return (unsigned)((const unsigned char *)p - base);
 }
+
+static unsigned char *base_of_shared() { return base; }
 
 // The shared address of element (row, col) of the 64xK=16 (A) or NxK=16 (B) matrix a
 // descriptor describes; `mn_major` when the matrix is stored transposed (imm-trans = 1).
@@ -141,10 +164,84 @@ static void retire(size_t count) {
     ops[me].erase(ops[me].begin(), ops[me].begin() + count);
 }
 
+// ---- mbarriers and TMA copies ----
+struct Bulk {
+    unsigned dst;
+    td_tensor_map map;
+    int coords[5];
+};
+struct Barrier {
+    unsigned count, pending, phase;
+    long long tx;
+    std::vector<Bulk> queued;
+};
+// By shared offset.
+static std::map<unsigned, Barrier> barriers;
+
+static Barrier &barrier(const void *p) {
+    auto it = barriers.find(shared_offset(p));
+    if (it == barriers.end())
+        fail("an mbarrier used before mbarrier.init");
+    return it->second;
+}
+
+static void complete(Barrier &b) {
+    if (b.pending == 0 && b.tx == 0) {
+        ++b.phase;
+        b.pending = b.count;
+    }
+}
+
+static unsigned bulk_bytes(const td_tensor_map &m) {
+    unsigned rank = (unsigned)(m.opaque[1] & 0xff), elem = (unsigned)(m.opaque[1] >> 8 & 0xff);
+    unsigned bytes = elem;
+    for (unsigned d = 0; d < rank; ++d)
+        bytes *= (unsigned)m.opaque[11 + d];
+    return bytes;
+}
+
+// Writes a box: element (i0, i1, ...) of the box at coords + i, row-major with i0
+// fastest, then swizzled on the shared address.
+static void land(const Bulk &c) {
+    const td_tensor_map &m = c.map;
+    const unsigned char *base = (const unsigned char *)m.opaque[0];
+    unsigned rank = (unsigned)(m.opaque[1] & 0xff), elem = (unsigned)(m.opaque[1] >> 8 & 0xff);
+    unsigned swizzle = (unsigned)(m.opaque[1] >> 16 & 0xffff);
+    unsigned box[5] = {1, 1, 1, 1, 1}, total = 1;
+    for (unsigned d = 0; d < rank; ++d) {
+        box[d] = (unsigned)m.opaque[11 + d];
+        total *= box[d];
+    }
+    for (unsigned e = 0; e < total; ++e) {
+        unsigned rest = e;
+        bool inside = true;
+        unsigned long long at = 0;
+        for (unsigned d = 0; d < rank; ++d) {
+            long long x = (long long)c.coords[d] + rest % box[d];
+            rest /= box[d];
+            if (x < 0 || x >= (long long)m.opaque[2 + d])
+                inside = false;
+            else
+                at += (unsigned long long)x * (d == 0 ? elem : m.opaque[7 + d - 1]);
+        }
+        unsigned addr = c.dst + e * elem;
+        if (swizzle)
+            addr ^= ((addr >> 7) & (swizzle / 16 - 1)) << 4;
+        if (inside)
+            memcpy(base_of_shared() + addr, base + at, elem);
+        else
+            memset(base_of_shared() + addr, 0, elem);
+    }
+}
+
 static void check_done() {
     unsigned t = threadIdx.x;
     if (!ops[t].empty() || !op_groups[t].empty())
         fail("the thread exited with wgmma operations it never waited for");
+    if (t == 0)
+        for (auto &b : barriers)
+            if (!b.second.queued.empty())
+                fail("the block exited with TMA copies nobody waited for");
     unfenced[t].clear();
     fenced[t] = false;
 }
@@ -206,6 +303,12 @@ static void td_emu90_wgmma(float *d, unsigned long long da, unsigned long long d
                 overlaps(u.first, u.second, o.b_lo, o.b_hi - 1))
                 fail("wgmma reads cp.async data without a fence.proxy.async after it landed");
     }
+    for (const auto &b : barriers)
+        for (const Bulk &c : b.second.queued) {
+            unsigned lo = c.dst, hi = c.dst + bulk_bytes(c.map) - 1;
+            if (overlaps(lo, hi, o.a_lo, o.a_hi - 1) || overlaps(lo, hi, o.b_lo, o.b_hi - 1))
+                fail("wgmma reads shared memory a TMA copy has not landed in (no mbarrier wait)");
+        }
     ops[me].push_back(o);
 }
 
@@ -284,4 +387,79 @@ static unsigned long td_launch90(unsigned grid, unsigned block, std::function<vo
         kernel();
         td_emu90::check_done();
     });
+}
+
+// ---- TMA and mbarriers ----
+// The emulator's tensor map: [0] the global address, [1] rank | element bytes << 8 |
+// swizzle bytes << 16, [2..6] extents, [7..10] byte strides of dimensions 1.., [11..15] box.
+static void td_emu90_encode_tensor_map(td_tensor_map *m, const void *address, int rank,
+                                       int elem, int swizzle, const unsigned long long *dims,
+                                       const unsigned long long *strides, const unsigned *box) {
+    memset(m, 0, sizeof *m);
+    m->opaque[0] = (unsigned long long)address;
+    m->opaque[1] = (unsigned long long)rank | (unsigned long long)elem << 8 |
+                   (unsigned long long)swizzle << 16;
+    for (int d = 0; d < rank; ++d) {
+        m->opaque[2 + d] = dims[d];
+        m->opaque[11 + d] = box[d];
+        if (d > 0)
+            m->opaque[7 + d - 1] = strides[d - 1];
+    }
+}
+
+static void td_emu90_mbar_init(void *bar, unsigned count) {
+    using namespace td_emu90;
+    unsigned at = shared_offset(bar);
+    if (at % 8 != 0)
+        td_emu::fail("mbarrier.init: the barrier is not 8-byte aligned");
+    Barrier b = {count, count, 0, 0, {}};
+    barriers[at] = b;
+}
+
+static void td_emu90_mbar_expect(void *bar, unsigned bytes) {
+    using namespace td_emu90;
+    Barrier &b = barrier(bar);
+    b.tx += bytes;
+    if (b.pending == 0)
+        td_emu::fail("mbarrier.arrive: more arrivals than the barrier's count");
+    --b.pending;
+    complete(b);
+}
+
+static void td_emu90_tma_load(void *dst, const td_tensor_map *map, void *bar, const int *coords,
+                              int rank) {
+    using namespace td_emu90;
+    unsigned at = shared_offset(dst);
+    if (at % 128 != 0)
+        td_emu::fail("cp.async.bulk.tensor: the shared destination is not 128-byte aligned");
+    if ((int)(map->opaque[1] & 0xff) != rank)
+        td_emu::fail("cp.async.bulk.tensor: the instruction's rank is not the map's");
+    Bulk c;
+    c.dst = at;
+    c.map = *map;
+    for (int d = 0; d < 5; ++d)
+        c.coords[d] = d < rank ? coords[d] : 0;
+    unsigned hi = at + bulk_bytes(c.map) - 1;
+    for (unsigned t = 0; t < blockDim.x; t += 128)
+        for (const Op &o : ops[t])
+            if (overlaps(at, hi, o.a_lo, o.a_hi - 1) || overlaps(at, hi, o.b_lo, o.b_hi - 1))
+                td_emu::fail("a TMA copy writes shared memory that a queued wgmma reads");
+    barrier(bar).queued.push_back(c);
+}
+
+// mbarrier.try_wait.parity in a loop: lands the copies queued on the barrier (they complete
+// their bytes), then returns if the phase of that parity has completed; a wait nothing
+// else could complete fails.
+static void td_emu90_mbar_wait(void *bar, unsigned parity) {
+    using namespace td_emu90;
+    Barrier &b = barrier(bar);
+    std::vector<Bulk> queued;
+    queued.swap(b.queued);
+    for (const Bulk &c : queued) {
+        land(c);
+        b.tx -= bulk_bytes(c.map);
+        complete(b);
+    }
+    if ((b.phase & 1u) == (parity & 1u))
+        td_emu::fail("mbarrier wait: the phase never completes (missing arrivals or bytes)");
 }

@@ -147,34 +147,22 @@ fn assemble(
     Ok((log, String::from_utf8_lossy(&sass.stdout).into_owned()))
 }
 
-/// The instructions between the first backward branch's target and the branch: the main
-/// (k-tile) loop, the only loop left after unrolling.
+/// The SASS lines of the hot loop as `tensor-dsl inspect` finds it (the innermost loop doing
+/// the most arithmetic, out-of-line code jumping back excluded: `runtime::sass::hot_loop`):
+/// the main (k-tile) loop.
 fn hot_loop(sass: &str) -> Vec<&str> {
-    let lines: Vec<&str> = sass.lines().collect();
-    let mut best: Vec<&str> = Vec::new();
-    for (n, line) in lines.iter().enumerate() {
-        let Some(pos) = line.find("BRA") else {
-            continue;
-        };
-        let Some(label) = line[pos..].split_whitespace().nth(1) else {
-            continue;
-        };
-        let label = label
-            .trim_end_matches(';')
-            .trim_start_matches('`')
-            .trim_start_matches('(');
-        let label = label.trim_end_matches(')');
-        let target = lines[..n].iter().position(|l| {
-            l.trim_start().starts_with(&format!("{label}:")) || l.contains(&format!("{label}:"))
-        });
-        if let Some(t) = target {
-            let body: Vec<&str> = lines[t..=n].to_vec();
-            if body.len() > best.len() {
-                best = body;
-            }
-        }
-    }
-    best
+    let Some(h) = tensor_dsl::runtime::sass::hot_loop(sass) else {
+        return Vec::new();
+    };
+    sass.lines()
+        .filter(|l| {
+            let t = l.trim();
+            t.strip_prefix("/*")
+                .and_then(|r| r.split_once("*/"))
+                .and_then(|(hex, _)| usize::from_str_radix(hex.trim(), 16).ok())
+                .is_some_and(|o| (h.start..=h.end).contains(&o))
+        })
+        .collect()
 }
 
 #[test]
@@ -528,9 +516,17 @@ fn wgmma_kernels_assemble_for_sm90a_and_issue_hgmma() {
             block_k: 64,
             stages: 3,
             splits: 1,
+            tma: false,
         };
         if let Ok(c) = t.encode(&big) {
-            points.push((t.space().format(&c).unwrap(), big));
+            points.push((t.space().format(&c).unwrap(), big.clone()));
+        }
+        // TMA staging (where the strides allow it): the default's tiles and the big one.
+        for s in [t.default_schedule(), big] {
+            let tma = WgSchedule { tma: true, ..s };
+            if let Ok(c) = t.encode(&tma) {
+                points.push((t.space().format(&c).unwrap(), tma));
+            }
         }
         for (config, s) in points {
             n += 1;
@@ -573,7 +569,15 @@ fn wgmma_kernels_assemble_for_sm90a_and_issue_hgmma() {
                 ));
             }
             let all: Vec<&str> = sass.lines().collect();
-            if (g.a.width > 1 || g.b.width > 1) && count(&all, "LDGSTS") == 0 {
+            if s.tma {
+                // One thread issues the stage's bulk tensor copies (UTMALDG) in the loop.
+                if count(&hot, "UTMALDG") == 0 && per_split > s.prefetch() {
+                    problems.push("no UTMALDG (TMA) in the main loop".into());
+                }
+                if gen.tensor_maps.len() != 2 {
+                    problems.push("a TMA kernel without its two tensor maps".into());
+                }
+            } else if (g.a.width > 1 || g.b.width > 1) && count(&all, "LDGSTS") == 0 {
                 problems.push("no LDGSTS (cp.async)".into());
             }
             println!(

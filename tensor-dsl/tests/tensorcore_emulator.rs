@@ -189,14 +189,34 @@ impl Problem {
                 "namespace cfg{id} {{\n{}}}\n",
                 gen.source.replace("extern \"C\" ", "")
             );
+            // TMA: the tensor maps the runtime would encode, in the emulator's encoding.
+            let mut maps = String::new();
+            for (m, spec) in gen.tensor_maps.iter().enumerate() {
+                let list = |v: Vec<String>| v.join(", ");
+                let _ = writeln!(
+                    maps,
+                    "        td_tensor_map map{m};\n        {{\n            \
+                     const unsigned long long dims[] = {{{}}}, strides[] = {{{}}};\n            \
+                     const unsigned box[] = {{{}}};\n            \
+                     td_emu90_encode_tensor_map(&map{m}, t{}, {}, {}, {}, dims, strides, box);\n        }}",
+                    list(spec.dims.iter().map(|d| d.to_string()).collect()),
+                    list(spec.strides.iter().map(|d| d.to_string()).collect()),
+                    list(spec.boxes.iter().map(|d| d.to_string()).collect()),
+                    inputs[spec.input],
+                    spec.dims.len(),
+                    spec.dtype.size(),
+                    spec.swizzle
+                );
+            }
             let args: Vec<String> = inputs
                 .iter()
                 .map(|p| format!("t{p}"))
                 .chain(["out".to_string()])
+                .chain((0..gen.tensor_maps.len()).map(|m| format!("map{m}")))
                 .collect();
             let _ = writeln!(
                 main,
-                "    {{\n        {ty} *out = ({ty} *)td_alloc_nan_bytes({out_bytes});\n        \
+                "    {{\n{maps}        {ty} *out = ({ty} *)td_alloc_nan_bytes({out_bytes});\n        \
                  fprintf(stderr, \"config {id}\\n\");\n        \
                  td_launch90({}, {}, [&] {{ cfg{id}::{}({}); }});\n        \
                  fwrite(out, 1, {out_bytes}, o);\n        free(out);\n    }}",
@@ -377,7 +397,7 @@ fn wgmma_points_match_the_reference_on_the_emulator() {
     copy_headers(&dir);
     let target = GpuTarget::h100_sm90a();
     let mut rng = StdRng::seed_from_u64(90);
-    let mut seen = [false; 6]; // 2 warpgroups, wg_m 128, N 256, block_k 32, 5+ stages, splits
+    let mut seen = [false; 7]; // 2 warpgroups, wg_m 128, N 256, block_k 32, 5+ stages, splits, TMA
     for (n, &(src, shapes, dtypes)) in WGMMA_CASES.iter().enumerate() {
         let problem = Problem::new(n, src, shapes, dtypes, &mut rng);
         let (kernel, extents, refs) = (&problem.kernel, &problem.extents, problem.refs());
@@ -396,6 +416,24 @@ fn wgmma_points_match_the_reference_on_the_emulator() {
         if let Ok(c) = t.encode(&split) {
             points.push((t.space().format(&c).unwrap(), split));
         }
+        // TMA staging where the operands allow it (16-byte aligned strides): the default's
+        // tiles, and 3 stages of 32-deep tiles (64-byte swizzle, more phases per stage).
+        for tma in [
+            WgSchedule {
+                tma: true,
+                ..t.default_schedule()
+            },
+            WgSchedule {
+                tma: true,
+                block_k: 32,
+                stages: 3,
+                ..t.default_schedule()
+            },
+        ] {
+            if let Ok(c) = t.encode(&tma) {
+                points.push((t.space().format(&c).unwrap(), tma));
+            }
+        }
         for (_, s) in &points {
             seen[0] |= s.warpgroups == 2;
             seen[1] |= s.wg_m == 128;
@@ -403,6 +441,7 @@ fn wgmma_points_match_the_reference_on_the_emulator() {
             seen[3] |= s.block_k == 32;
             seen[4] |= s.stages >= 5;
             seen[5] |= s.splits > 1;
+            seen[6] |= s.tma;
         }
         let sources: Vec<(String, CudaSource)> = points
             .iter()

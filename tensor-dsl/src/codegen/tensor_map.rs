@@ -27,7 +27,7 @@ use crate::ir::DType;
 /// One `CUtensorMap` a kernel takes: a tiled map of input `input` (its position among the
 /// kernel's inputs, in declaration order) over the whole tensor, no interleave, no element
 /// strides, zero fill out of bounds, 256-byte L2 promotion.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TensorMapSpec {
     /// Which input (index into `Kernel::inputs()`) the map addresses.
     pub input: usize,

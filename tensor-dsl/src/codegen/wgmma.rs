@@ -23,6 +23,15 @@
 //! global pointer moves one tile per copy. Descriptors are built once per warpgroup; a step
 //! adds a compile-time offset to the start address field.
 //!
+//! With TMA ([`WgSchedule::tma`]) one thread stages the tiles instead: it arms the stage's
+//! mbarrier with the stage's bytes (`mbarrier.arrive.expect_tx`) and issues
+//! `cp.async.bulk.tensor` copies of whole boxes from the kernel's `CUtensorMap` parameters
+//! (one for a K-major operand, one per 64-column panel of an MN-major one; out-of-bounds
+//! elements, negative `k` included, arrive as zeros); every thread waits for the stage's
+//! phase (`mbarrier.try_wait.parity`) before its MMAs, and the barrier at the top of each
+//! iteration frees the stage the next copies write. The maps are in
+//! [`CudaSource::tensor_maps`]; the runtime encodes them over the input buffers at launch.
+//!
 //! Loads past an edge are zero-filled (`cp.async` with source size 0), a reduction that
 //! `block_k` does not divide starts its first tile before 0 (only the prologue's first copy
 //! checks `k`), rows that are not 16-, 8- or 4-byte aligned are copied with 2-byte loads and
@@ -51,7 +60,7 @@ use super::tensorcore::{batch_coordinates, epilogue, finish, k_pad_of, Context};
 use super::{builtin_prelude, dtype_prelude, storage_type, used_builtins_prelude};
 use crate::ir::{DType, Kernel};
 use crate::lower::tensorcore::{Gemm, Operand};
-use crate::lower::wgmma::{SmemLayout, WgSchedule};
+use crate::lower::wgmma::{tensor_maps, SmemLayout, TmaCoord, TmaOperand, WgSchedule};
 use crate::template::wgmma::WgGeometry;
 use std::fmt::Write as _;
 
@@ -389,7 +398,7 @@ fn p_of(a: bool) -> &'static str {
 
 /// The PTX wrappers: shared addresses, the swizzles, wgmma (fence, the MMA of this `N`,
 /// commit, wait), the proxy fence, cp.async of each width, 2-byte shared stores.
-fn ptx_helpers(g: &Gemm, s: &WgSchedule, copies: &[&Copy]) -> String {
+fn ptx_helpers(g: &Gemm, s: &WgSchedule, staging: &Staging) -> String {
     let ty = if g.dtype == DType::BF16 {
         "bf16"
     } else {
@@ -418,7 +427,10 @@ fn ptx_helpers(g: &Gemm, s: &WgSchedule, copies: &[&Copy]) -> String {
          \x20   return x;\n\
          #endif\n}}\n"
     );
-    let mut widths: Vec<usize> = copies.iter().map(|c| c.layout.swizzle()).collect();
+    let mut widths: Vec<usize> = match staging {
+        Staging::CpAsync(copies) => copies.iter().map(|c| c.layout.swizzle()).collect(),
+        Staging::Tma(_) => Vec::new(),
+    };
     widths.sort_unstable();
     widths.dedup();
     for w in widths {
@@ -490,8 +502,23 @@ fn ptx_helpers(g: &Gemm, s: &WgSchedule, copies: &[&Copy]) -> String {
          #ifdef __CUDA_ARCH__\n\
          \x20   #pragma unroll\n\
          \x20   for (int i = 0; i < {accs}; ++i) asm volatile(\"\" : \"+f\"(d[i]) :: \"memory\");\n\
-         #endif\n}}\n\
-         /* Makes this thread's writes to shared memory visible to the tensor cores (the async proxy). */\n\
+         #endif\n}}\n"
+    );
+    match staging {
+        Staging::CpAsync(copies) => h.push_str(&cp_async_helpers(s, copies)),
+        Staging::Tma(ops) => h.push_str(&tma_helpers(ops)),
+    }
+    h
+}
+
+/// The `cp.async` staging's wrappers: the proxy fence, copies of each width (2-byte loads
+/// and stores for unaligned rows), commit and waits.
+fn cp_async_helpers(s: &WgSchedule, copies: &[Copy; 2]) -> String {
+    let q = "static __device__ __forceinline__";
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "/* Makes this thread's writes to shared memory visible to the tensor cores (the async proxy). */\n\
          {q} void td_fence_proxy_async() {{\n\
          #ifdef __CUDA_ARCH__\n\
          \x20   asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");\n\
@@ -553,6 +580,136 @@ fn ptx_helpers(g: &Gemm, s: &WgSchedule, copies: &[&Copy]) -> String {
     h
 }
 
+/// The TMA staging's wrappers: the tensor-map parameter type (`CUtensorMap`'s 128 bytes,
+/// declared here: no headers), mbarrier init / expect-tx arrival / parity wait, and tiled
+/// bulk tensor copies of each rank used.
+fn tma_helpers(ops: &[TmaOperand; 2]) -> String {
+    let q = "static __device__ __forceinline__";
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "/* CUtensorMap: 128 opaque bytes the runtime encodes (cuTensorMapEncodeTiled); the emulator\n \
+         * declares its own. */\n\
+         #ifndef TD_TENSOR_MAP_DEFINED\n\
+         #define TD_TENSOR_MAP_DEFINED\n\
+         struct __align__(64) td_tensor_map {{ unsigned long long opaque[16]; }};\n\
+         #endif\n\
+         {q} void td_mbar_init(unsigned bar, unsigned count) {{\n\
+         #ifdef __CUDA_ARCH__\n\
+         \x20   asm volatile(\"mbarrier.init.shared::cta.b64 [%0], %1;\" :: \"r\"(bar), \"r\"(count) : \"memory\");\n\
+         #else\n\
+         \x20   td_emu90_mbar_init(td_shared_base + bar, count);\n\
+         #endif\n}}\n\
+         /* Makes the initialized mbarriers visible to the async proxy (the TMA unit). */\n\
+         {q} void td_mbar_init_fence() {{\n\
+         #ifdef __CUDA_ARCH__\n\
+         \x20   asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n\
+         #endif\n}}\n\
+         /* One arrival that also expects `bytes` of copies to complete on the barrier. */\n\
+         {q} void td_mbar_expect(unsigned bar, unsigned bytes) {{\n\
+         #ifdef __CUDA_ARCH__\n\
+         \x20   asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" :: \"r\"(bar), \"r\"(bytes) : \"memory\");\n\
+         #else\n\
+         \x20   td_emu90_mbar_expect(td_shared_base + bar, bytes);\n\
+         #endif\n}}\n\
+         /* Waits until the barrier's phase of parity `parity` has completed. */\n\
+         {q} void td_mbar_wait(unsigned bar, unsigned parity) {{\n\
+         #ifdef __CUDA_ARCH__\n\
+         \x20   asm volatile(\"{{\\n .reg .pred p;\\n TD_WAIT:\\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\\n @!p bra TD_WAIT;\\n}}\" :: \"r\"(bar), \"r\"(parity) : \"memory\");\n\
+         #else\n\
+         \x20   td_emu90_mbar_wait(td_shared_base + bar, parity);\n\
+         #endif\n}}\n"
+    );
+    let mut ranks: Vec<usize> = ops.iter().map(|o| o.spec.dims.len()).collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    for r in ranks {
+        let params: Vec<String> = (0..r).map(|c| format!("int c{c}")).collect();
+        let regs: Vec<String> = (0..r).map(|c| format!("%{}", c + 3)).collect();
+        let args: Vec<String> = (0..r).map(|c| format!("\"r\"(c{c})")).collect();
+        let names: Vec<String> = (0..r).map(|c| format!("c{c}")).collect();
+        let _ = write!(
+            h,
+            "/* A box of the {r}-d tensor map at coordinates (c0, ...) into shared memory at dst (zeros out\n \
+             * of bounds), completing `box bytes` on the mbarrier. */\n\
+             {q} void td_tma_load{r}(unsigned dst, const td_tensor_map *map, unsigned bar, {}) {{\n\
+             #ifdef __CUDA_ARCH__\n\
+             \x20   asm volatile(\"cp.async.bulk.tensor.{r}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {{{}}}], [%2];\"\n\
+             \x20       :: \"r\"(dst), \"l\"(map), \"r\"(bar), {} : \"memory\");\n\
+             #else\n\
+             \x20   const int c[{r}] = {{{}}};\n\
+             \x20   td_emu90_tma_load(td_shared_base + dst, map, td_shared_base + bar, c, {r});\n\
+             #endif\n}}\n",
+            params.join(", "),
+            regs.join(", "),
+            args.join(", "),
+            names.join(", ")
+        );
+    }
+    h
+}
+
+/// How the operands reach shared memory: every thread's `cp.async`, or TMA boxes.
+enum Staging<'a> {
+    CpAsync([Copy<'a>; 2]),
+    Tma([TmaOperand; 2]),
+}
+
+/// One thread's TMA copies of k tile `tile` (of the block's split) into the stage `stage`
+/// bytes into the pipeline, completing on the mbarrier at `bar`.
+#[allow(clippy::too_many_arguments)]
+fn tma_issue(
+    out: &mut String,
+    ind: &str,
+    g: &Gemm,
+    s: &WgSchedule,
+    ops: &[TmaOperand; 2],
+    index_c: &[String],
+    stage: &str,
+    tile: &str,
+    bar: &str,
+) {
+    let pad = k_pad_of(g, s.block_k);
+    let first = if s.splits > 1 { " + kt0" } else { "" };
+    let (la, lb) = (s.layout(true, g.a.k_major), s.layout(false, g.b.k_major));
+    let _ = writeln!(
+        out,
+        "{ind}const int k0 = ({tile}{first}) * {}{};",
+        s.block_k,
+        if pad > 0 {
+            format!(" - {pad}")
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        out,
+        "{ind}td_mbar_expect({bar}, {}u);",
+        la.bytes() + lb.bytes()
+    );
+    for (n, (op, (at, row0))) in ops.iter().zip([(0, "m0"), (la.bytes(), "n0")]).enumerate() {
+        for q in 0..op.boxes {
+            let coords: Vec<String> = op
+                .coords
+                .iter()
+                .map(|c| match c {
+                    TmaCoord::K => "k0".to_string(),
+                    TmaCoord::Row if q == 0 => row0.to_string(),
+                    TmaCoord::Row => format!("{row0} + {}", 64 * q),
+                    TmaCoord::Batch(v) => index_c[*v].clone(),
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "{ind}td_tma_load{}(sbase + {}u + {stage}, &td_map{n}, {bar}, {});",
+                op.spec.dims.len(),
+                at + q * op.panel_bytes,
+                coords.join(", ")
+            );
+        }
+    }
+}
+
 fn source(
     kernel: &Kernel,
     extents: &[usize],
@@ -576,8 +733,14 @@ fn source(
         return Err("too many blocks".into());
     }
     let (la, lb) = (s.layout(true, g.a.k_major), s.layout(false, g.b.k_major));
-    let copy_a = Copy::new(s, &g, true, &g.a)?;
-    let copy_b = Copy::new(s, &g, false, &g.b)?;
+    let staging = if s.tma {
+        Staging::Tma(tensor_maps(kernel, &g, s)?)
+    } else {
+        Staging::CpAsync([
+            Copy::new(s, &g, true, &g.a)?,
+            Copy::new(s, &g, false, &g.b)?,
+        ])
+    };
     let stage_bytes = la.bytes() + lb.bytes();
     let shared = g.wg_shared_bytes(s);
     let (mi_n, ni_n) = (s.m_blocks(), s.block_n / 8);
@@ -616,7 +779,7 @@ fn source(
     let _ = writeln!(
         src,
         " * schedule (wgmma m64n{}k16, f32 accumulators): block {}x{}x{} = {} warpgroup(s) of {}x{}, \
-         {} stages ({depth} k tiles copied ahead, {wait} wgmma group(s) left in flight)",
+         {} stages ({depth} k tiles copied ahead by {}, {wait} wgmma group(s) left in flight)",
         s.block_n,
         s.block_m(),
         s.block_n,
@@ -624,7 +787,8 @@ fn source(
         s.warpgroups,
         s.wg_m,
         s.block_n,
-        s.stages
+        s.stages,
+        if s.tma { "TMA" } else { "cp.async" }
     );
     let _ = writeln!(
         src,
@@ -655,7 +819,7 @@ fn source(
         src.push_str(&used_builtins_prelude(kernel, "__device__ "));
     }
     src.push_str(&dtype_prelude(kernel, "__device__ "));
-    src.push_str(&ptx_helpers(&g, s, &[&copy_a, &copy_b]));
+    src.push_str(&ptx_helpers(&g, s, &staging));
     if let Some(p) = &split {
         src.push_str(&p.globals());
     }
@@ -671,6 +835,13 @@ fn source(
             )
         })
         .chain([format!("{} *__restrict__ out", storage_type(out_dtype))])
+        .chain(match &staging {
+            Staging::Tma(_) => vec![
+                "const __grid_constant__ td_tensor_map td_map0".to_string(),
+                "const __grid_constant__ td_tensor_map td_map1".to_string(),
+            ],
+            Staging::CpAsync(_) => Vec::new(),
+        })
         .collect();
     let _ = writeln!(
         src,
@@ -711,8 +882,11 @@ fn source(
         s.block_m()
     );
     let index_c = batch_coordinates(&mut src, i, kernel, extents, &g, bid, grid_m * grid_n);
-    copy_a.setup(&mut src, i, &g, s);
-    copy_b.setup(&mut src, i, &g, s);
+    if let Staging::CpAsync(copies) = &staging {
+        for c in copies {
+            c.setup(&mut src, i, &g, s);
+        }
+    }
     // Descriptors: the layout's fields and the start address >> 4; a step adds to the start.
     let _ = writeln!(
         src,
@@ -737,65 +911,152 @@ fn source(
         mi_n * ni_n * 4
     );
     let _ = writeln!(src, "{i}td_acc_fence(&acc[0][0][0]);");
-
-    // Prologue.
-    let _ = writeln!(src, "{i}/* prologue: the first {depth} k tiles */");
-    let _ = writeln!(src, "{i}#pragma unroll");
-    let _ = writeln!(src, "{i}for (int st = 0; st < {depth}; ++st) {{");
-    let _ = writeln!(src, "{i}    if (st < {k_tiles}) {{");
-    let first = format!("st * {stage_bytes}u");
-    copy_a.load(&mut src, "            ", &g, s, &first, "st", true);
-    copy_b.load(&mut src, "            ", &g, s, &first, "st", true);
-    let _ = writeln!(src, "{i}    }}");
-    let _ = writeln!(src, "{i}    td_cp_async_commit();");
-    let _ = writeln!(src, "{i}}}");
-
-    // Main loop.
     let last = (s.stages - 1) * stage_bytes;
-    let _ = writeln!(
-        src,
-        "{i}/* bytes into the pipeline of the stage multiplied (rs) and written (ws) this iteration */"
-    );
-    let _ = writeln!(src, "{i}unsigned rs = 0, ws = {}u;", depth * stage_bytes);
-    let _ = writeln!(src, "{i}#pragma unroll 1");
-    let _ = writeln!(src, "{i}for (int kt = 0; kt < {k_tiles}; ++kt) {{");
-    let _ = writeln!(src, "{i}    td_cp_async_wait{}();", depth - 1);
-    let _ = writeln!(src, "{i}    td_fence_proxy_async();");
-    let _ = writeln!(src, "{i}    __syncthreads();");
-    let _ = writeln!(
-        src,
-        "{i}    /* prefetch k tile kt + {depth} into a stage no wgmma in flight reads */"
-    );
-    let _ = writeln!(src, "{i}    {{");
-    let _ = writeln!(src, "{i}        const int nt = kt + {depth};");
-    let _ = writeln!(src, "{i}        if (nt < {k_tiles}) {{");
-    copy_a.load(&mut src, "                ", &g, s, "ws", "nt", false);
-    copy_b.load(&mut src, "                ", &g, s, "ws", "nt", false);
-    let _ = writeln!(src, "{i}        }}");
-    let _ = writeln!(src, "{i}        td_cp_async_commit();");
-    let _ = writeln!(src, "{i}    }}");
-    let _ = writeln!(src, "{i}    td_wgmma_fence();");
-    let _ = writeln!(src, "{i}    const unsigned long long r16 = rs >> 4;");
-    for ks in 0..s.block_k / 16 {
-        for mi in 0..mi_n {
+    // The MMAs of one k tile on the stage `rs` bytes into the pipeline.
+    let mmas = |src: &mut String| {
+        let _ = writeln!(src, "{i}    td_wgmma_fence();");
+        let _ = writeln!(src, "{i}    const unsigned long long r16 = rs >> 4;");
+        for ks in 0..s.block_k / 16 {
+            for mi in 0..mi_n {
+                let _ = writeln!(
+                    src,
+                    "{i}    td_wgmma(&acc[{mi}][0][0], da + r16 + {}u, db + r16 + {}u);",
+                    la.start(mi * 64, ks * 16) >> 4,
+                    lb.start(0, ks * 16) >> 4
+                );
+            }
+        }
+        let _ = writeln!(src, "{i}    td_wgmma_commit();");
+        let _ = writeln!(src, "{i}    td_wgmma_wait{wait}();");
+        let _ = writeln!(src, "{i}    rs = rs == {last}u ? 0u : rs + {stage_bytes}u;");
+        let _ = writeln!(src, "{i}    ws = ws == {last}u ? 0u : ws + {stage_bytes}u;");
+    };
+
+    match &staging {
+        Staging::CpAsync([copy_a, copy_b]) => {
+            let _ = writeln!(src, "{i}/* prologue: the first {depth} k tiles */");
+            let _ = writeln!(src, "{i}#pragma unroll");
+            let _ = writeln!(src, "{i}for (int st = 0; st < {depth}; ++st) {{");
+            let _ = writeln!(src, "{i}    if (st < {k_tiles}) {{");
+            let first = format!("st * {stage_bytes}u");
+            copy_a.load(&mut src, "            ", &g, s, &first, "st", true);
+            copy_b.load(&mut src, "            ", &g, s, &first, "st", true);
+            let _ = writeln!(src, "{i}    }}");
+            let _ = writeln!(src, "{i}    td_cp_async_commit();");
+            let _ = writeln!(src, "{i}}}");
             let _ = writeln!(
                 src,
-                "{i}    td_wgmma(&acc[{mi}][0][0], da + r16 + {}u, db + r16 + {}u);",
-                la.start(mi * 64, ks * 16) >> 4,
-                lb.start(0, ks * 16) >> 4
+                "{i}/* bytes into the pipeline of the stage multiplied (rs) and written (ws) this iteration */"
             );
+            let _ = writeln!(src, "{i}unsigned rs = 0, ws = {}u;", depth * stage_bytes);
+            let _ = writeln!(src, "{i}#pragma unroll 1");
+            let _ = writeln!(src, "{i}for (int kt = 0; kt < {k_tiles}; ++kt) {{");
+            let _ = writeln!(src, "{i}    td_cp_async_wait{}();", depth - 1);
+            let _ = writeln!(src, "{i}    td_fence_proxy_async();");
+            let _ = writeln!(src, "{i}    __syncthreads();");
+            let _ = writeln!(
+                src,
+                "{i}    /* prefetch k tile kt + {depth} into a stage no wgmma in flight reads */"
+            );
+            let _ = writeln!(src, "{i}    {{");
+            let _ = writeln!(src, "{i}        const int nt = kt + {depth};");
+            let _ = writeln!(src, "{i}        if (nt < {k_tiles}) {{");
+            copy_a.load(&mut src, "                ", &g, s, "ws", "nt", false);
+            copy_b.load(&mut src, "                ", &g, s, "ws", "nt", false);
+            let _ = writeln!(src, "{i}        }}");
+            let _ = writeln!(src, "{i}        td_cp_async_commit();");
+            let _ = writeln!(src, "{i}    }}");
+            mmas(&mut src);
+            let _ = writeln!(src, "{i}}}");
+            if wait > 0 {
+                let _ = writeln!(src, "{i}td_wgmma_wait0();");
+            }
+            let _ = writeln!(src, "{i}td_acc_fence(&acc[0][0][0]);");
+            let _ = writeln!(src, "{i}td_cp_async_wait0();");
+        }
+        Staging::Tma(ops) => {
+            let stages = s.stages;
+            let _ = writeln!(
+                src,
+                "{i}/* one mbarrier per stage, after the stages: thread 0 arms it with the stage's bytes and\n\
+                 {i} * issues the stage's TMA copies; everyone waits for the phase of its use */"
+            );
+            let _ = writeln!(
+                src,
+                "{i}const unsigned bars = sbase + {}u;",
+                stages * stage_bytes
+            );
+            let _ = writeln!(src, "{i}if (threadIdx.x == 0) {{");
+            let _ = writeln!(src, "{i}    #pragma unroll");
+            let _ = writeln!(
+                src,
+                "{i}    for (int st = 0; st < {stages}; ++st) td_mbar_init(bars + 8u * st, 1u);"
+            );
+            let _ = writeln!(src, "{i}    td_mbar_init_fence();");
+            let _ = writeln!(src, "{i}    /* prologue: the first {depth} k tiles */");
+            let _ = writeln!(src, "{i}    #pragma unroll");
+            let _ = writeln!(src, "{i}    for (int st = 0; st < {depth}; ++st) {{");
+            let _ = writeln!(src, "{i}        if (st < {k_tiles}) {{");
+            tma_issue(
+                &mut src,
+                "                ",
+                &g,
+                s,
+                ops,
+                &index_c,
+                &format!("st * {stage_bytes}u"),
+                "st",
+                "bars + 8u * st",
+            );
+            let _ = writeln!(src, "{i}        }}");
+            let _ = writeln!(src, "{i}    }}");
+            let _ = writeln!(src, "{i}}}");
+            let _ = writeln!(
+                src,
+                "{i}/* the stage multiplied (rs bytes into the pipeline, mbarrier rb, its phase's parity)\n\
+                 {i} * and the stage written (ws, wb) this iteration */"
+            );
+            let _ = writeln!(
+                src,
+                "{i}unsigned rs = 0, ws = {}u, rb = 0, wb = {depth}u, parity = 0;",
+                depth * stage_bytes
+            );
+            let _ = writeln!(src, "{i}#pragma unroll 1");
+            let _ = writeln!(src, "{i}for (int kt = 0; kt < {k_tiles}; ++kt) {{");
+            let _ = writeln!(
+                src,
+                "{i}    __syncthreads(); /* the MMAs that read stage wb are done, in every warpgroup */"
+            );
+            let _ = writeln!(
+                src,
+                "{i}    if (threadIdx.x == 0 && kt + {depth} < {k_tiles}) {{"
+            );
+            tma_issue(
+                &mut src,
+                "            ",
+                &g,
+                s,
+                ops,
+                &index_c,
+                "ws",
+                &format!("kt + {depth}"),
+                "bars + 8u * wb",
+            );
+            let _ = writeln!(src, "{i}    }}");
+            let _ = writeln!(src, "{i}    td_mbar_wait(bars + 8u * rb, parity);");
+            mmas(&mut src);
+            let _ = writeln!(
+                src,
+                "{i}    if (++rb == {stages}u) {{ rb = 0; parity ^= 1u; }}"
+            );
+            let _ = writeln!(src, "{i}    if (++wb == {stages}u) wb = 0;");
+            let _ = writeln!(src, "{i}}}");
+            if wait > 0 {
+                let _ = writeln!(src, "{i}td_wgmma_wait0();");
+            }
+            let _ = writeln!(src, "{i}td_acc_fence(&acc[0][0][0]);");
         }
     }
-    let _ = writeln!(src, "{i}    td_wgmma_commit();");
-    let _ = writeln!(src, "{i}    td_wgmma_wait{wait}();");
-    let _ = writeln!(src, "{i}    rs = rs == {last}u ? 0u : rs + {stage_bytes}u;");
-    let _ = writeln!(src, "{i}    ws = ws == {last}u ? 0u : ws + {stage_bytes}u;");
-    let _ = writeln!(src, "{i}}}");
-    if wait > 0 {
-        let _ = writeln!(src, "{i}td_wgmma_wait0();");
-    }
-    let _ = writeln!(src, "{i}td_acc_fence(&acc[0][0][0]);");
-    let _ = writeln!(src, "{i}td_cp_async_wait0();");
     if let Some(p) = &split {
         // Every copy landed and every MMA retired: the shared memory is free.
         p.reduce(
@@ -828,6 +1089,9 @@ fn source(
         grid: [blocks as u32, 1, 1],
         block: [threads as u32, 1, 1],
         shared_bytes: shared as u32,
-        tensor_maps: Vec::new(),
+        tensor_maps: match staging {
+            Staging::Tma([a, b]) => vec![a.spec, b.spec],
+            Staging::CpAsync(_) => Vec::new(),
+        },
     })
 }

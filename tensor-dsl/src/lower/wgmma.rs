@@ -24,9 +24,13 @@
 //! descriptor decoder (`tests/cuda_emu_sm90.h`) reads; the unit tests check the two
 //! descriptions agree element by element.
 //!
+//! With TMA ([`WgSchedule::tma`]) the same layouts are what a tiled tensor map with that
+//! swizzle writes: a K-major operand's stage is one box (`block_k` × rows), an MN-major
+//! one's a box per 64-column panel (64 × `block_k`); [`tensor_maps`] gives the maps.
+//!
 //! ```
 //! use tensor_dsl::lower::wgmma::{SmemLayout, WgSchedule};
-//! let s = WgSchedule { wg_m: 64, warpgroups: 2, block_n: 128, block_k: 64, stages: 4, splits: 1 };
+//! let s = WgSchedule { wg_m: 64, warpgroups: 2, block_n: 128, block_k: 64, stages: 4, splits: 1, tma: false };
 //! assert_eq!((s.block_m(), s.threads(), s.accumulators()), (128, 256, 64));
 //! let a = SmemLayout { k_major: true, rows: 128, depth: 64 };
 //! assert_eq!((a.swizzle(), a.sbo(), a.mode()), (128, 1024, 1));
@@ -34,6 +38,9 @@
 //! assert_eq!((bt.lbo(), bt.sbo()), (64 * 128, 1024));
 //! ```
 
+use crate::codegen::tensor_map::TensorMapSpec;
+use crate::ir::Kernel;
+use crate::lower::tensorcore::{Gemm, Operand};
 use serde::{Deserialize, Serialize};
 
 /// One point of the wgmma template, decoded.
@@ -51,6 +58,11 @@ pub struct WgSchedule {
     pub stages: usize,
     /// Blocks splitting one output tile's reduction (split-K across blocks).
     pub splits: usize,
+    /// Operands staged by the tensor memory accelerator (one thread issues
+    /// `cp.async.bulk.tensor` copies of whole boxes from `CUtensorMap`s the runtime builds,
+    /// completing on an mbarrier per stage) rather than by every thread's `cp.async`.
+    #[serde(default)]
+    pub tma: bool,
 }
 
 impl WgSchedule {
@@ -211,6 +223,111 @@ impl SmemLayout {
     }
 }
 
+/// One operand's TMA copies per stage: the map's dimensions are the contiguous group, the
+/// other group, then the batch indices by growing stride; `coords` says which kernel-side
+/// coordinate each dimension takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TmaOperand {
+    /// The map (see [`TensorMapSpec`]).
+    pub spec: TensorMapSpec,
+    /// The coordinate of each dimension: `Row` (the operand's m or n), `K`, or a batch
+    /// index (by kernel index id).
+    pub coords: Vec<TmaCoord>,
+    /// Boxes per stage (64-column panels of an MN-major operand; 1 for a K-major one), each
+    /// `panel_bytes` after the previous in shared memory and 64 rows further.
+    pub boxes: usize,
+    pub panel_bytes: usize,
+}
+
+/// What a tensor-map coordinate is, kernel side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TmaCoord {
+    Row,
+    K,
+    Batch(usize),
+}
+
+fn tma_operand(
+    kernel: &Kernel,
+    g: &Gemm,
+    s: &WgSchedule,
+    a: bool,
+    op: &Operand,
+) -> Result<TmaOperand, String> {
+    let name = if a { "A" } else { "B" };
+    if !op.linear || op.width != 8 {
+        return Err(format!(
+            "{name}'s rows are not 16-byte aligned (TMA needs strides of 16 bytes)"
+        ));
+    }
+    let layout = s.layout(a, op.k_major);
+    let rows = if a { g.m_extent } else { g.n_extent };
+    let mut dims = vec![];
+    let mut strides = vec![];
+    let mut boxes = vec![];
+    let mut coords = vec![];
+    if op.k_major {
+        dims.extend([g.k_extent as u64, rows as u64]);
+        strides.push(2 * op.row_stride as u64);
+        boxes.extend([s.block_k as u32, layout.rows as u32]);
+        coords.extend([TmaCoord::K, TmaCoord::Row]);
+    } else {
+        dims.extend([rows as u64, g.k_extent as u64]);
+        strides.push(2 * op.k_stride as u64);
+        boxes.extend([64, s.block_k as u32]);
+        coords.extend([TmaCoord::Row, TmaCoord::K]);
+    }
+    let side = if a { 0 } else { 1 };
+    let mut batch: Vec<(usize, usize, usize)> = g
+        .batch
+        .iter()
+        .zip(&g.batch_extents)
+        .zip(&g.batch_strides)
+        .map(|((&v, &e), st)| (st[side], e, v))
+        .collect();
+    batch.sort_unstable();
+    for (stride, extent, v) in batch {
+        dims.push(extent as u64);
+        strides.push(2 * stride as u64);
+        boxes.push(1);
+        coords.push(TmaCoord::Batch(v));
+    }
+    let spec = TensorMapSpec {
+        input: kernel
+            .inputs()
+            .iter()
+            .position(|&p| p == op.param)
+            .ok_or("the operand is not an input")?,
+        dtype: g.dtype,
+        dims,
+        strides,
+        boxes,
+        swizzle: layout.swizzle() as u32,
+    };
+    spec.validate()
+        .map_err(|e| format!("{name} has no tensor map: {e}"))?;
+    let (count, panel_bytes) = if op.k_major {
+        (1, 0)
+    } else {
+        (layout.rows / 64, layout.depth * layout.swizzle())
+    };
+    Ok(TmaOperand {
+        spec,
+        coords,
+        boxes: count,
+        panel_bytes,
+    })
+}
+
+/// The TMA copies of A and B for `s`, or why TMA cannot stage them: both operands with
+/// 16-byte aligned strides that grow outwards (the driver's tiled maps).
+pub fn tensor_maps(kernel: &Kernel, g: &Gemm, s: &WgSchedule) -> Result<[TmaOperand; 2], String> {
+    Ok([
+        tma_operand(kernel, g, s, true, &g.a)?,
+        tma_operand(kernel, g, s, false, &g.b)?,
+    ])
+}
+
 /// The shared address of element `(row, k)` of the matrix descriptor `desc` describes, per
 /// the PTX ISA's canonical layouts (the emulator's decoder, written independently of
 /// [`SmemLayout`]): what the unit tests compare [`SmemLayout::offset`] with.
@@ -255,6 +372,19 @@ mod tests {
                         rows,
                         depth,
                     };
+                    // What a tiled tensor map with the layout's swizzle writes: boxes of
+                    // (inner x outer) elements, rows of inner ones, swizzled on the address.
+                    let (inner, panels) = if k_major { (depth, 1) } else { (64, rows / 64) };
+                    for q in 0..panels {
+                        let start = q * depth * l.swizzle() * usize::from(!k_major);
+                        for r in 0..(if k_major { rows } else { depth }) {
+                            for c in 0..inner {
+                                let tma = l.swizzled(start + (r * inner + c) * 2);
+                                let (row, k) = if k_major { (r, c) } else { (q * 64 + c, r) };
+                                assert_eq!(tma, l.offset(row, k), "{l:?} TMA box {q}");
+                            }
+                        }
+                    }
                     let base = 3 * 1024 * 16; // a stage start: a 1024-byte boundary
                                               // A blocks of 64 rows, or the whole of B.
                     for (r0, n) in [(0, 64), (rows - 64, 64), (0, rows)] {

@@ -13,7 +13,12 @@
 //! * `block_k` ∈ {32, 64}: depth of a stage (64-byte or 128-byte swizzle of a K-major tile);
 //! * `stages` ∈ {2, …, 6}: shared-memory stages (dynamic shared memory, up to the
 //!   target's opt-in limit);
-//! * `splits` ∈ {1, 2, 4, 8}: split-K across blocks ([`crate::codegen::split_k`]).
+//! * `splits` ∈ {1, 2, 4, 8}: split-K across blocks ([`crate::codegen::split_k`]);
+//! * `tma` ∈ {0, 1}: operands staged by `cp.async` (every thread, 16-byte chunks) or by the
+//!   tensor memory accelerator (one thread copies whole boxes from `CUtensorMap`s the
+//!   runtime encodes; an mbarrier per stage says they landed). TMA needs every operand
+//!   stride to be a multiple of 16 bytes; the default is `cp.async` (neither has run on a
+//!   GPU yet, and TMA adds the driver's encoding to what is unverified).
 //!
 //! Constraints: at most 128 accumulators per thread, shared memory within the target's
 //! limit, at least two k tiles per split, split-K partial sums within bounds.
@@ -35,7 +40,7 @@
 use crate::codegen::split_k::{SplitK, MAX_PARTIAL_BYTES};
 use crate::ir::Kernel;
 use crate::lower::tensorcore::Gemm;
-use crate::lower::wgmma::WgSchedule;
+use crate::lower::wgmma::{tensor_maps, WgSchedule};
 use crate::template::gpu::GpuTarget;
 use tuner::{Config, Discrete, SearchSpace, Value};
 
@@ -45,13 +50,14 @@ pub const MAX_ACCUMULATORS: usize = 128;
 /// 1024-byte boundary (the 128-byte swizzle's pattern).
 pub const ALIGN_SLACK: usize = 1024;
 
-const KNOBS: [(&str, &[i64]); 6] = [
+const KNOBS: [(&str, &[i64]); 7] = [
     ("wg_m", &[64, 128]),
     ("warpgroups", &[1, 2]),
     ("block_n", &[64, 128, 256]),
     ("block_k", &[32, 64]),
     ("stages", &[2, 3, 4, 5, 6]),
     ("splits", &[1, 2, 4, 8]),
+    ("tma", &[0, 1]),
 ];
 
 fn decode_values(c: &Config) -> Result<WgSchedule, String> {
@@ -69,6 +75,7 @@ fn decode_values(c: &Config) -> Result<WgSchedule, String> {
         block_k: v(3)?,
         stages: v(4)?,
         splits: v(5)?,
+        tma: v(6)? == 1,
     })
 }
 
@@ -78,8 +85,8 @@ pub trait WgGeometry {
     fn wg_tiles(&self, s: &WgSchedule) -> usize;
     /// k tiles (stages of `block_k`).
     fn wg_k_tiles(&self, s: &WgSchedule) -> usize;
-    /// Dynamic shared memory of a block, bytes: every stage of both operands, plus the
-    /// alignment slack.
+    /// Dynamic shared memory of a block, bytes: every stage of both operands, an mbarrier
+    /// per stage with TMA, plus the alignment slack.
     fn wg_shared_bytes(&self, s: &WgSchedule) -> usize;
     /// The split-K geometry, if the reduction is split across blocks.
     fn wg_split(&self, s: &WgSchedule) -> Option<SplitK>;
@@ -97,8 +104,10 @@ impl WgGeometry for Gemm {
     }
 
     fn wg_shared_bytes(&self, s: &WgSchedule) -> usize {
+        let mbarriers = if s.tma { 8 * s.stages } else { 0 };
         s.stages
             * (s.layout(true, self.a.k_major).bytes() + s.layout(false, self.b.k_major).bytes())
+            + mbarriers
             + ALIGN_SLACK
     }
 
@@ -168,6 +177,29 @@ impl WgTemplate {
                 })
             },
         );
+        // Whether TMA can copy the operands does not depend on the tile sizes.
+        let probe = WgSchedule {
+            wg_m: 64,
+            warpgroups: 1,
+            block_n: 64,
+            block_k: 64,
+            stages: 2,
+            splits: 1,
+            tma: true,
+        };
+        let tma = tensor_maps(kernel, &gemm, &probe).err();
+        b.constraint(
+            &format!(
+                "tma only where the operands have tensor maps{}",
+                tma.as_deref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
+            ),
+            {
+                let ok = tma.is_none();
+                move |c| decode_values(c).is_ok_and(|s| !s.tma || ok)
+            },
+        );
         let space = b.build().map_err(|e| e.to_string())?;
         Ok(WgTemplate {
             gemm,
@@ -215,6 +247,7 @@ impl WgTemplate {
             s.block_k,
             s.stages,
             s.splits,
+            usize::from(s.tma),
         ];
         let values = KNOBS
             .iter()
@@ -245,6 +278,7 @@ impl WgTemplate {
             block_k: if g.k_extent <= 32 { 32 } else { 64 },
             stages: 4,
             splits: 1,
+            tma: false,
         };
         let few = |s: &WgSchedule| g.wg_tiles(s) * 4 < self.sm_count * 3;
         if few(&s) && s.block_n > 64 {
