@@ -260,6 +260,40 @@ mod tests {
         );
     }
 
+    /// On sm_90a a large half-precision GEMM gets the wgmma space (records round-trip, in
+    /// text and JSON), a small one `mma.sync`; on sm_90 never wgmma.
+    #[test]
+    fn sm90a_dispatch_and_wgmma_records() {
+        let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None)
+            .unwrap()
+            .with_dtypes("a=bf16,b=bf16")
+            .unwrap();
+        let hopper = GpuTarget::h100_sm90a();
+        let big = CudaSpace::from_extents(&k, &[1000, 1000, 1000], &hopper).unwrap();
+        assert_eq!(big.name(), "wgmma");
+        let small = CudaSpace::from_extents(&k, &[64, 64, 64], &hopper).unwrap();
+        assert_eq!(small.name(), "tensor_core");
+        let plain = CudaSpace::from_extents(&k, &[1000, 1000, 1000], &GpuTarget::h100()).unwrap();
+        assert_eq!(plain.name(), "tensor_core");
+        let mut rng = StdRng::seed_from_u64(9);
+        for _ in 0..10 {
+            let c = big.space().sample_uniform(&mut rng).unwrap();
+            let text = big.space().format(&c).unwrap();
+            let s = big.schedule_from_text(&k, &[1000; 3], &hopper, &text);
+            assert!(matches!(s, Some(CudaSchedule::Wgmma(_))));
+            let json = serde_json::to_string(&s).unwrap();
+            assert!(json.contains("\"template\":\"wgmma\""), "{json}");
+            assert_eq!(
+                serde_json::from_str::<Option<CudaSchedule>>(&json).unwrap(),
+                s
+            );
+            assert_eq!(
+                plain.schedule_from_text(&k, &[1000; 3], &hopper, &text),
+                None
+            );
+        }
+    }
+
     #[test]
     fn shapes_follow_from_plain_accesses_only() {
         let k = parse_text("mm", "c[[b,i,j]] += a[[b,i,k]] * w[[k,j]]", None).unwrap();
