@@ -87,22 +87,50 @@ pub fn parse_selection(text: &str) -> Result<Selection, String> {
     }
 }
 
-/// `cpu` or `cuda[:sm_XY]`.
+/// `cpu` or `cuda[:sm_XY[a]]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
     Cpu,
-    Cuda { sm: u32 },
+    /// Compute capability `sm` (major*10+minor); `arch_specific`: the `a` target
+    /// (`sm_90a`: `wgmma`), whose code runs on that compute capability only.
+    Cuda {
+        sm: u32,
+        arch_specific: bool,
+    },
+}
+
+impl Target {
+    /// The GPU the CUDA templates plan for: an H100's resources at this compute capability.
+    pub fn gpu(sm: u32, arch_specific: bool) -> tensor_dsl::template::gpu::GpuTarget {
+        tensor_dsl::template::gpu::GpuTarget {
+            sm,
+            arch_specific,
+            ..tensor_dsl::template::gpu::GpuTarget::h100()
+        }
+    }
 }
 
 pub fn parse_target(text: &str) -> Result<Target, String> {
+    let bad = |t: &str| {
+        format!(
+            "`{t}`: expected `cpu`, `cuda:sm_XY` or `cuda:sm_XYa` (e.g. cuda:sm_90, cuda:sm_90a)"
+        )
+    };
     match text.trim() {
         "cpu" => Ok(Target::Cpu),
-        "cuda" => Ok(Target::Cuda { sm: 90 }),
-        t => t
-            .strip_prefix("cuda:sm_")
-            .and_then(|n| n.parse().ok())
-            .map(|sm| Target::Cuda { sm })
-            .ok_or_else(|| format!("`{t}`: expected `cpu` or `cuda:sm_XY` (e.g. cuda:sm_90)")),
+        "cuda" => Ok(Target::Cuda {
+            sm: 90,
+            arch_specific: false,
+        }),
+        t => {
+            let n = t.strip_prefix("cuda:sm_").ok_or_else(|| bad(t))?;
+            let (n, arch_specific) = match n.strip_suffix('a') {
+                Some(n) => (n, true),
+                None => (n, false),
+            };
+            let sm = n.parse().map_err(|_| bad(t))?;
+            Ok(Target::Cuda { sm, arch_specific })
+        }
     }
 }
 
@@ -132,7 +160,23 @@ mod tests {
         let e = problem("k", mm, "a=2x3,b=3x4,c=2x4", "a=f64").unwrap_err();
         assert!(e.contains("--dtypes") && e.contains("f64"), "{e}");
         assert_eq!(parse_selection("random:50").unwrap(), Selection::Random(50));
-        assert_eq!(parse_target("cuda:sm_90").unwrap(), Target::Cuda { sm: 90 });
+        assert_eq!(
+            parse_target("cuda:sm_90").unwrap(),
+            Target::Cuda {
+                sm: 90,
+                arch_specific: false
+            }
+        );
+        assert_eq!(
+            parse_target("cuda:sm_90a").unwrap(),
+            Target::Cuda {
+                sm: 90,
+                arch_specific: true
+            }
+        );
+        assert_eq!(Target::gpu(90, true).virtual_arch(), "compute_90a");
         assert!(parse_target("tpu").is_err());
+        assert!(parse_target("cuda:sm_9x").is_err());
+        assert!(parse_target("cuda:sm_a").is_err());
     }
 }

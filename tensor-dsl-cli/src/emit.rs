@@ -79,8 +79,9 @@ pub fn run(
                     written += 1;
                 }
             }
-            Target::Cuda { sm } => {
-                written = crate::verify::emit_cuda(&p, sm, selection, seed, out)?;
+            Target::Cuda { sm, arch_specific } => {
+                let gpu = Target::gpu(sm, arch_specific);
+                written = crate::verify::emit_cuda(&p, &gpu, selection, seed, out)?;
             }
         }
     }

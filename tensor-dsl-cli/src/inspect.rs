@@ -14,13 +14,9 @@ use tensor_dsl::template::gpu::GpuTarget;
 /// (tensor cores for half-precision GEMMs on sm_80+, else SIMT).
 pub fn run(args: &KernelArgs, target: &str, config: &str, json: bool) -> Result<ExitCode, String> {
     let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
-    let sm = match parse_target(target)? {
-        Target::Cuda { sm } => sm,
+    let target: GpuTarget = match parse_target(target)? {
+        Target::Cuda { sm, arch_specific } => Target::gpu(sm, arch_specific),
         Target::Cpu => return Err("inspect profiles GPU code: use --target cuda:sm_XY".into()),
-    };
-    let target = GpuTarget {
-        sm,
-        ..GpuTarget::h100()
     };
     let t = CudaSpace::new(&p.kernel, &p.extents, &p.shape_refs(), &target)?;
     let point = match config.trim() {
@@ -43,34 +39,42 @@ pub fn run(args: &KernelArgs, target: &str, config: &str, json: bool) -> Result<
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("config      {text} ({})", t.name());
-    println!("launch      grid {:?} block {:?}", src.grid, src.block);
-    println!("registers   {}", prof.ptxas.registers);
-    println!(
+    crate::output::line(format!("config      {text} ({})", t.name()))?;
+    crate::output::line(format!(
+        "launch      grid {:?} block {:?}",
+        src.grid, src.block
+    ))?;
+    crate::output::line(format!("registers   {}", prof.ptxas.registers))?;
+    crate::output::line(format!(
         "spills      {} bytes stored, {} bytes loaded (stack frame {} bytes)",
         prof.ptxas.spill_stores, prof.ptxas.spill_loads, prof.ptxas.stack_bytes
-    );
-    println!("shared      {} bytes", prof.ptxas.shared_bytes);
-    println!(
-        "occupancy   {:.2} ({} threads per block, sm_{sm})",
-        prof.occupancy, prof.threads
-    );
+    ))?;
+    crate::output::line(format!(
+        "shared      {} bytes static, {} bytes dynamic",
+        prof.ptxas.shared_bytes, prof.dynamic_shared_bytes
+    ))?;
+    crate::output::line(format!(
+        "occupancy   {:.2} ({} threads per block, {})",
+        prof.occupancy,
+        prof.threads,
+        target.real_arch()
+    ))?;
     match &prof.hot_loop {
         None => {
             let m = &prof.kernel_mix;
-            println!(
+            crate::output::line(format!(
                 "hot loop    none (no loop does arithmetic: the reduction is unrolled whole); whole kernel: {} instructions: FFMA {} MMA {} LDS {} LDG {} STS {} BAR {} other {}",
                 m.total(), m.ffma, m.mma, m.lds, m.ldg, m.sts, m.bar, m.other
-            );
-            println!("FFMA share  {:.3} (whole kernel)", m.ffma_share());
+            ))?;
+            crate::output::line(format!("FFMA share  {:.3} (whole kernel)", m.ffma_share()))?;
         }
         Some(h) => {
             let m = &h.mix;
-            println!(
+            crate::output::line(format!(
                 "hot loop    /*{:04x}*/../*{:04x}*/: {} instructions: FFMA {} MMA {} LDS {} LDG {} STS {} BAR {} other {}",
                 h.start, h.end, m.total(), m.ffma, m.mma, m.lds, m.ldg, m.sts, m.bar, m.other
-            );
-            println!("FFMA share  {:.3}", m.ffma_share());
+            ))?;
+            crate::output::line(format!("FFMA share  {:.3}", m.ffma_share()))?;
         }
     }
     Ok(ExitCode::SUCCESS)

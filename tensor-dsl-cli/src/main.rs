@@ -4,7 +4,7 @@
 //! ```text
 //! tensor-dsl emit   --kernel 'c[[i,j]] += a[[i,k]] * b[[k,j]]' --shapes a=512x1024,b=1024x64,c=512x64 \
 //!                   --target cuda:sm_90 --configs random:50 --seed 1 --out gen/
-//! tensor-dsl inspect --kernel '...' --shapes ... --target cuda:sm_90 --config default
+//! tensor-dsl inspect --kernel '...' --shapes ... --target cuda:sm_90a --config default
 //! tensor-dsl verify --kernel '...' --shapes ... --device cpu --configs random:30 --seed 1
 //! ```
 
@@ -58,7 +58,8 @@ enum Command {
     Emit {
         #[command(flatten)]
         kernel: KernelArgs,
-        /// `cpu` or `cuda:sm_XY`.
+        /// `cpu`, `cuda:sm_XY`, or `cuda:sm_90a` (Hopper's `wgmma` for large half-precision
+        /// GEMMs; compile its code for `compute_90a`/`sm_90a`).
         #[arg(long, default_value = "cpu")]
         target: String,
         /// `default` or `random:N` (N distinct valid configurations).
@@ -90,7 +91,7 @@ enum Command {
     Inspect {
         #[command(flatten)]
         kernel: KernelArgs,
-        /// `cuda:sm_XY`.
+        /// `cuda:sm_XY` or `cuda:sm_90a`.
         #[arg(long, default_value = "cuda:sm_90")]
         target: String,
         /// `default`, or a config's text (as `emit` and records write it).

@@ -59,7 +59,7 @@ pub fn emit(
                 n += 1;
             }
         }
-        Target::Cuda { sm } => {
+        Target::Cuda { sm, arch_specific } => {
             for c in selected(
                 RowsGpuConfig::heuristic(&plan),
                 RowsGpuConfig::all(),
@@ -68,7 +68,7 @@ pub fn emit(
                 let src = gen::generate_cuda(&p.kernel, &p.extents, &shapes, &c)?;
                 let mut m = meta(
                     serde_json::to_value(c).map_err(|e| e.to_string())?,
-                    format!("cuda:sm_{sm}"),
+                    format!("cuda:{}", Target::gpu(*sm, *arch_specific).real_arch()),
                 );
                 m["entry"] = src.entry.clone().into();
                 m["grid"] = serde_json::json!(src.grid);

@@ -116,17 +116,13 @@ pub fn run(args: &KernelArgs, device: &str, configs: &str, seed: u64) -> Result<
 /// else SIMT); returns how many.
 pub fn emit_cuda(
     p: &Problem,
-    sm: u32,
+    target: &GpuTarget,
     selection: Selection,
     seed: u64,
     out: &Path,
 ) -> Result<usize, String> {
-    let target = GpuTarget {
-        sm,
-        ..GpuTarget::h100()
-    };
     let shapes = p.shape_refs();
-    let t = CudaSpace::new(&p.kernel, &p.extents, &shapes, &target)?;
+    let t = CudaSpace::new(&p.kernel, &p.extents, &shapes, target)?;
     let points = pick(t.space(), &t.default_point()?, selection, seed)?;
     for (n, c) in points.iter().enumerate() {
         let schedule = t.decode(c)?;
@@ -136,7 +132,9 @@ pub fn emit_cuda(
             "fingerprint": p.kernel.fingerprint(),
             "dtypes": p.kernel.dtypes_text(),
             "shapes": p.shapes,
-            "target": format!("cuda:sm_{sm}"),
+            "target": format!("cuda:{}", target.real_arch()),
+            "nvrtc_arch": target.virtual_arch(),
+            "ptxas_arch": target.real_arch(),
             "template": t.name(),
             "config": t.space().format(c).map_err(|e| e.to_string())?,
             "schedule": schedule,
@@ -144,6 +142,9 @@ pub fn emit_cuda(
             "grid": src.grid,
             "block": src.block,
             "shared_bytes": src.shared_bytes,
+            // TMA kernels: the CUtensorMap parameters after the output (input, extents,
+            // byte strides, box, swizzle), as the runtime encodes them.
+            "tensor_maps": src.tensor_maps,
         });
         crate::emit::write_pair(out, n, "cu", &src.source, &meta)?;
     }

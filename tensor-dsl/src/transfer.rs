@@ -523,7 +523,7 @@ pub fn cuda_features<'a>(
                 let ptxas = crate::runtime::cubin::recall(&key);
                 Some(gpu_features(kernel, extents, shapes, &s, gpu, ptxas.as_ref()).to_vec())
             }
-            CudaSchedule::TensorCore(_) => None,
+            CudaSchedule::TensorCore(_) | CudaSchedule::Wgmma(_) => None,
         },
     )
 }

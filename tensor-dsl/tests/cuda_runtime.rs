@@ -709,7 +709,12 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
         assert!(gpu.max_threads_per_block >= 1024 && gpu.max_shared_per_block >= 48 * 1024);
         assert!(gpu.max_shared_per_block_optin >= gpu.max_shared_per_block);
         assert_eq!(t.sm, gpu.sm());
-        assert_eq!(t.virtual_arch(), format!("compute_{}", gpu.sm()));
+        // A 9.0 GPU compiles for its architecture-specific target (wgmma).
+        let suffix = if gpu.sm() == 90 { "a" } else { "" };
+        assert_eq!(t.virtual_arch(), format!("compute_{}{suffix}", gpu.sm()));
+        assert_eq!(t.has_wgmma(), gpu.sm() == 90);
+        // The opt-in shared memory the templates plan with is what the driver allows.
+        assert!(t.max_dynamic_shared() <= gpu.max_shared_per_block_optin);
         assert_eq!(Device::Cuda.availability(), Ok(()));
         if std::env::var("TENSOR_DSL_DEVICE").map_or(true, |v| v.trim().is_empty()) {
             assert_eq!(Options::new().resolve_device().unwrap(), Device::Cuda);
@@ -1113,6 +1118,7 @@ CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_
             grid,
             block,
             shared_bytes: shared,
+            tensor_maps: Vec::new(),
         }
     }
 

@@ -139,6 +139,7 @@ fn copy_kernel(entry: &str) -> CudaSource {
         grid: [1, 1, 1],
         block: [32, 1, 1],
         shared_bytes: 0,
+        tensor_maps: Vec::new(),
     }
 }
 
@@ -238,6 +239,7 @@ fn on_the_fake_gpu() {
             grid: g.grid,
             block: g.block,
             shared_bytes: 0,
+            tensor_maps: Vec::new(),
             image: WireImage::from(&image),
             schedule: "(hand-written)".into(),
             warmup: 2,

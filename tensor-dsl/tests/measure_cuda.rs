@@ -328,6 +328,7 @@ fn candidate(id: u64, entry: &str, source: &str, image: WireImage) -> Candidate 
         grid: [1, 1, 1],
         block: [32, 1, 1],
         shared_bytes: 0,
+        tensor_maps: Vec::new(),
         image,
         schedule: "(hand-written)".into(),
         warmup: 1,

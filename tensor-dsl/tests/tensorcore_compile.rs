@@ -15,8 +15,11 @@ mod common;
 use rand::{rngs::StdRng, SeedableRng};
 use std::path::PathBuf;
 use std::process::Command;
-use tensor_dsl::codegen::tensorcore;
+use tensor_dsl::codegen::{tensorcore, wgmma};
 use tensor_dsl::lower::tensorcore::TcSchedule;
+use tensor_dsl::lower::wgmma::WgSchedule;
+use tensor_dsl::template::cuda::CudaSpace;
+use tensor_dsl::template::wgmma::{WgGeometry, WgTemplate};
 use tensor_dsl::template::{gpu::GpuTarget, tensorcore::TcTemplate};
 
 /// (name, statements, shapes, element types).
@@ -144,34 +147,22 @@ fn assemble(
     Ok((log, String::from_utf8_lossy(&sass.stdout).into_owned()))
 }
 
-/// The instructions between the first backward branch's target and the branch: the main
-/// (k-tile) loop, the only loop left after unrolling.
+/// The SASS lines of the hot loop as `tensor-dsl inspect` finds it (the innermost loop doing
+/// the most arithmetic, out-of-line code jumping back excluded: `runtime::sass::hot_loop`):
+/// the main (k-tile) loop.
 fn hot_loop(sass: &str) -> Vec<&str> {
-    let lines: Vec<&str> = sass.lines().collect();
-    let mut best: Vec<&str> = Vec::new();
-    for (n, line) in lines.iter().enumerate() {
-        let Some(pos) = line.find("BRA") else {
-            continue;
-        };
-        let Some(label) = line[pos..].split_whitespace().nth(1) else {
-            continue;
-        };
-        let label = label
-            .trim_end_matches(';')
-            .trim_start_matches('`')
-            .trim_start_matches('(');
-        let label = label.trim_end_matches(')');
-        let target = lines[..n].iter().position(|l| {
-            l.trim_start().starts_with(&format!("{label}:")) || l.contains(&format!("{label}:"))
-        });
-        if let Some(t) = target {
-            let body: Vec<&str> = lines[t..=n].to_vec();
-            if body.len() > best.len() {
-                best = body;
-            }
-        }
-    }
-    best
+    let Some(h) = tensor_dsl::runtime::sass::hot_loop(sass) else {
+        return Vec::new();
+    };
+    sass.lines()
+        .filter(|l| {
+            let t = l.trim();
+            t.strip_prefix("/*")
+                .and_then(|r| r.split_once("*/"))
+                .and_then(|(hex, _)| usize::from_str_radix(hex.trim(), 16).ok())
+                .is_some_and(|o| (h.start..=h.end).contains(&o))
+        })
+        .collect()
 }
 
 #[test]
@@ -210,9 +201,23 @@ fn tensor_core_kernels_compile_assemble_and_issue_hmma() {
             stages: 3,
             swizzle: true,
             split_k: 1,
+            splits: 1,
         };
         let c = t.encode(&big).unwrap();
         points.push((t.space().format(&c).unwrap(), big));
+        // Split-K across blocks (4 blocks per tile where the reduction has the k tiles).
+        let d = t.default_schedule();
+        let across = TcSchedule {
+            splits: if t.gemm().k_extent >= 8 * d.block_k {
+                4
+            } else {
+                2
+            },
+            ..d.clone()
+        };
+        if let Ok(c) = t.encode(&across) {
+            points.push((t.space().format(&c).unwrap(), across));
+        }
         // Sliced K over two warp groups.
         let d = t.default_schedule();
         let split = TcSchedule {
@@ -241,8 +246,9 @@ fn tensor_core_kernels_compile_assemble_and_issue_hmma() {
                 let _ = std::fs::write(d.join(format!("{name}-{n}.cu")), &gen.source);
             }
             let r = tensor_dsl::runtime::ptxas::parse_report(&log);
-            // One k tile: the main loop runs once and is gone; the whole kernel is "hot".
-            let hot = if t.gemm().k_extent <= s.block_k {
+            // One k tile (per split): the main loop runs once and is gone; the whole kernel
+            // is "hot".
+            let hot = if t.gemm().k_tiles(&s) <= s.splits {
                 sass.lines().collect()
             } else {
                 hot_loop(&sass)
@@ -409,4 +415,187 @@ fn default_hot_loops_are_dense_in_mma() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// (name, statements, shapes, element types) of the sm_90a (wgmma) cases.
+const WGMMA_CASES: &[(&str, &str, &str, &str)] = &[
+    (
+        "matmul_bf16_1000",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=1000x1000 b=1000x1000 c=1000x1000",
+        "a=bf16,b=bf16,c=f32",
+    ),
+    (
+        "matmul_f16_1000",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=1000x1000 b=1000x1000 c=1000x1000",
+        "a=f16,b=f16,c=f32",
+    ),
+    (
+        "bert_bias_relu_bf16",
+        "o[[i, j]] += a[[i, k]] * b[[k, j]]; o[[i, j]] = relu(o[[i, j]] + bias[[j]])",
+        "a=512x768 b=768x3072 bias=3072 o=512x3072",
+        "a=bf16,b=bf16,o=bf16",
+    ),
+    (
+        "matmul_f16_nt",
+        "c[[i, j]] += a[[k, i]] * b[[j, k]]",
+        "a=512x768 b=1024x512 c=768x1024",
+        "a=f16,b=f16,c=f16",
+    ),
+    (
+        "batch_matmul_bf16",
+        "z[[b, m, n]] += x[[b, m, k]] * y[[b, k, n]]",
+        "x=12x512x64 y=12x64x512 z=12x512x512",
+        "x=bf16,y=bf16",
+    ),
+    (
+        "matmul_bf16_prime",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=127x131 b=131x137 c=127x137",
+        "a=bf16,b=bf16",
+    ),
+    (
+        "matmul_bf16_odd_k",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=1000x999 b=999x1000 c=1000x1000",
+        "a=bf16,b=bf16,c=f32",
+    ),
+];
+
+const WGMMA_RANDOM_POINTS: usize = 2;
+
+/// Hopper kernels through NVRTC (`compute_90a`), `ptxas -arch=sm_90a -v` and `nvdisasm`: the
+/// default and random points of the wgmma template on bf16/f16 GEMMs (1000³, BERT-size with
+/// a fused bias + ReLU, transposed operands, batched, prime and odd extents). Each must
+/// compile with no `#include`, assemble with no spills and without ptxas serializing the
+/// warpgroup MMAs, and issue `HGMMA` in its main loop (one per `m64` block and 16-deep step),
+/// with `LDGSTS` (cp.async) where rows are aligned. The CUDA space picks this template on
+/// sm_90a for the large GEMMs, and `mma.sync` on plain sm_90.
+#[test]
+fn wgmma_kernels_assemble_for_sm90a_and_issue_hgmma() {
+    if let Some(why) = unavailable() {
+        if std::env::var("TENSOR_DSL_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+            panic!("TENSOR_DSL_REQUIRE_NVRTC=1 but {why}");
+        }
+        println!("skipped: {why}");
+        return;
+    }
+    let target = GpuTarget::h100_sm90a();
+    assert_eq!(
+        (target.virtual_arch(), target.real_arch()),
+        ("compute_90a".to_string(), "sm_90a".to_string())
+    );
+    let dir = std::env::temp_dir().join(format!("td-wg-sass-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = StdRng::seed_from_u64(900);
+    let mut failures = Vec::new();
+    let mut n = 0;
+    for &(name, src, shapes, dtypes) in WGMMA_CASES {
+        let case = common::Case::new(name, src, shapes, dtypes);
+        let extents = case.extents();
+        let refs = case.shape_refs();
+        let t = WgTemplate::new(&case.kernel, &extents, &refs, &target)
+            .unwrap_or_else(|e| panic!("{name}: no wgmma form: {e}"));
+        // Dispatch: wgmma for the large GEMMs on sm_90a, never on sm_90.
+        let space = CudaSpace::new(&case.kernel, &extents, &refs, &target).unwrap();
+        let large = !name.contains("prime");
+        assert_eq!(space.name() == "wgmma", large, "{name}: {}", space.name());
+        let plain = CudaSpace::new(&case.kernel, &extents, &refs, &GpuTarget::h100()).unwrap();
+        assert_eq!(plain.name(), "tensor_core", "{name}");
+        let mut points: Vec<(String, WgSchedule)> = vec![("default".into(), t.default_schedule())];
+        for _ in 0..WGMMA_RANDOM_POINTS {
+            let c = t.space().sample_uniform(&mut rng).unwrap();
+            points.push((t.space().format(&c).unwrap(), t.decode(&c).unwrap()));
+        }
+        // The largest tile: two warpgroups of two m64 blocks, N = 128.
+        let big = WgSchedule {
+            wg_m: 128,
+            warpgroups: 2,
+            block_n: 128,
+            block_k: 64,
+            stages: 3,
+            splits: 1,
+            tma: false,
+        };
+        if let Ok(c) = t.encode(&big) {
+            points.push((t.space().format(&c).unwrap(), big.clone()));
+        }
+        // TMA staging (where the strides allow it): the default's tiles and the big one.
+        for s in [t.default_schedule(), big] {
+            let tma = WgSchedule { tma: true, ..s };
+            if let Ok(c) = t.encode(&tma) {
+                points.push((t.space().format(&c).unwrap(), tma));
+            }
+        }
+        for (config, s) in points {
+            n += 1;
+            let gen = wgmma::generate(&case.kernel, &extents, &refs, &s);
+            assert!(!gen.source.contains("#include"), "{name}: #include");
+            let result = ptx_of(name, &gen.source, &target.virtual_arch())
+                .and_then(|ptx| assemble(&ptx, &target.real_arch(), &dir, n));
+            let (log, sass) = match result {
+                Ok(x) => x,
+                Err(e) => {
+                    failures.push(format!("{name} {config}: {e}\n{}", gen.source));
+                    continue;
+                }
+            };
+            let r = tensor_dsl::runtime::ptxas::parse_report(&log);
+            let g = t.gemm();
+            let per_split = g.wg_k_tiles(&s).div_ceil(s.splits);
+            let hot = if per_split <= 1 {
+                sass.lines().collect()
+            } else {
+                hot_loop(&sass)
+            };
+            let count = |lines: &[&str], op: &str| lines.iter().filter(|l| l.contains(op)).count();
+            let mmas = s.m_blocks() * s.block_k / 16;
+            let mut problems = Vec::new();
+            if r.spill_stores > 0 || r.spill_loads > 0 {
+                problems.push(format!(
+                    "spills ({} B stores, {} B loads)",
+                    r.spill_stores, r.spill_loads
+                ));
+            }
+            if log.contains("serialized") {
+                problems.push(format!("ptxas serializes the wgmma: {log}"));
+            }
+            if count(&hot, "HGMMA") < mmas {
+                problems.push(format!(
+                    "{} HGMMA in the hot loop ({} lines), want {mmas}",
+                    count(&hot, "HGMMA"),
+                    hot.len()
+                ));
+            }
+            let all: Vec<&str> = sass.lines().collect();
+            if s.tma {
+                // One thread issues the stage's bulk tensor copies (UTMALDG) in the loop.
+                if count(&hot, "UTMALDG") == 0 && per_split > s.prefetch() {
+                    problems.push("no UTMALDG (TMA) in the main loop".into());
+                }
+                if gen.tensor_maps.len() != 2 {
+                    problems.push("a TMA kernel without its two tensor maps".into());
+                }
+            } else if (g.a.width > 1 || g.b.width > 1) && count(&all, "LDGSTS") == 0 {
+                problems.push("no LDGSTS (cp.async)".into());
+            }
+            println!(
+                "{name} {config}: {} registers, {} HGMMA of {} SASS lines in the hot loop",
+                r.registers,
+                count(&hot, "HGMMA"),
+                hot.len()
+            );
+            if !problems.is_empty() {
+                failures.push(format!("{name} {config} {s:?}: {}", problems.join("; ")));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        failures.is_empty(),
+        "{} of {n} configs failed:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }

@@ -6,8 +6,9 @@
 
 mod common;
 
-use tensor_dsl::codegen::tensorcore;
-use tensor_dsl::template::{gpu::GpuTarget, tensorcore::TcTemplate};
+use tensor_dsl::codegen::{tensorcore, wgmma};
+use tensor_dsl::lower::wgmma::WgSchedule;
+use tensor_dsl::template::{gpu::GpuTarget, tensorcore::TcTemplate, wgmma::WgTemplate};
 
 const CASES: &[(&str, &str, &str, &str)] = &[
     (
@@ -54,5 +55,57 @@ fn generated_tensor_core_cuda() {
             gen.source
         );
         insta::assert_snapshot!(format!("tensorcore_{name}"), text);
+    }
+}
+
+/// Snapshots of the Hopper wgmma CUDA C (default schedule, sm_90a): a 1000³ bf16 GEMM (A
+/// K-major, B N-major: the descriptors' transpose), staged by `cp.async` and by TMA, and an
+/// f16 one with both operands transposed and a fused bias + ReLU.
+#[test]
+fn generated_wgmma_cuda() {
+    let target = GpuTarget::h100_sm90a();
+    let mm = "c[[i, j]] += a[[i, k]] * b[[k, j]]";
+    for &(name, src, shapes, dtypes, tma) in &[
+        (
+            "matmul_bf16_1000",
+            mm,
+            "a=1000x1000 b=1000x1000 c=1000x1000",
+            "a=bf16,b=bf16,c=f32",
+            false,
+        ),
+        (
+            "matmul_bf16_1000_tma",
+            mm,
+            "a=1000x1000 b=1000x1000 c=1000x1000",
+            "a=bf16,b=bf16,c=f32",
+            true,
+        ),
+        (
+            "matmul_f16_tn_bias_relu",
+            "c[[i, j]] += a[[k, i]] * b[[j, k]]; c[[i, j]] = relu(c[[i, j]] + bias[[j]])",
+            "a=512x768 b=1024x512 bias=1024 c=768x1024",
+            "a=f16,b=f16,c=f16",
+            false,
+        ),
+    ] {
+        let case = common::Case::new(name, src, shapes, dtypes);
+        let (shapes, extents) = (case.shape_refs(), case.extents());
+        let t = WgTemplate::new(&case.kernel, &extents, &shapes, &target).unwrap();
+        let s = WgSchedule {
+            tma,
+            ..t.default_schedule()
+        };
+        let point = t.encode(&s).unwrap();
+        let gen = wgmma::generate(&case.kernel, &extents, &shapes, &s);
+        let text = format!(
+            "// grid {:?} block {:?} dynamic shared {} config {}\n// tensor maps {:?}\n{}",
+            gen.grid,
+            gen.block,
+            gen.shared_bytes,
+            t.space().format(&point).unwrap(),
+            gen.tensor_maps,
+            gen.source
+        );
+        insta::assert_snapshot!(format!("wgmma_{name}"), text);
     }
 }

@@ -71,6 +71,7 @@ pub fn source(m: usize, n: usize) -> Result<CudaSource, String> {
         grid: [blocks, 1, 1],
         block: [THREADS, 1, 1],
         shared_bytes: 0,
+        tensor_maps: Vec::new(),
     })
 }
 

@@ -35,7 +35,7 @@ pub const ENTRY: &str = lower::gpu::ENTRY;
 pub const CODEGEN_VERSION: u32 = 1;
 
 /// A generated kernel and its launch geometry.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CudaSource {
     pub source: String,
     pub entry: String,
@@ -43,6 +43,10 @@ pub struct CudaSource {
     pub block: [u32; 3],
     /// Dynamic shared memory, bytes (0 when the kernel uses only static shared memory).
     pub shared_bytes: u32,
+    /// The `CUtensorMap` parameters the kernel takes after its output, in order (Hopper
+    /// TMA; empty for every other kernel): the runtime encodes each over its input's
+    /// buffer at every launch (see [`super::tensor_map`]).
+    pub tensor_maps: Vec<super::tensor_map::TensorMapSpec>,
 }
 
 /// CUDA C (NVRTC): `__global__` entry with launch bounds, thread indices, barriers, warp
@@ -384,6 +388,7 @@ fn invalid(why: &str) -> CudaSource {
         grid: [1, 1, 1],
         block: [1, 1, 1],
         shared_bytes: 0,
+        tensor_maps: Vec::new(),
     }
 }
 
@@ -434,5 +439,6 @@ fn source(
         grid: dim(launch.grid),
         block: dim(launch.block),
         shared_bytes: 0,
+        tensor_maps: Vec::new(),
     })
 }

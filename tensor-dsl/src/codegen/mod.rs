@@ -8,7 +8,10 @@ pub mod cuda;
 pub mod cuda_async;
 pub mod printer;
 pub mod rows;
+pub mod split_k;
+pub mod tensor_map;
 pub mod tensorcore;
+pub mod wgmma;
 
 use crate::ir::{Access, Affine, BinOp, DType, Expr, Func, Kernel};
 use std::fmt::Write as _;

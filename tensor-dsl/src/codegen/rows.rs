@@ -983,6 +983,7 @@ pub fn generate_cuda(
         grid: [grid, 1, 1],
         block: [block, 1, 1],
         shared_bytes: 0,
+        tensor_maps: Vec::new(),
     })
 }
 

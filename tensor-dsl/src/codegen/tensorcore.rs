@@ -66,6 +66,7 @@ pub fn generate(
         grid: [1, 1, 1],
         block: [1, 1, 1],
         shared_bytes: 0,
+        tensor_maps: Vec::new(),
     })
 }
 
@@ -175,15 +176,15 @@ fn offset(t: &Tile, row: &str, col: &str) -> String {
 }
 
 /// What the printers of a kernel's pieces need.
-struct Context<'a> {
-    kernel: &'a Kernel,
-    extents: &'a [usize],
-    shapes: &'a [&'a [usize]],
+pub(super) struct Context<'a> {
+    pub(super) kernel: &'a Kernel,
+    pub(super) extents: &'a [usize],
+    pub(super) shapes: &'a [&'a [usize]],
 }
 
 /// `const int` definitions of the indices of `group` from their fused value `fused`
 /// (row-major, the first outermost): `(name, expression)`.
-fn decompose(extents: &[usize], group: &[usize], fused: &str) -> Vec<(usize, String)> {
+pub(super) fn decompose(extents: &[usize], group: &[usize], fused: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut inner = 1usize;
     for (j, &i) in group.iter().enumerate().rev() {
@@ -263,7 +264,12 @@ fn open_unrolled(out: &mut String, ind: &str, var: &str, trip: usize) {
 /// does not divide the reduction (else 0), so that only the first tile, copied in the
 /// prologue, is partial and the main loop's copies check no `k` bounds.
 fn k_pad(g: &Gemm, s: &TcSchedule) -> usize {
-    (s.block_k - g.k_extent % s.block_k) % s.block_k
+    k_pad_of(g, s.block_k)
+}
+
+/// [`k_pad`] for a stage depth.
+pub(super) fn k_pad_of(g: &Gemm, block_k: usize) -> usize {
+    (block_k - g.k_extent % block_k) % block_k
 }
 
 /// The cooperative copy of k-tile `kt` of one operand into the shared stage that starts
@@ -324,7 +330,8 @@ fn load_tile(
     };
     let _ = writeln!(
         out,
-        "{ind}    const int g{name} = {row0} + {ri}, gk = ({kt}) * {} + {ki}{shift};",
+        "{ind}    const int g{name} = {row0} + {ri}, gk = ({kt}{}) * {} + {ki}{shift};",
+        if s.splits > 1 { " + kt0" } else { "" },
         s.block_k
     );
     let _ = writeln!(
@@ -386,6 +393,8 @@ fn load_tile(
 /// divide the extent) compares with the tile's remaining depth. A chunk outside the tensor
 /// copies nothing (`cp.async` source size 0) whatever its pointer.
 struct Fast {
+    /// The reduction is split across blocks: tile indices count from the split's `kt0`.
+    split: bool,
     step: usize,
     iterations: usize,
     /// The chunks do not divide among the threads: in the last round, threads past the
@@ -406,6 +415,7 @@ impl Fast {
         }
         let chunks = t.rows * per_row;
         Some(Fast {
+            split: s.splits > 1,
             step: threads / per_row,
             iterations: chunks.div_ceil(threads),
             guard: !chunks.is_multiple_of(threads),
@@ -441,6 +451,11 @@ impl Fast {
         let pad = k_pad(g, s);
         let ki = if pad > 0 {
             format!("({ki} - {pad})")
+        } else {
+            ki
+        };
+        let ki = if self.split {
+            format!("({ki} + kt0 * {})", s.block_k)
         } else {
             ki
         };
@@ -502,6 +517,7 @@ impl Fast {
         // Only the first tile can start before k = 0 (see `k_pad`), and only the prologue
         // copies it.
         let pad = if prologue { k_pad(g, s) } else { 0 };
+        let first = if self.split { " + kt0" } else { "" };
         for it in 0..self.iterations {
             let mut ok = Vec::new();
             if rows_checked {
@@ -509,9 +525,9 @@ impl Fast {
             }
             if pad > 0 {
                 ok.push(if op.k_major {
-                    format!("({kt} > 0 || {p}_c >= {pad})")
+                    format!("({kt}{first} > 0 || {p}_c >= {pad})")
                 } else {
-                    format!("({kt} > 0 || {p}_r + {} >= {pad})", it * self.step)
+                    format!("({kt}{first} > 0 || {p}_r + {} >= {pad})", it * self.step)
                 });
             }
             let ok = if ok.is_empty() {
@@ -658,7 +674,20 @@ fn source(
     let (mi_n, ni_n) = (s.warp_m / 16, s.warp_n / 8);
     let grid_m = g.m_extent.div_ceil(s.block_m());
     let grid_n = g.n_extent.div_ceil(s.block_n());
-    let k_tiles = g.k_extent.div_ceil(s.block_k);
+    let k_tiles_total = g.k_tiles(s);
+    let split = g.split(s);
+    // The block's k tiles: all of them, or its split's (`kt_n`, from `kt0`).
+    let k_tiles = if split.is_some() {
+        "kt_n".to_string()
+    } else {
+        k_tiles_total.to_string()
+    };
+    // The output tile's index among the tiles of the launch.
+    let bid = if split.is_some() {
+        "tile"
+    } else {
+        "blockIdx.x"
+    };
     let out_dtype = kernel.params[kernel.output].dtype;
 
     let mut src = String::new();
@@ -692,8 +721,15 @@ fn source(
             String::new()
         },
         s.stages,
-        if s.swizzle { "swizzled shared memory" } else { "padded shared memory" }
+        if s.swizzle { "swizzled shared memory" } else { "padded shared memory" },
     );
+    if s.splits > 1 {
+        let _ = writeln!(
+            src,
+            " *   split-K across blocks: {} blocks per output tile, {k_tiles_total} k tiles",
+            s.splits
+        );
+    }
     let _ = writeln!(
         src,
         " *   {threads} threads, {blocks} blocks, {} accumulators per thread, {} bytes shared; A {} {}, B {} {}",
@@ -711,6 +747,9 @@ fn source(
     }
     src.push_str(&dtype_prelude(kernel, "__device__ "));
     src.push_str(&ptx_helpers(&g, s));
+    if let Some(p) = &split {
+        src.push_str(&p.globals());
+    }
     src.push('\n');
 
     let params: Vec<String> = kernel
@@ -775,42 +814,16 @@ fn source(
         "{i}const int wm = wmn / {} * {}, wn = wmn % {} * {};",
         s.warps_n, s.warp_m, s.warps_n, s.warp_n
     );
+    if let Some(p) = &split {
+        p.decode(&mut src, i, k_tiles_total);
+    }
     let _ = writeln!(
         src,
-        "{i}const int n0 = blockIdx.x % {grid_n} * {}, m0 = blockIdx.x / {grid_n} % {grid_m} * {};",
+        "{i}const int n0 = {bid} % {grid_n} * {}, m0 = {bid} / {grid_n} % {grid_m} * {};",
         s.block_n(),
         s.block_m()
     );
-    // Batch coordinates, innermost batch index fastest.
-    let mut index_c: Vec<String> = (0..kernel.indices.len()).map(|_| "0".to_string()).collect();
-    let mut div = grid_m * grid_n;
-    let (mut a_base, mut b_base) = (Vec::new(), Vec::new());
-    for (bi, &bx) in g.batch.iter().enumerate().rev() {
-        let name = super::index_name(kernel, bx);
-        let _ = writeln!(
-            src,
-            "{i}const int {name} = blockIdx.x / {div} % {};",
-            extents[bx]
-        );
-        div *= extents[bx];
-        let [sa, sb] = g.batch_strides[bi];
-        a_base.push(format!("{name} * {sa}"));
-        b_base.push(format!("{name} * {sb}"));
-        index_c[bx] = name;
-    }
-    let sum = |v: &[String]| {
-        if v.is_empty() {
-            "0".to_string()
-        } else {
-            v.join(" + ")
-        }
-    };
-    let _ = writeln!(
-        src,
-        "{i}const int a_base = {}, b_base = {};",
-        sum(&a_base),
-        sum(&b_base)
-    );
+    let index_c = batch_coordinates(&mut src, i, kernel, extents, &g, bid, grid_m * grid_n);
     for (op, a) in [(&g.a, true), (&g.b, false)] {
         if let Some(f) = Fast::new(s, op, &Tile::for_operand(s, a, op)) {
             f.setup(&mut src, i, &g, s, op, a);
@@ -1029,7 +1042,13 @@ fn source(
         );
         let _ = writeln!(src, "{i}}}");
         let _ = writeln!(src, "{i}__syncthreads();");
-        let _ = writeln!(src, "{i}if (kw > 0) return;");
+        // Split across blocks too: the other groups stay for the barriers of that reduction.
+        let (open, close) = if split.is_some() {
+            ("if (kw == 0) {", "}")
+        } else {
+            ("if (kw > 0) return;", "")
+        };
+        let _ = writeln!(src, "{i}{open}");
         let _ = writeln!(src, "{i}#pragma unroll");
         let _ = writeln!(src, "{i}for (int x = 0; x < {accs}; ++x)");
         let _ = writeln!(src, "{i}    #pragma unroll");
@@ -1038,9 +1057,119 @@ fn source(
             src,
             "{i}        (&acc[0][0][0])[x] += red[x * {stride} + g * {lanes_all} + wmn * 32 + lane];"
         );
+        if !close.is_empty() {
+            let _ = writeln!(src, "{i}{close}");
+        }
+    }
+    if let Some(p) = &split {
+        let active = (s.split_k > 1).then_some("kw == 0");
+        // The pipeline's shared memory is free (every copy landed, every fragment read).
+        p.reduce(
+            &mut src,
+            i,
+            "&acc[0][0][0]",
+            active,
+            "*reinterpret_cast<unsigned *>(smem)",
+        );
+        if s.split_k > 1 {
+            let _ = writeln!(src, "{i}if (kw > 0) return;");
+        }
     }
 
-    // Epilogue.
+    epilogue(
+        &mut src,
+        i,
+        &cx,
+        &g,
+        index_c,
+        "m0 + wm + mi * 16 + (lane >> 2) + (e >> 1) * 8",
+        "n0 + wn + ni * 8 + (lane & 3) * 2 + (e & 1)",
+        (mi_n, ni_n),
+    );
+    src.push_str("}\n");
+    Ok(CudaSource {
+        source: finish(src),
+        entry: super::cuda::ENTRY.into(),
+        grid: [blocks as u32, 1, 1],
+        block: [threads as u32, 1, 1],
+        shared_bytes: 0,
+        tensor_maps: Vec::new(),
+    })
+}
+
+/// The batch coordinates of the block's tile `bid` (tiles of one instance first, innermost
+/// batch index fastest) and `a_base`, `b_base` (the instance's first elements of A and B);
+/// returns the C names of the kernel's indices (`"0"` for those not yet defined).
+pub(super) fn batch_coordinates(
+    src: &mut String,
+    i: &str,
+    kernel: &Kernel,
+    extents: &[usize],
+    g: &Gemm,
+    bid: &str,
+    tiles_per_instance: usize,
+) -> Vec<String> {
+    let mut index_c: Vec<String> = (0..kernel.indices.len()).map(|_| "0".to_string()).collect();
+    let mut div = tiles_per_instance;
+    let (mut a_base, mut b_base) = (Vec::new(), Vec::new());
+    for (bi, &bx) in g.batch.iter().enumerate().rev() {
+        let name = super::index_name(kernel, bx);
+        let _ = writeln!(
+            src,
+            "{i}const int {name} = {bid} / {div} % {};",
+            extents[bx]
+        );
+        div *= extents[bx];
+        let [sa, sb] = g.batch_strides[bi];
+        a_base.push(format!("{name} * {sa}"));
+        b_base.push(format!("{name} * {sb}"));
+        index_c[bx] = name;
+    }
+    let sum = |v: &[String]| {
+        if v.is_empty() {
+            "0".to_string()
+        } else {
+            v.join(" + ")
+        }
+    };
+    let _ = writeln!(
+        src,
+        "{i}const int a_base = {}, b_base = {};",
+        sum(&a_base),
+        sum(&b_base)
+    );
+    index_c
+}
+
+/// The `INFINITY` definition where the source uses it (no headers).
+pub(super) fn finish(mut src: String) -> String {
+    if src.contains("INFINITY") {
+        src.insert_str(
+            0,
+            "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n",
+        );
+    }
+    src
+}
+
+/// The epilogue over an accumulator array `acc[mi][ni][e]` (`counts` = the `mi` and `ni`
+/// extents, `e` < 4): `row` and `col` are the C expressions of an accumulator's output row
+/// (`m`) and column (`n`) in `mi`, `ni`, `e`; the kernel's later statements run on the
+/// `f32` value, which is rounded once and stored if inside the output.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn epilogue(
+    src: &mut String,
+    i: &str,
+    cx: &Context,
+    g: &Gemm,
+    mut index_c: Vec<String>,
+    row: &str,
+    col: &str,
+    counts: (usize, usize),
+) {
+    let (kernel, extents, shapes) = (cx.kernel, cx.extents, cx.shapes);
+    let (mi_n, ni_n) = counts;
+    let out_dtype = kernel.params[kernel.output].dtype;
     let (gm, gn) = ("gm", "gn");
     // A fused group's indices are split out of it; a single index is the fused one.
     let mut parts = Vec::new();
@@ -1080,10 +1209,7 @@ fn source(
     let _ = writeln!(src, "{i}    for (int ni = 0; ni < {ni_n}; ++ni)");
     let _ = writeln!(src, "{i}        #pragma unroll");
     let _ = writeln!(src, "{i}        for (int e = 0; e < 4; ++e) {{");
-    let _ = writeln!(
-        src,
-        "{i}            const int {gm} = m0 + wm + mi * 16 + (lane >> 2) + (e >> 1) * 8, {gn} = n0 + wn + ni * 8 + (lane & 3) * 2 + (e & 1);"
-    );
+    let _ = writeln!(src, "{i}            const int {gm} = {row}, {gn} = {col};");
     let _ = writeln!(
         src,
         "{i}            if ({gm} < {} && {gn} < {}) {{",
@@ -1103,18 +1229,4 @@ fn source(
     );
     let _ = writeln!(src, "{i}            }}");
     let _ = writeln!(src, "{i}        }}");
-    src.push_str("}\n");
-    if src.contains("INFINITY") {
-        src.insert_str(
-            0,
-            "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n",
-        );
-    }
-    Ok(CudaSource {
-        source: src,
-        entry: super::cuda::ENTRY.into(),
-        grid: [blocks as u32, 1, 1],
-        block: [threads as u32, 1, 1],
-        shared_bytes: 0,
-    })
 }

@@ -52,6 +52,7 @@ pub mod cpu_micro;
 pub mod gpu;
 pub mod gpu_simt;
 pub mod tensorcore;
+pub mod wgmma;
 
 use crate::ir::{Access, DType, Expr, Kernel};
 

@@ -60,6 +60,11 @@ pub struct TcSchedule {
     /// added through shared memory before the epilogue. 1: no split.
     #[serde(default = "one")]
     pub split_k: usize,
+    /// Blocks that split the reduction of one output tile (split-K across blocks, see
+    /// [`crate::codegen::split_k`]): each reduces a contiguous run of the k tiles, the last
+    /// to finish adds the partial sums in split order. 1: no split.
+    #[serde(default = "one")]
+    pub splits: usize,
     /// Depth (`k`) of one pipeline stage: a multiple of 16.
     pub block_k: usize,
     /// Shared-memory stages of the `cp.async` pipeline (2: double buffering).
@@ -105,6 +110,7 @@ impl TcSchedule {
             && self.warps_m >= 1
             && self.warps_n >= 1
             && self.split_k >= 1
+            && self.splits >= 1
             && (self.block_k / 16).is_multiple_of(self.split_k)
             && self.stages >= 2
             && self.threads() <= 1024
@@ -343,11 +349,36 @@ impl Gemm {
         pipeline.max(s.partial_sum_bytes())
     }
 
+    /// Output tiles of `s`: blocks of a launch without split-K (batch instances included).
+    pub fn tiles(&self, s: &TcSchedule) -> usize {
+        self.batch_count_of()
+            * self.m_extent.div_ceil(s.block_m())
+            * self.n_extent.div_ceil(s.block_n())
+    }
+
+    /// k tiles of `s` (stages of `block_k`).
+    pub fn k_tiles(&self, s: &TcSchedule) -> usize {
+        self.k_extent.div_ceil(s.block_k)
+    }
+
+    /// The split-K geometry of `s`, if it splits the reduction across blocks.
+    pub fn split(&self, s: &TcSchedule) -> Option<crate::codegen::split_k::SplitK> {
+        (s.splits > 1).then(|| crate::codegen::split_k::SplitK {
+            splits: s.splits,
+            tiles: self.tiles(s),
+            accumulators: s.accumulators(),
+            // Only the first warp group of a sliced K keeps sums after the block's own
+            // reduction, but every thread has a slot: the slot is indexed by thread.
+            threads: s.threads(),
+        })
+    }
+
     /// The launch geometry of `s`: `(blocks, threads)`.
     pub fn launch(&self, extents: &[usize], s: &TcSchedule) -> (usize, usize) {
         let blocks = self.batch_count(extents)
             * self.m_extent.div_ceil(s.block_m())
-            * self.n_extent.div_ceil(s.block_n());
+            * self.n_extent.div_ceil(s.block_n())
+            * s.splits;
         (blocks, s.threads())
     }
 }

@@ -191,11 +191,13 @@ pub fn compile_space(
                 })
             })
             .collect(),
-        CudaSpace::TensorCore(_) => compile_points(kernel, target, batch, &|config: &Config| {
-            let schedule = space.decode(config)?;
-            let generated = crate::template::cuda::generate(kernel, extents, shapes, &schedule);
-            Ok((schedule, generated))
-        }),
+        CudaSpace::TensorCore(_) | CudaSpace::Wgmma(_) => {
+            compile_points(kernel, target, batch, &|config: &Config| {
+                let schedule = space.decode(config)?;
+                let generated = crate::template::cuda::generate(kernel, extents, shapes, &schedule);
+                Ok((schedule, generated))
+            })
+        }
     }
 }
 
@@ -352,6 +354,7 @@ impl CudaMeasurer {
             grid: g.grid,
             block: g.block,
             shared_bytes: g.shared_bytes,
+            tensor_maps: g.tensor_maps,
             image: WireImage::from(&built.image),
             schedule: format!("{:?}", built.schedule),
             warmup: self.warmup,

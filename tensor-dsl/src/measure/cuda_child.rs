@@ -158,6 +158,9 @@ pub struct Candidate {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub shared_bytes: u32,
+    /// The TMA descriptors the kernel takes after its output (wgmma with `tma`).
+    #[serde(default)]
+    pub tensor_maps: Vec<crate::codegen::tensor_map::TensorMapSpec>,
     pub image: WireImage,
     /// The schedule, for messages.
     pub schedule: String,
@@ -176,6 +179,7 @@ impl Candidate {
             grid: self.grid,
             block: self.block,
             shared_bytes: self.shared_bytes,
+            tensor_maps: self.tensor_maps.clone(),
         }
     }
 }
@@ -943,6 +947,7 @@ mod tests {
             grid: [1, 1, 1],
             block: [32, 1, 1],
             shared_bytes: 0,
+            tensor_maps: Vec::new(),
             image: WireImage::Ptx {
                 arch: "compute_90".into(),
                 text: String::new(),

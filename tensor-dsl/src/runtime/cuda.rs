@@ -116,6 +116,9 @@ impl DeviceInfo {
             max_regs_per_thread: 255,
             max_threads_per_sm: self.max_threads_per_sm,
             warp_size: self.warp_size,
+            // Code is compiled for this very device, so a 9.0 GPU's `sm_90a` features
+            // (`wgmma`) are usable: its kernels are compiled for `compute_90a`.
+            arch_specific: self.sm() == 90,
         }
     }
 }
@@ -443,6 +446,15 @@ pub struct DeviceBuffer {
 }
 
 impl DeviceBuffer {
+    /// The buffer's device address (for the tensor maps of TMA kernels).
+    fn address(&self, stream: &CudaStream) -> u64 {
+        use cudarc::driver::DevicePtr;
+        match &self.slice {
+            Slice::F32(s) => s.device_ptr(stream).0,
+            Slice::Half(s) => s.device_ptr(stream).0,
+        }
+    }
+
     fn alloc(dtype: DType, len: usize) -> Result<DeviceBuffer, Error> {
         let rt = runtime()?;
         rt.check_device()?;
@@ -820,6 +832,12 @@ impl CompiledKernel {
         out: &mut DeviceBuffer,
     ) -> Result<(), Error> {
         let g = &self.generated;
+        // Hopper TMA kernels take tensor maps of their inputs after the output (encoded over
+        // the buffers' addresses: `tensor_map.rs`); other kernels none.
+        let maps = super::tensor_map::for_launch(&g.tensor_maps, |i| {
+            inputs.get(i).map(|b| b.address(&self.rt.stream))
+        })
+        .map_err(|m| self.backend(m))?;
         let cfg = LaunchConfig {
             grid_dim: (g.grid[0], g.grid[1], g.grid[2]),
             block_dim: (g.block[0], g.block[1], g.block[2]),
@@ -836,6 +854,9 @@ impl CompiledKernel {
             Slice::F32(s) => launch.arg(s),
             Slice::Half(s) => launch.arg(s),
         };
+        for m in &maps {
+            launch.arg(m);
+        }
         // SAFETY: the generated kernel takes one pointer per input in declaration order, then
         // the output pointer, each of its parameter's storage type (`float` or the 16-bit
         // `unsigned short`), exactly what was pushed (`check_args` checked the types); it reads input `p` only below the

@@ -12,6 +12,8 @@ pub mod object_cache;
 pub mod ptxas;
 pub mod rows;
 pub mod sass;
+#[cfg(feature = "cuda")]
+pub mod tensor_map;
 
 /// Why CUDA is unavailable in a build without the `cuda` feature.
 pub const NO_CUDA_FEATURE: &str =

@@ -39,7 +39,7 @@ pub struct InstructionMix {
     pub mma: usize,
     /// Shared-memory loads (`LDS`, `LDSM`).
     pub lds: usize,
-    /// Global loads (`LDG`, `LDGSTS`).
+    /// Global loads (`LDG`, `LDGSTS`, `UTMALDG`: TMA).
     pub ldg: usize,
     /// Shared-memory stores (`STS`).
     pub sts: usize,
@@ -70,7 +70,7 @@ impl InstructionMix {
             "FFMA" => self.ffma += 1,
             "HMMA" | "HGMMA" => self.mma += 1,
             "LDS" | "LDSM" => self.lds += 1,
-            "LDG" | "LDGSTS" => self.ldg += 1,
+            "LDG" | "LDGSTS" | "UTMALDG" => self.ldg += 1,
             "STS" => self.sts += 1,
             "BAR" => self.bar += 1,
             _ => self.other += 1,
@@ -96,6 +96,10 @@ pub struct SassProfile {
     pub ptxas: PtxasReport,
     /// Threads per block the occupancy estimate assumes.
     pub threads: usize,
+    /// Dynamic shared memory per block the occupancy estimate adds to ptxas's static
+    /// shared memory, bytes.
+    #[serde(default)]
+    pub dynamic_shared_bytes: u32,
     /// Resident warps per SM / the most an SM holds (see [`occupancy`]).
     pub occupancy: f64,
     /// Instructions of the whole kernel by class.
@@ -162,6 +166,8 @@ pub struct Instruction {
     pub offset: usize,
     pub opcode: String,
     pub target: Option<String>,
+    /// Whether a predicate guards it (`@P0 ...`).
+    pub predicated: bool,
 }
 
 /// The instructions of `nvdisasm -c` text and the offset of every label.
@@ -184,7 +190,8 @@ pub fn parse(sass: &str) -> (Vec<Instruction>, Vec<(String, usize)>) {
             let text = text.trim().trim_end_matches(';').trim();
             let mut words = text.split_whitespace();
             let mut opcode = words.next().unwrap_or("");
-            if opcode.starts_with('@') {
+            let predicated = opcode.starts_with('@');
+            if predicated {
                 opcode = words.next().unwrap_or("");
             }
             let target = text
@@ -194,6 +201,7 @@ pub fn parse(sass: &str) -> (Vec<Instruction>, Vec<(String, usize)>) {
                 offset,
                 opcode: opcode.to_string(),
                 target,
+                predicated,
             });
         } else if let Some(label) = t.strip_suffix(':') {
             if label.starts_with('.') && !label.contains(' ') {
@@ -205,7 +213,9 @@ pub fn parse(sass: &str) -> (Vec<Instruction>, Vec<(String, usize)>) {
 }
 
 /// The loops of a function's SASS: (index of the first instruction, index of the backward
-/// branch), in order of the branch.
+/// branch), in order of the branch. A backward branch over an unconditional `EXIT` is not a
+/// loop: it is out-of-line code placed after the function's end jumping back into it (the
+/// retry path of an mbarrier wait, say).
 pub fn loops(instructions: &[Instruction], labels: &[(String, usize)]) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     for (b, ins) in instructions.iter().enumerate() {
@@ -222,7 +232,10 @@ pub fn loops(instructions: &[Instruction], labels: &[(String, usize)]) -> Vec<(u
         }
         // A branch to itself is the trap ptxas puts after the last `EXIT`, not a loop.
         if let Some(start) = instructions.iter().position(|i| i.offset == off) {
-            if start < b {
+            let exits = instructions[start..b]
+                .iter()
+                .any(|i| !i.predicated && i.opcode.split('.').next() == Some("EXIT"));
+            if start < b && !exits {
                 out.push((start, b));
             }
         }
@@ -288,13 +301,30 @@ pub fn occupancy(registers: u32, shared_bytes: u32, threads: usize, target: &Gpu
 /// Assembles `ptx` for `target`, disassembles it and profiles it (see the module docs).
 /// `threads` is the block size the occupancy estimate assumes.
 pub fn profile_ptx(ptx: &str, target: &GpuTarget, threads: usize) -> Result<SassProfile, String> {
+    profile_ptx_with(ptx, target, threads, 0)
+}
+
+/// [`profile_ptx`] for a kernel launched with `dynamic_shared` bytes of dynamic shared
+/// memory (counted in the occupancy estimate).
+pub fn profile_ptx_with(
+    ptx: &str,
+    target: &GpuTarget,
+    threads: usize,
+    dynamic_shared: u32,
+) -> Result<SassProfile, String> {
     let (cubin, report) = super::ptxas::assemble_cubin(ptx, &target.real_arch())?;
     let text = disassemble(&cubin)?;
     let (ins, _) = parse(&text);
     Ok(SassProfile {
-        occupancy: occupancy(report.registers, report.shared_bytes, threads, target),
+        occupancy: occupancy(
+            report.registers,
+            report.shared_bytes + dynamic_shared,
+            threads,
+            target,
+        ),
         ptxas: report,
         threads,
+        dynamic_shared_bytes: dynamic_shared,
         kernel_mix: mix_of(&ins),
         hot_loop: hot_loop(&text),
     })
@@ -309,7 +339,7 @@ pub fn profile_cuda(
     let ptx = super::nvrtc::compile_ptx("td_profile", &source.source, &target.virtual_arch())
         .map_err(|e| e.to_string())?;
     let threads = source.block.iter().map(|&b| b as usize).product();
-    profile_ptx(&ptx, target, threads)
+    profile_ptx_with(&ptx, target, threads, source.shared_bytes)
 }
 
 #[cfg(test)]
@@ -371,6 +401,29 @@ mod tests {
 ";
         let h = hot_loop(sass).unwrap();
         assert_eq!((h.start, h.end, h.mix.mma), (0x0, 0x40, 2));
+    }
+
+    #[test]
+    fn out_of_line_code_jumping_back_is_not_a_loop() {
+        // An mbarrier wait's retry path after the function's end, jumping back into the
+        // main loop's body: the main loop is the hot one, not the span of the jump.
+        let sass = "\
+.L_x_0:
+        /*0000*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0010*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R4+URZ], R5 ;
+        /*0020*/              @!P0 BRA `(.L_x_2) ;
+.L_x_1:
+        /*0030*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR16].tnspB, R24 ;
+        /*0040*/               @P1 BRA `(.L_x_0) ;
+        /*0050*/                   STG.E [R2.64], R24 ;
+        /*0060*/                   EXIT ;
+.L_x_2:
+        /*0070*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R4+URZ], R5 ;
+        /*0080*/              @!P0 BRA `(.L_x_2) ;
+        /*0090*/                   BRA `(.L_x_1) ;
+";
+        let h = hot_loop(sass).unwrap();
+        assert_eq!((h.start, h.end, h.mix.mma, h.mix.bar), (0x0, 0x40, 1, 1));
     }
 
     #[test]

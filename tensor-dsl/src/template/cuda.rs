@@ -1,6 +1,9 @@
-//! The CUDA backend's schedules: a point of the tensor-core template
+//! The CUDA backend's schedules: a point of the Hopper `wgmma` template ([`super::wgmma`])
+//! where the target has `wgmma` (`sm_90a`: the runtime on a 9.0 GPU, or asked for by name)
+//! and the kernel is a large enough `f16`/`bf16` GEMM or batched GEMM
+//! ([`WgTemplate::preferred`]); else of the `mma.sync` tensor-core template
 //! ([`super::tensorcore`]) where the kernel has a tensor-core form on the target (sm_80+,
-//! an `f16`/`bf16` GEMM, batched GEMM or implicit-GEMM convolution), else of the SIMT
+//! an `f16`/`bf16` GEMM, batched GEMM or implicit-GEMM convolution); else of the SIMT
 //! template ([`super::gpu`]). The backend decides from extents alone
 //! ([`CudaSpace::from_extents`]), so there a convolution (whose input shape the extents do
 //! not give) stays SIMT; `emit`/`verify`/`tune` with shapes use the tensor-core form.
@@ -24,9 +27,11 @@
 
 use super::gpu::{GpuSchedule, GpuTarget, GpuTemplate};
 use super::tensorcore::TcTemplate;
+use super::wgmma::WgTemplate;
 use crate::codegen::cuda::CudaSource;
 use crate::ir::Kernel;
 use crate::lower::tensorcore::TcSchedule;
+use crate::lower::wgmma::WgSchedule;
 use serde::{Deserialize, Serialize};
 use tuner::{Config, SearchSpace};
 
@@ -38,6 +43,8 @@ pub enum CudaSchedule {
     Simt(GpuSchedule),
     /// The tensor-core template (`mma.sync m16n8k16`).
     TensorCore(TcSchedule),
+    /// The Hopper tensor-core template (`wgmma.mma_async m64nNk16`, `sm_90a`).
+    Wgmma(WgSchedule),
 }
 
 impl From<GpuSchedule> for CudaSchedule {
@@ -51,10 +58,12 @@ impl From<GpuSchedule> for CudaSchedule {
 pub enum CudaSpace {
     Simt(GpuTemplate),
     TensorCore(Box<TcTemplate>),
+    Wgmma(Box<WgTemplate>),
 }
 
 impl CudaSpace {
-    /// The tensor-core space if the kernel has a tensor-core form on `target`, else the SIMT
+    /// The wgmma space if the target has `wgmma` and the kernel is a GEMM it prefers, else
+    /// the tensor-core space if the kernel has a tensor-core form on `target`, else the SIMT
     /// space. Errors: the SIMT template's (extents that do not fit the kernel).
     pub fn new(
         kernel: &Kernel,
@@ -62,6 +71,11 @@ impl CudaSpace {
         shapes: &[&[usize]],
         target: &GpuTarget,
     ) -> Result<CudaSpace, String> {
+        if let Ok(t) = WgTemplate::new(kernel, extents, shapes, target) {
+            if WgTemplate::preferred(t.gemm()) {
+                return Ok(CudaSpace::Wgmma(Box::new(t)));
+            }
+        }
         match TcTemplate::new(kernel, extents, shapes, target) {
             Ok(t) => Ok(CudaSpace::TensorCore(Box::new(t))),
             Err(_) => GpuTemplate::new(kernel, extents, target).map(CudaSpace::Simt),
@@ -90,14 +104,17 @@ impl CudaSpace {
         match self {
             CudaSpace::Simt(t) => t.space(),
             CudaSpace::TensorCore(t) => t.space(),
+            CudaSpace::Wgmma(t) => t.space(),
         }
     }
 
-    /// The template's name in messages and records' notes: `simt` or `tensor_core`.
+    /// The template's name in messages and records' notes: `simt`, `tensor_core` or
+    /// `wgmma`.
     pub fn name(&self) -> &'static str {
         match self {
             CudaSpace::Simt(_) => "simt",
             CudaSpace::TensorCore(_) => "tensor_core",
+            CudaSpace::Wgmma(_) => "wgmma",
         }
     }
 
@@ -106,6 +123,7 @@ impl CudaSpace {
         match self {
             CudaSpace::Simt(t) => t.default_config(),
             CudaSpace::TensorCore(t) => t.encode(&t.default_schedule()),
+            CudaSpace::Wgmma(t) => t.encode(&t.default_schedule()),
         }
     }
 
@@ -114,6 +132,7 @@ impl CudaSpace {
         match self {
             CudaSpace::Simt(t) => CudaSchedule::Simt(t.default_schedule()),
             CudaSpace::TensorCore(t) => CudaSchedule::TensorCore(t.default_schedule()),
+            CudaSpace::Wgmma(t) => CudaSchedule::Wgmma(t.default_schedule()),
         }
     }
 
@@ -122,6 +141,7 @@ impl CudaSpace {
         match self {
             CudaSpace::Simt(t) => t.decode(c).map(CudaSchedule::Simt),
             CudaSpace::TensorCore(t) => t.decode(c).map(CudaSchedule::TensorCore),
+            CudaSpace::Wgmma(t) => t.decode(c).map(CudaSchedule::Wgmma),
         }
     }
 
@@ -170,8 +190,8 @@ pub fn plain_shapes(kernel: &Kernel, extents: &[usize]) -> Option<Vec<Vec<usize>
         .collect()
 }
 
-/// CUDA C for a CUDA schedule (see [`crate::codegen::cuda::generate`] and
-/// [`crate::codegen::tensorcore::generate`]).
+/// CUDA C for a CUDA schedule (see [`crate::codegen::cuda::generate`],
+/// [`crate::codegen::tensorcore::generate`] and [`crate::codegen::wgmma::generate`]).
 pub fn generate(
     kernel: &Kernel,
     extents: &[usize],
@@ -183,6 +203,7 @@ pub fn generate(
         CudaSchedule::TensorCore(s) => {
             crate::codegen::tensorcore::generate(kernel, extents, shapes, s)
         }
+        CudaSchedule::Wgmma(s) => crate::codegen::wgmma::generate(kernel, extents, shapes, s),
     }
 }
 
@@ -237,6 +258,40 @@ mod tests {
             tc.schedule_from_text(&half, &extents, &target, "warp_m=7"),
             None
         );
+    }
+
+    /// On sm_90a a large half-precision GEMM gets the wgmma space (records round-trip, in
+    /// text and JSON), a small one `mma.sync`; on sm_90 never wgmma.
+    #[test]
+    fn sm90a_dispatch_and_wgmma_records() {
+        let k = parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None)
+            .unwrap()
+            .with_dtypes("a=bf16,b=bf16")
+            .unwrap();
+        let hopper = GpuTarget::h100_sm90a();
+        let big = CudaSpace::from_extents(&k, &[1000, 1000, 1000], &hopper).unwrap();
+        assert_eq!(big.name(), "wgmma");
+        let small = CudaSpace::from_extents(&k, &[64, 64, 64], &hopper).unwrap();
+        assert_eq!(small.name(), "tensor_core");
+        let plain = CudaSpace::from_extents(&k, &[1000, 1000, 1000], &GpuTarget::h100()).unwrap();
+        assert_eq!(plain.name(), "tensor_core");
+        let mut rng = StdRng::seed_from_u64(9);
+        for _ in 0..10 {
+            let c = big.space().sample_uniform(&mut rng).unwrap();
+            let text = big.space().format(&c).unwrap();
+            let s = big.schedule_from_text(&k, &[1000; 3], &hopper, &text);
+            assert!(matches!(s, Some(CudaSchedule::Wgmma(_))));
+            let json = serde_json::to_string(&s).unwrap();
+            assert!(json.contains("\"template\":\"wgmma\""), "{json}");
+            assert_eq!(
+                serde_json::from_str::<Option<CudaSchedule>>(&json).unwrap(),
+                s
+            );
+            assert_eq!(
+                plain.schedule_from_text(&k, &[1000; 3], &hopper, &text),
+                None
+            );
+        }
     }
 
     #[test]

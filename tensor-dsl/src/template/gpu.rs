@@ -101,10 +101,17 @@ pub struct GpuTarget {
     pub max_regs_per_thread: u32,
     pub max_threads_per_sm: u32,
     pub warp_size: u32,
+    /// Whether code may use the architecture-specific features of this exact compute
+    /// capability (the `a` targets: `compute_90a`/`sm_90a` have `wgmma`). Such code runs
+    /// only on that compute capability, so it is for code compiled for the device at hand
+    /// (the runtime sets it on a 9.0 GPU) or asked for by name (`--target cuda:sm_90a`).
+    #[serde(default)]
+    pub arch_specific: bool,
 }
 
 impl GpuTarget {
-    /// The H100 SXM (sm_90), the GPU we measure on.
+    /// The H100 SXM as a portable sm_90 target (no `wgmma`): what `--target cuda:sm_90`
+    /// compiles for.
     pub fn h100() -> GpuTarget {
         GpuTarget {
             name: "NVIDIA H100".into(),
@@ -117,17 +124,50 @@ impl GpuTarget {
             max_regs_per_thread: 255,
             max_threads_per_sm: 2048,
             warp_size: 32,
+            arch_specific: false,
         }
     }
 
-    /// NVRTC's virtual architecture, e.g. `compute_90`.
-    pub fn virtual_arch(&self) -> String {
-        format!("compute_{}", self.sm)
+    /// The H100 with its architecture-specific features (`sm_90a`: `wgmma`), as the
+    /// runtime sees an H100 and `--target cuda:sm_90a` names it.
+    pub fn h100_sm90a() -> GpuTarget {
+        GpuTarget {
+            arch_specific: true,
+            ..GpuTarget::h100()
+        }
     }
 
-    /// ptxas's real architecture, e.g. `sm_90`.
+    /// Whether the target has Hopper's warpgroup MMA (`wgmma.mma_async`): `sm_90a` only
+    /// (`sm_90` without the suffix has no `wgmma`, and later architectures replace it).
+    pub fn has_wgmma(&self) -> bool {
+        self.sm == 90 && self.arch_specific
+    }
+
+    /// Shared memory a block may use with the opt-in attribute (dynamic shared memory),
+    /// bytes: an SM's shared memory less the 1 KiB the system reserves per block (227 KiB
+    /// on an H100, 163 KiB on an A100).
+    pub fn max_dynamic_shared(&self) -> u32 {
+        self.shared_per_sm.saturating_sub(1024)
+    }
+
+    /// `a` for an architecture-specific target, else nothing.
+    fn suffix(&self) -> &'static str {
+        if self.arch_specific {
+            "a"
+        } else {
+            ""
+        }
+    }
+
+    /// NVRTC's virtual architecture, e.g. `compute_90` (`compute_90a` when
+    /// [`GpuTarget::arch_specific`]).
+    pub fn virtual_arch(&self) -> String {
+        format!("compute_{}{}", self.sm, self.suffix())
+    }
+
+    /// ptxas's real architecture, e.g. `sm_90` (`sm_90a` when [`GpuTarget::arch_specific`]).
     pub fn real_arch(&self) -> String {
-        format!("sm_{}", self.sm)
+        format!("sm_{}{}", self.sm, self.suffix())
     }
 }
 

@@ -23,6 +23,7 @@ pub mod gpu;
 pub mod gpu_simt;
 pub mod rows;
 pub mod tensorcore;
+pub mod wgmma;
 
 use crate::ir::Kernel;
 use crate::lower::Nest;

@@ -48,12 +48,14 @@ pub const BLOCK_K: [i64; 3] = [16, 32, 64];
 pub const SPLIT_K: [i64; 3] = [1, 2, 4];
 /// Values of the `stages` knob.
 pub const STAGES: [i64; 3] = [2, 3, 4];
+/// Values of the `splits` knob (split-K across blocks).
+pub const SPLITS: [i64; 4] = [1, 2, 4, 8];
 /// Most `f32` accumulators per thread (a 64×64 warp tile).
 pub const MAX_ACCUMULATORS: usize = 128;
 /// Most warps per block.
 pub const MAX_WARPS: usize = 8;
 
-const KNOBS: [(&str, &[i64]); 8] = [
+const KNOBS: [(&str, &[i64]); 9] = [
     ("warp_m", &WARP_TILES),
     ("warp_n", &WARP_TILES),
     ("warps_m", &WARPS),
@@ -62,6 +64,7 @@ const KNOBS: [(&str, &[i64]); 8] = [
     ("stages", &STAGES),
     ("swizzle", &[0, 1]),
     ("split_k", &SPLIT_K),
+    ("splits", &SPLITS),
 ];
 
 /// The tensor-core schedule space of one half-precision GEMM-like kernel at one shape.
@@ -90,6 +93,7 @@ fn decode_values(c: &Config) -> Result<TcSchedule, String> {
         stages: v(5)?,
         swizzle: v(6)? == 1,
         split_k: v(7)?,
+        splits: v(8)?,
     })
 }
 
@@ -138,6 +142,26 @@ impl TcTemplate {
             &format!("shared memory per block <= {max_shared} bytes"),
             move |c| decode_values(c).is_ok_and(|s| g.shared_bytes(&s) <= max_shared),
         );
+        let g = gemm.clone();
+        // Two k tiles or more per split: the main loop stays a loop (with one, the compiler
+        // drops it) and a split is worth its partial sums.
+        b.constraint("every split has two k tiles", move |c| {
+            decode_values(c).is_ok_and(|s| s.splits == 1 || 2 * s.splits <= g.k_tiles(&s))
+        });
+        let g = gemm.clone();
+        b.constraint(
+            &format!(
+                "split-K partial sums <= {} MiB",
+                crate::codegen::split_k::MAX_PARTIAL_BYTES >> 20
+            ),
+            move |c| {
+                decode_values(c).is_ok_and(|s| {
+                    g.split(&s).is_none_or(|p| {
+                        p.partial_bytes() <= crate::codegen::split_k::MAX_PARTIAL_BYTES
+                    })
+                })
+            },
+        );
         let space = b.build().map_err(|e| e.to_string())?;
         Ok(TcTemplate {
             gemm,
@@ -174,6 +198,7 @@ impl TcTemplate {
             s.stages,
             usize::from(s.swizzle),
             s.split_k,
+            s.splits,
         ];
         let values = KNOBS
             .iter()
@@ -196,8 +221,10 @@ impl TcTemplate {
     /// than SMs), the warp tile is halved along the longer block side, down to 32×32
     /// (1000×1000 on an H100's 132 SMs: 256 blocks of 64×64 rather than 64 of 128×128, which
     /// several blocks per SM can run at once); if half the
-    /// SMs are still idle and the reduction has at least 8 stages, two warp groups split
-    /// each stage (sliced K). A heuristic from occupancy, not from measurements.
+    /// SMs are still idle, the reduction is split across blocks (split-K: 2, 4 or 8 blocks
+    /// per output tile, each with at least 4 k tiles) and, if that still leaves half the SMs
+    /// idle with at least 8 stages per split, two warp groups split each stage (sliced K). A
+    /// heuristic from occupancy, not from measurements.
     pub fn default_schedule(&self) -> TcSchedule {
         let shrink = |e: usize| -> (usize, usize) {
             if e <= 16 {
@@ -222,6 +249,7 @@ impl TcTemplate {
             stages: 3,
             swizzle: true,
             split_k: 1,
+            splits: 1,
         };
         let blocks = |s: &TcSchedule| {
             self.gemm.batch_count_of()
@@ -237,8 +265,23 @@ impl TcTemplate {
                 s.warp_m /= 2;
             }
         }
-        if blocks(&s) * 2 <= self.sm_count
-            && self.gemm.k_extent >= 8 * s.block_k
+        // Split-K across blocks while half the SMs would still idle and every split keeps
+        // at least 4 k tiles.
+        while blocks(&s) * s.splits * 2 <= self.sm_count
+            && self.gemm.k_tiles(&s) >= 8 * s.splits
+            && s.splits < 8
+        {
+            let wider = TcSchedule {
+                splits: s.splits * 2,
+                ..s.clone()
+            };
+            match self.gemm.split(&wider) {
+                Some(p) if p.partial_bytes() > crate::codegen::split_k::MAX_PARTIAL_BYTES => break,
+                _ => s = wider,
+            }
+        }
+        if blocks(&s) * s.splits * 2 <= self.sm_count
+            && self.gemm.k_extent >= 8 * s.block_k * s.splits
             && s.warps_m * s.warps_n * 2 <= MAX_WARPS
         {
             s.split_k = 2;
@@ -327,19 +370,20 @@ mod tests {
             .unwrap()
             .with_dtypes("a=bf16,b=bf16")
             .unwrap();
-        for (m, n, kk, block, split_k) in [
-            (4096, 4096, 4096, (128, 128), 1),
-            (1000, 1000, 1000, (64, 64), 1),
-            (128, 128, 8192, (64, 64), 2),
-            (20, 24, 40, (32, 32), 1),
+        for (m, n, kk, block, split_k, splits) in [
+            (4096, 4096, 4096, (128, 128), 1, 1),
+            (1000, 1000, 1000, (64, 64), 1, 1),
+            (128, 128, 8192, (64, 64), 2, 8),
+            (256, 256, 1024, (64, 64), 1, 8),
+            (20, 24, 40, (32, 32), 1, 1),
         ] {
             let shapes = [vec![m, kk], vec![kk, n], vec![m, n]];
             let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
             let t = TcTemplate::new(&k, &[m, n, kk], &refs, &target).unwrap();
             let s = t.default_schedule();
             assert_eq!(
-                (s.block_m(), s.block_n(), s.split_k),
-                (block.0, block.1, split_k)
+                (s.block_m(), s.block_n(), s.split_k, s.splits),
+                (block.0, block.1, split_k, splits)
             );
             assert!(t.encode(&s).is_ok(), "{s:?}");
         }
