@@ -33,6 +33,15 @@ const MAX_POOL: &str =
     "let r = 0..3; let s = 0..3; y[[n, c, p, q]] = max(x[[n, c, 2 * p + r - 1, 2 * q + s - 1]])";
 const ROW_MIN: &str = "y[[i]] = min(x[[i, j]])";
 
+/// Cases of [`cases`] that only the CPU tests run (see `emulated_cuda_matches_reference`).
+const CPU_ONLY: [&str; 5] = [
+    "max_pool_f16",
+    "min_pool_same",
+    "max_pool_7x7",
+    "sum_relu_dilated",
+    "max_pool_3d",
+];
+
 /// (name, statements, shapes at which to test, element types).
 fn cases() -> Vec<(&'static str, &'static str, Vec<String>, &'static str)> {
     let rc = |sh: &dyn Fn(usize, usize) -> String| -> Vec<String> {
@@ -52,6 +61,43 @@ fn cases() -> Vec<(&'static str, &'static str, Vec<String>, &'static str)> {
             "max_pool",
             MAX_POOL,
             vec!["x=1x1x1x1 y=1x1x1x1".into(), "x=2x3x7x5 y=2x3x4x3".into(), "x=1x2x12x9 y=1x2x6x5".into(), "x=1x3x9x37 y=1x3x5x19".into()],
+            "",
+        ),
+        (
+            "max_pool_f16",
+            MAX_POOL,
+            vec!["x=1x2x12x9 y=1x2x6x5".into()],
+            "x=f16,y=f16",
+        ),
+        (
+            "avg_pool_2x2",
+            "let r = 0..2; let s = 0..2; y[[n, c, p, q]] = mean(x[[n, c, 2 * p + r, 2 * q + s]])",
+            vec!["x=2x3x9x7 y=2x3x4x3".into()],
+            "",
+        ),
+        (
+            "min_pool_same",
+            "let r = 0..3; let s = 0..3; y[[c, p, q]] = min(x[[c, p + r - 1, q + s - 1]])",
+            vec!["x=2x17x33 y=2x17x33".into()],
+            "",
+        ),
+        (
+            "max_pool_7x7",
+            "let r = 0..7; let s = 0..7; y[[c, p, q]] = max(x[[c, 2 * p + r - 3, 2 * q + s - 3]])",
+            vec!["x=2x13x11 y=2x7x6".into(), "x=1x3x3 y=1x2x2".into()],
+            "",
+        ),
+        (
+            "sum_relu_dilated",
+            "let r = 0..3; let s = 0..2; y[[p, q]] = sum(relu(x[[p + 2 * r - 2, 3 * q + 2 * s - 1]]))",
+            vec!["x=9x20 y=9x7".into()],
+            "",
+        ),
+        (
+            "max_pool_3d",
+            "let t = 0..2; let r = 0..3; let s = 0..3; \
+             y[[d, p, q]] = max(x[[2 * d + t, 2 * p + r - 1, 2 * q + s - 1]])",
+            vec!["x=5x9x9 y=2x5x5".into()],
             "",
         ),
         (
@@ -151,6 +197,65 @@ fn every_kernel_is_of_the_row_form() {
     run_rows::run_cpu(&k, &[3, 4], &shapes, &data, (&mut got).into()).unwrap();
     tensor_dsl::reference::run(&k, &[3, 4], &shapes, &data, (&mut want).into());
     assert_eq!(got, want);
+}
+
+/// Pooling windows separate into a vertical and a horizontal pass, the analytic default;
+/// windows that do not (no vertical part, an index in both parts, two reads, no window along
+/// the line) keep one reduction per output.
+#[test]
+fn pooling_windows_separate() {
+    for (src, shapes, separates) in [
+        (MAX_POOL, "x=1x64x112x112 y=1x64x56x56", true),
+        (
+            "let r = 0..2; let s = 0..2; y[[n, c, p, q]] = mean(x[[n, c, 2 * p + r, 2 * q + s]])",
+            "x=1x8x10x10 y=1x8x5x5",
+            true,
+        ),
+        (
+            "let r = 0..3; let s = 0..3; y[[n, p, q, c]] = max(x[[n, 2 * p + r - 1, 2 * q + s - 1, c]])",
+            "x=1x12x12x32 y=1x6x6x32",
+            false,
+        ),
+        (
+            "let r = 0..3; y[[c, p, q]] = max(x[[c, p + r, q + r]])",
+            "x=2x10x10 y=2x8x8",
+            false,
+        ),
+        (
+            "let r = 0..3; let s = 0..3; y[[p, q]] = max(x[[p + r, q + s]] * w[[r, s]])",
+            "x=10x10 w=3x3 y=8x8",
+            false,
+        ),
+        (
+            "let s = 0..3; y[[p, q]] = max(x[[p, q + s]])",
+            "x=10x10 y=10x8",
+            false,
+        ),
+    ] {
+        let case = Case::new("pool", src, shapes, "");
+        let extents = case.extents();
+        let plan = RowPlan::new(&case.kernel, &extents).unwrap();
+        assert_eq!(plan.window.is_some(), separates, "{src}");
+        let config = RowsCpuConfig::heuristic_for(&plan, 16);
+        assert_eq!(config.separable, separates, "{src}");
+        let c = rows::generate_c(&case.kernel, &extents, &case.shape_refs(), &config).unwrap();
+        assert_eq!(c.contains("/* horizontal "), separates, "{c}");
+    }
+    // The bench's pooling: the vertical pass of the rows inside the image has no check, the
+    // horizontal pass reads the column buffer, padded with the identity.
+    let case = Case::new("pool", MAX_POOL, "x=1x64x112x112 y=1x64x56x56", "");
+    let extents = case.extents();
+    let plan = RowPlan::new(&case.kernel, &extents).unwrap();
+    let c = rows::generate_c(
+        &case.kernel,
+        &extents,
+        &case.shape_refs(),
+        &RowsCpuConfig::heuristic_for(&plan, 16),
+    )
+    .unwrap();
+    assert!(c.contains("if (2*i_p - 1 >= 0) {"), "{c}");
+    assert!(c.contains("td_col[td_c + 16] = (-INFINITY);"), "{c}");
+    assert!(c.contains("td_col[2*i_q + i_s - 1 + 16]"), "{c}");
 }
 
 #[test]
@@ -330,7 +435,17 @@ fn emulated_cuda_matches_reference() {
     let dir = std::env::temp_dir().join(format!("tensor-dsl-rows-emu-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("cuda_emu.h"), include_str!("cuda_emu.h")).unwrap();
-    let prepared = prepare();
+    // The windows that only the CPU template cuts differently are not emulated again (the
+    // GPU code of a window reduction does not depend on its shape): `avg_pool_2x2` and
+    // `max_pool` cover it.
+    let prepared: Vec<Prepared> = prepare()
+        .into_iter()
+        .filter(|p| {
+            !CPU_ONLY
+                .iter()
+                .any(|c| p.name.starts_with(&format!("{c} ")))
+        })
+        .collect();
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .min(4);
@@ -467,6 +582,7 @@ fn generated_code_snapshots() {
         stash: true,
         across: false,
         stream: true,
+        separable: false,
     };
     let c = rows::generate_c(&case.kernel, &case.extents(), &case.shape_refs(), &config).unwrap();
     assert!(

@@ -35,8 +35,10 @@ use crate::ir::{Access, BinOp, Expr, Func, Kernel, Reducer};
 use crate::template::rows::{RowPlan, RowStmt, RowsCpuConfig, RowsGpuConfig, Target};
 use std::fmt::Write as _;
 
+mod window;
+
 /// Version of the row template's generated code; part of compiled-artifact keys.
-pub const CODEGEN_VERSION: u32 = 3;
+pub const CODEGEN_VERSION: u32 = 4;
 
 /// Name of the entry point (as in the other generators).
 pub const ENTRY: &str = "td_kernel";
@@ -316,10 +318,10 @@ pub fn generate_c(
             } else {
                 ""
             },
-            if config.across && plan.across() {
-                ", vector lanes across rows"
-            } else {
-                ""
+            match separable(&plan, config) {
+                Some(_) => ", vector lanes across rows, the window in two passes",
+                None if config.across && plan.across() => ", vector lanes across rows",
+                None => "",
             },
             match (stashing(&plan, config).is_some(), streaming(&plan, config)) {
                 (true, true) => ", reduction values kept in a row buffer",
@@ -369,7 +371,10 @@ pub fn generate_c(
         "    {ty} *restrict out = ({ty} *)td_out;",
         ty = storage_type(kernel.params[kernel.output].dtype)
     );
-    if config.across && plan.across() {
+    if let Some(w) = separable(&plan, config) {
+        s.insert_str(body_start, window::ALIGN_PRELUDE);
+        window::c_separable(&mut s, &p, &plan, w, config);
+    } else if config.across && plan.across() {
         s.insert_str(body_start, DIV_PRELUDE);
         c_across(&mut s, &p, &plan, config);
     } else {
@@ -673,6 +678,17 @@ static inline void td_stream16(float *p, const float *w) {
 static inline void td_sfence(void) {}
 #endif
 ";
+
+/// The window a configuration reduces in two passes, if any (the knob, where the plan has
+/// such a window).
+fn separable<'p>(
+    plan: &'p RowPlan<'_>,
+    config: &RowsCpuConfig,
+) -> Option<&'p crate::template::rows::Window> {
+    plan.window
+        .as_ref()
+        .filter(|_| config.separable && config.across && plan.across())
+}
 
 /// Whether the output's pass streams (the knob, where the plan allows it).
 fn streaming(plan: &RowPlan<'_>, config: &RowsCpuConfig) -> bool {
