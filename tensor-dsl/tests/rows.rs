@@ -34,7 +34,8 @@ const MAX_POOL: &str =
 const ROW_MIN: &str = "y[[i]] = min(x[[i, j]])";
 
 /// Cases of [`cases`] that only the CPU tests run (see `emulated_cuda_matches_reference`).
-const CPU_ONLY: [&str; 5] = [
+const CPU_ONLY: [&str; 6] = [
+    "shifted_mean",
     "max_pool_f16",
     "min_pool_same",
     "max_pool_7x7",
@@ -98,6 +99,12 @@ fn cases() -> Vec<(&'static str, &'static str, Vec<String>, &'static str)> {
             "let t = 0..2; let r = 0..3; let s = 0..3; \
              y[[d, p, q]] = max(x[[2 * d + t, 2 * p + r - 1, 2 * q + s - 1]])",
             vec!["x=5x9x9 y=2x5x5".into()],
+            "",
+        ),
+        (
+            "shifted_mean",
+            "mu[[i]] = mean(x[[i, j - 3]]); y[[i, j]] = x[[i, j]] - mu[[i]]",
+            vec!["x=3x40 y=3x40".into(), "x=2x1000 y=2x1000".into()],
             "",
         ),
         (
@@ -572,6 +579,28 @@ fn generated_code_snapshots() {
         let cu = rows::generate_cuda(&case.kernel, &extents, &case.shape_refs(), &g).unwrap();
         insta::assert_snapshot!(format!("rows_cuda_{name}"), cu.source);
     }
+    // Rows long enough for the vector accumulators (a max cut in two chunks, sums in
+    // blocks of vectors) and for prefetching the next row, with remainders.
+    for (name, src, shapes) in [
+        ("softmax_100", SOFTMAX, "x=3x100 y=3x100"),
+        ("layer_norm_100", LAYER_NORM, "x=3x100 g=100 b=100 y=3x100"),
+    ] {
+        let case = Case::new(name, src, shapes, "");
+        let extents = case.extents();
+        let plan = RowPlan::new(&case.kernel, &extents).unwrap();
+        let c = rows::generate_c(
+            &case.kernel,
+            &extents,
+            &case.shape_refs(),
+            &RowsCpuConfig::heuristic_for(&plan, 16),
+        )
+        .unwrap();
+        assert!(
+            c.contains("td_hsum(") && c.contains("TD_PREFETCH(&t0[100 * i_i + td_b + td_next0]);"),
+            "{c}"
+        );
+        insta::assert_snapshot!(format!("rows_c_{name}"), c);
+    }
     // Streaming stores (the default with AVX-512 for outputs over 16 MiB) on a small
     // softmax: the stashed values in a row buffer, the output row in 16-float blocks.
     let case = Case::new("softmax", SOFTMAX, "x=3x40 y=3x40", "");
@@ -743,6 +772,10 @@ fn cpu_tuning_searches_the_row_space() {
     assert!(rows.stash && rows.vector == 32 && rows.wide, "{rows:?}");
     let src = rows::generate_c(&k, &[37, 300], &[&[37, 300], &[37, 300]], &rows).unwrap();
     // One exp per element: the output's pass reads the stashed values.
-    assert_eq!(src.matches("td_vexpf(").count(), 2, "{src}");
-    assert!(src.contains("const float td_s = out["), "{src}");
+    let (sum, output) = src.split_once("const float td_inv").unwrap();
+    assert!(
+        sum.contains("td_vexpf(") && !output.contains("td_vexpf("),
+        "{src}"
+    );
+    assert!(output.contains("const float td_s = out["), "{src}");
 }

@@ -365,7 +365,8 @@ fn stash_stage(kernel: &Kernel, stmts: &[RowStmt<'_>]) -> Option<usize> {
     })
 }
 
-fn has_call(e: &Expr) -> bool {
+/// Whether `e` calls a built-in function.
+pub fn has_call(e: &Expr) -> bool {
     match e {
         Expr::Call(..) => true,
         Expr::Neg(a) => has_call(a),
