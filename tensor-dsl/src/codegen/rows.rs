@@ -377,6 +377,7 @@ pub fn generate_c(
         ty = storage_type(kernel.params[kernel.output].dtype)
     );
     if let Some(w) = separable(&plan, config) {
+        s.insert_str(body_start, ahead::PREFETCH_PRELUDE);
         s.insert_str(body_start, window::ALIGN_PRELUDE);
         window::c_separable(&mut s, &p, &plan, w, config);
     } else if config.across && plan.across() {

@@ -25,7 +25,9 @@
 //! with ONNX Runtime).
 
 use super::{close_loops, combine, finish, names, Printer};
-use crate::codegen::{bound_checks, float_lit, index_name, load_as_f32, offset_expr, Coord};
+use crate::codegen::{
+    bound_checks, float_lit, index_name, load_as_f32, offset_expr, strides, Coord,
+};
 use crate::ir::Affine;
 use crate::template::rows::{RowPlan, RowsCpuConfig, Window};
 use std::fmt::Write as _;
@@ -236,6 +238,8 @@ pub(super) fn c_separable(
         }
     }
 
+    prefetch_next_row(s, p, w, prefix, groups, x0, x1);
+
     // The horizontal pass over the column buffer.
     let map = &w.access.dims[w.dim];
     let mut column = String::new();
@@ -262,6 +266,84 @@ pub(super) fn c_separable(
         p.store(s, &ind);
     });
     s.push_str("    }\n");
+}
+
+/// The next row's vertical reads, one prefetch per 16 columns (the row after this one in the
+/// iteration order: its last outer index one further). The vertical pass of a row waits on
+/// its input rows (from L3 or memory); asked for a row ahead, they arrive while this row's
+/// horizontal pass runs. Offsets are clamped to the tensor (a window row of the padding
+/// border, or past the last row, is not there to fetch).
+fn prefetch_next_row(
+    s: &mut String,
+    p: &Printer<'_>,
+    w: &Window,
+    prefix: &[usize],
+    groups: usize,
+    x0: i64,
+    x1: i64,
+) {
+    let Some(&last) = prefix.last() else {
+        return;
+    };
+    let tensor = w.access.tensor;
+    let shape = p.shapes[tensor];
+    let delta: i64 = w
+        .access
+        .dims
+        .iter()
+        .zip(strides(shape))
+        .map(|(d, stride)| {
+            let c: i64 = d
+                .terms
+                .iter()
+                .filter(|(x, _)| *x == last)
+                .map(|(_, c)| c)
+                .sum();
+            c * stride as i64
+        })
+        .sum();
+    if delta == 0 || groups < 2 || x0 >= x1 {
+        return;
+    }
+    let size: usize = shape.iter().product();
+    let coords: Vec<Coord> = w
+        .access
+        .dims
+        .iter()
+        .enumerate()
+        .map(|(d, map)| {
+            let mut expr = String::new();
+            if d == w.dim {
+                expr.push_str("td_c");
+            } else {
+                map.write(&mut expr, &|v| index_name(p.kernel, v));
+            }
+            Coord {
+                simple: d == w.dim || map.as_var().is_some() || map.terms.is_empty(),
+                expr,
+                lo: 0,
+                hi: 0,
+            }
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "        {{ /* prefetch the next row's reads */\n            const long td_next = td_row + 1 < {groups} ? {delta} : 0;"
+    );
+    let d = window_loops(s, p, &w.vertical, 3);
+    let ind = "    ".repeat(d);
+    let _ = writeln!(
+        s,
+        "{ind}for (long td_c = {x0}; td_c < {x1}; td_c += 16) {{\n\
+         {ind}    const long td_o = {} + td_next;\n\
+         {ind}    TD_PREFETCH(&t{tensor}[td_o < 0 ? 0 : td_o > {} ? {} : td_o]);\n\
+         {ind}}}",
+        offset_expr(shape, &coords),
+        size - 1,
+        size - 1
+    );
+    close_loops(s, d, 3);
+    let _ = writeln!(s, "        }}");
 }
 
 /// `for (long var = from; var < to; ++var) { body }` in vectors of `lanes`: the whole
