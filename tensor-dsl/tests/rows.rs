@@ -265,6 +265,28 @@ fn pooling_windows_separate() {
     assert!(c.contains("td_col[2*i_q + i_s - 1 + 16]"), "{c}");
 }
 
+/// The default puts vector lanes across rows where the reads walk the line contiguously and
+/// the rows are short or strided: not for a short row minimum (each lane would read a row
+/// of its own), but for a column sum and a small weighted window.
+#[test]
+fn lanes_across_rows_where_the_line_is_contiguous() {
+    for (src, shapes, across) in [
+        (ROW_MIN, "x=4096x32 y=4096", false),
+        (ROW_MIN, "x=4096x1000 y=4096", false),
+        ("y[[j]] = sum(x[[i, j]])", "x=1000x1000 y=1000", true),
+        (
+            "let r = 0..3; let s = 0..3; y[[p, q]] = max(x[[p + r, q + s]] * w[[r, s]])",
+            "x=10x10 w=3x3 y=8x8",
+            true,
+        ),
+    ] {
+        let case = Case::new("k", src, shapes, "");
+        let plan = RowPlan::new(&case.kernel, &case.extents()).unwrap();
+        let config = RowsCpuConfig::heuristic_for(&plan, 16);
+        assert_eq!((config.across, config.separable), (across, false), "{src}");
+    }
+}
+
 #[test]
 fn cpu_matches_reference_with_every_config() {
     if tensor_dsl::runtime::cpu::compiler().is_err() {

@@ -79,6 +79,17 @@ pub struct RowPlan<'a> {
     pub window: Option<Window>,
     /// The extents the plan was made for.
     pub extents: Vec<usize>,
+    /// Whether every read of a plan of one statement that depends on the last outer index
+    /// (the line of [`RowsCpuConfig::across`]) walks it in its last dimension: vector lanes
+    /// across rows then read neighbouring elements (pooling); otherwise each lane reads a
+    /// row of its own (`min(x[[i, j]])` across `i`: strided reads, which the default
+    /// avoids).
+    pub line_contiguous: bool,
+    /// Whether every read of a plan of one statement that depends on its innermost
+    /// reduction index walks it in its last dimension (`min(x[[i, j]])` over `j`; not a
+    /// column sum `sum(x[[i, j]])` over `i`, which only lanes across rows read
+    /// contiguously).
+    pub reduction_contiguous: bool,
 }
 
 /// A window reduction over one tensor whose window separates into a **horizontal** part (the
@@ -312,6 +323,23 @@ impl<'a> RowPlan<'a> {
             }
             _ => false,
         };
+        // Whether every read that depends on `v` walks it in its last (contiguous)
+        // dimension (the others are the same for every `v`).
+        let walks_last = |st: &RowStmt<'_>, v: usize| {
+            let uses = |d: &crate::ir::Affine| d.terms.iter().any(|&(x, c)| x == v && c != 0);
+            let mut contiguous = true;
+            st.body.visit_accesses(&mut |a| {
+                contiguous &= !a.dims.iter().any(uses) || a.dims.last().is_some_and(uses);
+            });
+            contiguous
+        };
+        let (line_contiguous, reduction_contiguous) = match (outer.last(), stmts.as_slice()) {
+            (Some(&last), [only]) => (
+                walks_last(only, last),
+                only.over.last().is_some_and(|&v| walks_last(only, v)),
+            ),
+            _ => (false, false),
+        };
         let window = match (across, outer.last(), stmts.as_slice()) {
             (true, Some(&line), [only]) => Window::find(only.body, &only.over, line, extents),
             _ => None,
@@ -326,6 +354,8 @@ impl<'a> RowPlan<'a> {
             _ => false,
         };
         Ok(RowPlan {
+            line_contiguous,
+            reduction_contiguous,
             extents: extents.to_vec(),
             stream,
             window,
@@ -451,9 +481,11 @@ impl RowsCpuConfig {
     /// vector accumulators (32 lanes on 512-bit registers, where the machine has them),
     /// stashing where it applies; lanes across rows for windows that separate where the
     /// two passes pay ([`Window::pays`], whatever the window's size) and other reductions
-    /// shorter than 64 points (16 lanes there, 8 where that divides the line and 16 does
-    /// not); streaming stores with AVX-512 where the output is larger than
-    /// [`STREAM_BYTES`].
+    /// whose reads walk the line contiguously ([`RowPlan::line_contiguous`]) and are
+    /// shorter than 64 points or not contiguous along the reduction
+    /// ([`RowPlan::reduction_contiguous`]: a column sum) (16 lanes there, 8 where that
+    /// divides the line and 16 does not); streaming stores with AVX-512 where the output is
+    /// larger than [`STREAM_BYTES`].
     pub fn heuristic(plan: &RowPlan<'_>) -> RowsCpuConfig {
         Self::heuristic_for(plan, crate::runtime::cpu::simd_lanes())
     }
@@ -462,7 +494,9 @@ impl RowsCpuConfig {
     pub fn heuristic_for(plan: &RowPlan<'_>, lanes: usize) -> RowsCpuConfig {
         let wide = lanes >= 16;
         let separable = plan.window.as_ref().is_some_and(|w| w.pays(&plan.extents));
-        let across = plan.across() && (plan.row_len < 64 || separable);
+        let across = plan.across()
+            && (plan.line_contiguous && (plan.row_len < 64 || !plan.reduction_contiguous)
+                || separable);
         let vector = if !across {
             if wide {
                 32

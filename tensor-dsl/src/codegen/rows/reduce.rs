@@ -43,7 +43,8 @@ pub(super) struct Split {
 
 impl Split {
     /// The split of a `max` or `min` `st` under `config`: `vector / lanes` chunks (at most
-    /// 4) where the innermost loop has a vector for each.
+    /// 4) where the innermost loop has two vectors for each (a chunk of one vector would
+    /// only add a finish).
     pub(super) fn of(p: &Printer<'_>, st: &RowStmt<'_>, config: &RowsCpuConfig) -> Option<Split> {
         let lanes = if config.wide { 16 } else { 8 };
         let chunks = (config.vector as usize / lanes).min(4);
@@ -53,7 +54,7 @@ impl Split {
         }
         let v = *st.over.last()?;
         let len = p.extents[v] / (chunks * lanes) * lanes;
-        (len > 0).then_some(Split { chunks, len, lanes })
+        (len >= 2 * lanes).then_some(Split { chunks, len, lanes })
     }
 
     /// The accumulators `td_acc`, `td_acc1`, ..., the loops, and the accumulators combined
