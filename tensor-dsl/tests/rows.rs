@@ -263,6 +263,8 @@ fn pooling_windows_separate() {
     assert!(c.contains("if (2*i_p - 1 >= 0) {"), "{c}");
     assert!(c.contains("td_col[td_c + 16] = (-INFINITY);"), "{c}");
     assert!(c.contains("td_col[2*i_q + i_s - 1 + 16]"), "{c}");
+    // Rows of 112 columns prefetch the next row's window rows.
+    assert!(c.contains("/* prefetch the next row's reads */"), "{c}");
 }
 
 /// The default puts vector lanes across rows where the reads walk the line contiguously and
@@ -604,8 +606,8 @@ fn generated_code_snapshots() {
     // Rows long enough for the vector accumulators (a max cut in two chunks, sums in
     // blocks of vectors) and for prefetching the next row, with remainders.
     for (name, src, shapes) in [
-        ("softmax_100", SOFTMAX, "x=3x100 y=3x100"),
-        ("layer_norm_100", LAYER_NORM, "x=3x100 g=100 b=100 y=3x100"),
+        ("softmax_130", SOFTMAX, "x=3x130 y=3x130"),
+        ("layer_norm_130", LAYER_NORM, "x=3x130 g=130 b=130 y=3x130"),
     ] {
         let case = Case::new(name, src, shapes, "");
         let extents = case.extents();
@@ -618,7 +620,7 @@ fn generated_code_snapshots() {
         )
         .unwrap();
         assert!(
-            c.contains("td_hsum(") && c.contains("TD_PREFETCH(&t0[100 * i_i + td_b + td_next0]);"),
+            c.contains("td_hsum(") && c.contains("TD_PREFETCH(&t0[130 * i_i + td_b + td_next0]);"),
             "{c}"
         );
         insta::assert_snapshot!(format!("rows_c_{name}"), c);
