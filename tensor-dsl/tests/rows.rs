@@ -33,6 +33,16 @@ const MAX_POOL: &str =
     "let r = 0..3; let s = 0..3; y[[n, c, p, q]] = max(x[[n, c, 2 * p + r - 1, 2 * q + s - 1]])";
 const ROW_MIN: &str = "y[[i]] = min(x[[i, j]])";
 
+/// Cases of [`cases`] that only the CPU tests run (see `emulated_cuda_matches_reference`).
+const CPU_ONLY: [&str; 6] = [
+    "shifted_mean",
+    "max_pool_f16",
+    "min_pool_same",
+    "max_pool_7x7",
+    "sum_relu_dilated",
+    "max_pool_3d",
+];
+
 /// (name, statements, shapes at which to test, element types).
 fn cases() -> Vec<(&'static str, &'static str, Vec<String>, &'static str)> {
     let rc = |sh: &dyn Fn(usize, usize) -> String| -> Vec<String> {
@@ -52,6 +62,49 @@ fn cases() -> Vec<(&'static str, &'static str, Vec<String>, &'static str)> {
             "max_pool",
             MAX_POOL,
             vec!["x=1x1x1x1 y=1x1x1x1".into(), "x=2x3x7x5 y=2x3x4x3".into(), "x=1x2x12x9 y=1x2x6x5".into(), "x=1x3x9x37 y=1x3x5x19".into()],
+            "",
+        ),
+        (
+            "max_pool_f16",
+            MAX_POOL,
+            vec!["x=1x2x12x9 y=1x2x6x5".into()],
+            "x=f16,y=f16",
+        ),
+        (
+            "avg_pool_2x2",
+            "let r = 0..2; let s = 0..2; y[[n, c, p, q]] = mean(x[[n, c, 2 * p + r, 2 * q + s]])",
+            vec!["x=2x3x9x7 y=2x3x4x3".into()],
+            "",
+        ),
+        (
+            "min_pool_same",
+            "let r = 0..3; let s = 0..3; y[[c, p, q]] = min(x[[c, p + r - 1, q + s - 1]])",
+            vec!["x=2x17x33 y=2x17x33".into()],
+            "",
+        ),
+        (
+            "max_pool_7x7",
+            "let r = 0..7; let s = 0..7; y[[c, p, q]] = max(x[[c, 2 * p + r - 3, 2 * q + s - 3]])",
+            vec!["x=2x13x11 y=2x7x6".into(), "x=1x3x3 y=1x2x2".into()],
+            "",
+        ),
+        (
+            "sum_relu_dilated",
+            "let r = 0..3; let s = 0..2; y[[p, q]] = sum(relu(x[[p + 2 * r - 2, 3 * q + 2 * s - 1]]))",
+            vec!["x=9x20 y=9x7".into()],
+            "",
+        ),
+        (
+            "max_pool_3d",
+            "let t = 0..2; let r = 0..3; let s = 0..3; \
+             y[[d, p, q]] = max(x[[2 * d + t, 2 * p + r - 1, 2 * q + s - 1]])",
+            vec!["x=5x9x9 y=2x5x5".into()],
+            "",
+        ),
+        (
+            "shifted_mean",
+            "mu[[i]] = mean(x[[i, j - 3]]); y[[i, j]] = x[[i, j]] - mu[[i]]",
+            vec!["x=3x40 y=3x40".into(), "x=2x1000 y=2x1000".into()],
             "",
         ),
         (
@@ -151,6 +204,89 @@ fn every_kernel_is_of_the_row_form() {
     run_rows::run_cpu(&k, &[3, 4], &shapes, &data, (&mut got).into()).unwrap();
     tensor_dsl::reference::run(&k, &[3, 4], &shapes, &data, (&mut want).into());
     assert_eq!(got, want);
+}
+
+/// Pooling windows separate into a vertical and a horizontal pass, the analytic default;
+/// windows that do not (no vertical part, an index in both parts, two reads, no window along
+/// the line) keep one reduction per output.
+#[test]
+fn pooling_windows_separate() {
+    for (src, shapes, separates) in [
+        (MAX_POOL, "x=1x64x112x112 y=1x64x56x56", true),
+        (
+            "let r = 0..2; let s = 0..2; y[[n, c, p, q]] = mean(x[[n, c, 2 * p + r, 2 * q + s]])",
+            "x=1x8x10x10 y=1x8x5x5",
+            true,
+        ),
+        (
+            "let r = 0..3; let s = 0..3; y[[n, p, q, c]] = max(x[[n, 2 * p + r - 1, 2 * q + s - 1, c]])",
+            "x=1x12x12x32 y=1x6x6x32",
+            false,
+        ),
+        (
+            "let r = 0..3; y[[c, p, q]] = max(x[[c, p + r, q + r]])",
+            "x=2x10x10 y=2x8x8",
+            false,
+        ),
+        (
+            "let r = 0..3; let s = 0..3; y[[p, q]] = max(x[[p + r, q + s]] * w[[r, s]])",
+            "x=10x10 w=3x3 y=8x8",
+            false,
+        ),
+        (
+            "let s = 0..3; y[[p, q]] = max(x[[p, q + s]])",
+            "x=10x10 y=10x8",
+            false,
+        ),
+    ] {
+        let case = Case::new("pool", src, shapes, "");
+        let extents = case.extents();
+        let plan = RowPlan::new(&case.kernel, &extents).unwrap();
+        assert_eq!(plan.window.is_some(), separates, "{src}");
+        let config = RowsCpuConfig::heuristic_for(&plan, 16);
+        assert_eq!(config.separable, separates, "{src}");
+        let c = rows::generate_c(&case.kernel, &extents, &case.shape_refs(), &config).unwrap();
+        assert_eq!(c.contains("/* horizontal "), separates, "{c}");
+    }
+    // The bench's pooling: the vertical pass of the rows inside the image has no check, the
+    // horizontal pass reads the column buffer, padded with the identity.
+    let case = Case::new("pool", MAX_POOL, "x=1x64x112x112 y=1x64x56x56", "");
+    let extents = case.extents();
+    let plan = RowPlan::new(&case.kernel, &extents).unwrap();
+    let c = rows::generate_c(
+        &case.kernel,
+        &extents,
+        &case.shape_refs(),
+        &RowsCpuConfig::heuristic_for(&plan, 16),
+    )
+    .unwrap();
+    assert!(c.contains("if (2*i_p - 1 >= 0) {"), "{c}");
+    assert!(c.contains("td_col[td_c + 16] = (-INFINITY);"), "{c}");
+    assert!(c.contains("td_col[2*i_q + i_s - 1 + 16]"), "{c}");
+    // Rows of 112 columns prefetch the next row's window rows.
+    assert!(c.contains("/* prefetch the next row's reads */"), "{c}");
+}
+
+/// The default puts vector lanes across rows where the reads walk the line contiguously and
+/// the rows are short or strided: not for a short row minimum (each lane would read a row
+/// of its own), but for a column sum and a small weighted window.
+#[test]
+fn lanes_across_rows_where_the_line_is_contiguous() {
+    for (src, shapes, across) in [
+        (ROW_MIN, "x=4096x32 y=4096", false),
+        (ROW_MIN, "x=4096x1000 y=4096", false),
+        ("y[[j]] = sum(x[[i, j]])", "x=1000x1000 y=1000", true),
+        (
+            "let r = 0..3; let s = 0..3; y[[p, q]] = max(x[[p + r, q + s]] * w[[r, s]])",
+            "x=10x10 w=3x3 y=8x8",
+            true,
+        ),
+    ] {
+        let case = Case::new("k", src, shapes, "");
+        let plan = RowPlan::new(&case.kernel, &case.extents()).unwrap();
+        let config = RowsCpuConfig::heuristic_for(&plan, 16);
+        assert_eq!((config.across, config.separable), (across, false), "{src}");
+    }
 }
 
 #[test]
@@ -330,7 +466,17 @@ fn emulated_cuda_matches_reference() {
     let dir = std::env::temp_dir().join(format!("tensor-dsl-rows-emu-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("cuda_emu.h"), include_str!("cuda_emu.h")).unwrap();
-    let prepared = prepare();
+    // The windows that only the CPU template cuts differently are not emulated again (the
+    // GPU code of a window reduction does not depend on its shape): `avg_pool_2x2` and
+    // `max_pool` cover it.
+    let prepared: Vec<Prepared> = prepare()
+        .into_iter()
+        .filter(|p| {
+            !CPU_ONLY
+                .iter()
+                .any(|c| p.name.starts_with(&format!("{c} ")))
+        })
+        .collect();
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .min(4);
@@ -457,6 +603,28 @@ fn generated_code_snapshots() {
         let cu = rows::generate_cuda(&case.kernel, &extents, &case.shape_refs(), &g).unwrap();
         insta::assert_snapshot!(format!("rows_cuda_{name}"), cu.source);
     }
+    // Rows long enough for the vector accumulators (a max cut in two chunks, sums in
+    // blocks of vectors) and for prefetching the next row, with remainders.
+    for (name, src, shapes) in [
+        ("softmax_130", SOFTMAX, "x=3x130 y=3x130"),
+        ("layer_norm_130", LAYER_NORM, "x=3x130 g=130 b=130 y=3x130"),
+    ] {
+        let case = Case::new(name, src, shapes, "");
+        let extents = case.extents();
+        let plan = RowPlan::new(&case.kernel, &extents).unwrap();
+        let c = rows::generate_c(
+            &case.kernel,
+            &extents,
+            &case.shape_refs(),
+            &RowsCpuConfig::heuristic_for(&plan, 16),
+        )
+        .unwrap();
+        assert!(
+            c.contains("td_hsum(") && c.contains("TD_PREFETCH(&t0[130 * i_i + td_b + td_next0]);"),
+            "{c}"
+        );
+        insta::assert_snapshot!(format!("rows_c_{name}"), c);
+    }
     // Streaming stores (the default with AVX-512 for outputs over 16 MiB) on a small
     // softmax: the stashed values in a row buffer, the output row in 16-float blocks.
     let case = Case::new("softmax", SOFTMAX, "x=3x40 y=3x40", "");
@@ -467,6 +635,7 @@ fn generated_code_snapshots() {
         stash: true,
         across: false,
         stream: true,
+        separable: false,
     };
     let c = rows::generate_c(&case.kernel, &case.extents(), &case.shape_refs(), &config).unwrap();
     assert!(
@@ -627,6 +796,10 @@ fn cpu_tuning_searches_the_row_space() {
     assert!(rows.stash && rows.vector == 32 && rows.wide, "{rows:?}");
     let src = rows::generate_c(&k, &[37, 300], &[&[37, 300], &[37, 300]], &rows).unwrap();
     // One exp per element: the output's pass reads the stashed values.
-    assert_eq!(src.matches("td_vexpf(").count(), 2, "{src}");
-    assert!(src.contains("const float td_s = out["), "{src}");
+    let (sum, output) = src.split_once("const float td_inv").unwrap();
+    assert!(
+        sum.contains("td_vexpf(") && !output.contains("td_vexpf("),
+        "{src}"
+    );
+    assert!(output.contains("const float td_s = out["), "{src}");
 }

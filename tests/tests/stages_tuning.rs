@@ -70,6 +70,7 @@ fn cache_then_first_call_tuning_of_a_row_kernel() {
         stash: false,
         across: false,
         stream: false,
+        separable: false,
     }
     .to_cpu_config();
     assert_ne!(chosen, template.decode(&template.default_config()).unwrap());

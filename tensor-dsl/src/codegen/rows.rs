@@ -35,8 +35,12 @@ use crate::ir::{Access, BinOp, Expr, Func, Kernel, Reducer};
 use crate::template::rows::{RowPlan, RowStmt, RowsCpuConfig, RowsGpuConfig, Target};
 use std::fmt::Write as _;
 
+mod ahead;
+mod reduce;
+mod window;
+
 /// Version of the row template's generated code; part of compiled-artifact keys.
-pub const CODEGEN_VERSION: u32 = 3;
+pub const CODEGEN_VERSION: u32 = 4;
 
 /// Name of the entry point (as in the other generators).
 pub const ENTRY: &str = "td_kernel";
@@ -176,8 +180,11 @@ impl<'a> Printer<'a> {
 ///   sum, so the scale 2^(n−1) is those bits shifted into the exponent field (no rounding
 ///   or conversion instruction).
 /// - `r = x − n·ln 2` in two steps (ln 2 split in a high and a low part), then a degree-5
-///   minimax polynomial (XNNPACK's `rr2-p5` coefficients): within 1.7e−7 relative error
-///   on [−86.5, ln(FLT_MAX)]; the result is `2^(n−1)·exp(r)·2`.
+///   minimax polynomial (XNNPACK's `rr2-p5` coefficients, doubled: exactly `2·exp(r)`'s
+///   rounding scaled by 2): within 1.7e−7 relative error on [−86.5, ln(FLT_MAX)]; the
+///   result is `2^(n−1)·(2·exp(r))`, one multiplication by the scale (9 multiplications
+///   and FMAs per element, the ports that bound this loop on AVX-512: the form
+///   `(r·s·p + s)·2` had 10).
 ///
 /// Above ln(FLT_MAX) the product overflows to +∞ by itself; where n would leave the
 /// normal range (below about −87) the scale is 0 (exp(−87) < 2e−38). About 35% fewer
@@ -198,12 +205,12 @@ static inline float td_vexpf(float x) {
     s.u = b.u << 23; /* 2^(n-1): n + 126 stays in 0..254 */
     float r = c.f - n * 0x1.62E400p-1f;
     r = r - n * 0x1.7F7D1Cp-20f;
-    float p = 0x1.0F9F9Cp-7f * r + 0x1.573A1Ap-5f;
-    p = p * r + 0x1.555A80p-3f;
-    p = p * r + 0x1.FFFDC6p-2f;
-    p = p * r + 0x1.FFFFF6p-1f;
-    const float t = r * s.f;
-    const float e = (t * p + s.f) * 2.0f;
+    float p = 0x1.0F9F9Cp-6f * r + 0x1.573A1Ap-4f;
+    p = p * r + 0x1.555A80p-2f;
+    p = p * r + 0x1.FFFDC6p-1f;
+    p = p * r + 0x1.FFFFF6p+0f;
+    p = p * r + 2.0f; /* 2 exp(r) */
+    const float e = p * s.f;
     return x != x ? x : e;
 }
 ";
@@ -316,10 +323,10 @@ pub fn generate_c(
             } else {
                 ""
             },
-            if config.across && plan.across() {
-                ", vector lanes across rows"
-            } else {
-                ""
+            match separable(&plan, config) {
+                Some(_) => ", vector lanes across rows, the window in two passes",
+                None if config.across && plan.across() => ", vector lanes across rows",
+                None => "",
             },
             match (stashing(&plan, config).is_some(), streaming(&plan, config)) {
                 (true, true) => ", reduction values kept in a row buffer",
@@ -369,11 +376,26 @@ pub fn generate_c(
         "    {ty} *restrict out = ({ty} *)td_out;",
         ty = storage_type(kernel.params[kernel.output].dtype)
     );
-    if config.across && plan.across() {
+    if let Some(w) = separable(&plan, config) {
+        s.insert_str(body_start, ahead::PREFETCH_PRELUDE);
+        s.insert_str(body_start, window::ALIGN_PRELUDE);
+        window::c_separable(&mut s, &p, &plan, w, config);
+    } else if config.across && plan.across() {
         s.insert_str(body_start, DIV_PRELUDE);
         c_across(&mut s, &p, &plan, config);
     } else {
-        c_rows(&mut s, &p, &plan, config);
+        let ahead = ahead::Ahead::of(&p, &plan);
+        if !ahead.prefetch.is_empty() {
+            s.insert_str(body_start, ahead::PREFETCH_PRELUDE);
+        }
+        if plan
+            .stmts
+            .iter()
+            .any(|st| reduce::Blocks::of(&p, st, config).is_some())
+        {
+            s.insert_str(body_start, reduce::VECTOR_PRELUDE);
+        }
+        c_rows(&mut s, &p, &plan, config, &ahead);
     }
     s.push_str("}\n");
     if uses_exp && config.vector > 1 {
@@ -530,7 +552,13 @@ static inline long td_cdiv(long x, long d) { return x >= 0 ? (x + d - 1) / d : -
 
 /// One row after another (in parallel when `config.parallel`), each statement a loop over
 /// the row.
-fn c_rows(s: &mut String, p: &Printer<'_>, plan: &RowPlan<'_>, config: &RowsCpuConfig) {
+fn c_rows(
+    s: &mut String,
+    p: &Printer<'_>,
+    plan: &RowPlan<'_>,
+    config: &RowsCpuConfig,
+    ahead: &ahead::Ahead,
+) {
     if config.parallel && plan.rows > 1 {
         s.push_str("    #pragma omp parallel for schedule(static)\n");
     }
@@ -542,6 +570,9 @@ fn c_rows(s: &mut String, p: &Printer<'_>, plan: &RowPlan<'_>, config: &RowsCpuC
     let ind = "        ";
     p.decompose(s, ind, &plan.outer, "td_row");
     temps_decl(s, ind, plan);
+    for d in &ahead.decls {
+        let _ = writeln!(s, "{ind}{d}");
+    }
     let stash = stashing(plan, config);
     let stream = streaming(plan, config);
     let line = plan.stmts.last().map_or(1, |st| p.points(&st.inner));
@@ -562,6 +593,7 @@ fn c_rows(s: &mut String, p: &Printer<'_>, plan: &RowPlan<'_>, config: &RowsCpuC
                     index: p.kernel.spatial().last().copied().unwrap_or(0),
                 }),
             stream,
+            &ahead.prefetch,
         );
     }
     s.push_str("    }\n");
@@ -674,6 +706,17 @@ static inline void td_sfence(void) {}
 #endif
 ";
 
+/// The window a configuration reduces in two passes, if any (the knob, where the plan has
+/// such a window).
+fn separable<'p>(
+    plan: &'p RowPlan<'_>,
+    config: &RowsCpuConfig,
+) -> Option<&'p crate::template::rows::Window> {
+    plan.window
+        .as_ref()
+        .filter(|_| config.separable && config.across && plan.across())
+}
+
 /// Whether the output's pass streams (the knob, where the plan allows it).
 fn streaming(plan: &RowPlan<'_>, config: &RowsCpuConfig) -> bool {
     config.stream && plan.stream && !(config.across && plan.across())
@@ -731,7 +774,9 @@ fn replace_with_output(e: &Expr, part: &Expr) -> Expr {
 
 /// One statement of a row. `stash` is `Some` for the stage that keeps its values (it
 /// stores them) and for the output's statement (it reads them back for the stage's body);
-/// `stream` writes the output's row with streaming stores ([`c_stream_row`]).
+/// `stream` writes the output's row with streaming stores ([`c_stream_row`]); the output's
+/// pass runs in blocks of 16 points, each with the statements of `ahead`
+/// ([`ahead::Ahead`]), where there are any.
 fn c_stmt(
     s: &mut String,
     p: &Printer<'_>,
@@ -739,6 +784,7 @@ fn c_stmt(
     config: &RowsCpuConfig,
     stash: Option<Stash<'_>>,
     stream: bool,
+    ahead: &[String],
 ) {
     let base = 2;
     let ind = "    ".repeat(base);
@@ -750,12 +796,24 @@ fn c_stmt(
                 r.name(),
                 names(p.kernel, &st.over)
             );
+            let conds = p.inside(st.body);
+            let update = combine(r, "td_acc", &p.unchecked(st.body));
+            if let Some(blocks) = reduce::Blocks::of(p, st, config) {
+                blocks.print(s, p, st, r, &conds, stash, base + 1);
+                finish_reduction(s, p, st, r, &ind);
+                return;
+            }
+            if stash.is_none() {
+                if let Some(split) = reduce::Split::of(p, st, config) {
+                    split.print(s, p, st, r, &conds, base + 1);
+                    finish_reduction(s, p, st, r, &ind);
+                    return;
+                }
+            }
             let _ = writeln!(s, "{ind}    float td_acc = {};", float_lit(r.identity()));
             let clause = format!(" reduction({}:td_acc)", omp_op(r));
             let d = open_loops(s, p, &st.over, config.vector, &clause, base + 1);
             let inner = "    ".repeat(d);
-            let conds = p.inside(st.body);
-            let update = combine(r, "td_acc", &p.unchecked(st.body));
             match stash {
                 Some(k) if conds.is_empty() => {
                     // Kept for the output's pass.
@@ -771,17 +829,7 @@ fn c_stmt(
                 }
             }
             close_loops(s, d, base + 1);
-            let value = finish(r, p.points(&st.over));
-            match st.target {
-                Target::Temp(t) => {
-                    let _ = writeln!(s, "{ind}    td_t{t} = {value};");
-                }
-                Target::Output => {
-                    let _ = writeln!(s, "{ind}    float td_v = {value};");
-                    p.store(s, &format!("{ind}    "));
-                }
-            }
-            let _ = writeln!(s, "{ind}}}");
+            finish_reduction(s, p, st, r, &ind);
         }
         None => match st.target {
             Target::Temp(t) => {
@@ -825,7 +873,44 @@ fn c_stmt(
                     let _ = writeln!(s, "{ind}float td_v = {body};");
                 };
                 if stream {
-                    c_stream_row(s, p, &ind, st.inner[0], config, &element);
+                    c_stream_row(s, p, &ind, st.inner[0], config, &element, ahead);
+                    return;
+                }
+                if let (Some((&v, rest)), false) = (st.inner.split_last(), ahead.is_empty()) {
+                    let d = open_loops(s, p, rest, 1, "", base);
+                    let ind = "    ".repeat(d);
+                    let (n, j) = (p.extents[v], index_name(p.kernel, v));
+                    let _ = writeln!(s, "{ind}{{ /* blocks of 16, prefetching the next row */");
+                    let _ = writeln!(s, "{ind}    long td_b = 0;");
+                    let _ = writeln!(s, "{ind}    for (; td_b + 16 <= {n}; td_b += 16) {{");
+                    for pf in ahead {
+                        let _ = writeln!(s, "{ind}        {pf}");
+                    }
+                    if config.vector > 1 {
+                        let _ = writeln!(
+                            s,
+                            "{ind}        #pragma omp simd simdlen({})",
+                            config.vector.min(16)
+                        );
+                    }
+                    let _ = writeln!(s, "{ind}        for (long td_l = 0; td_l < 16; ++td_l) {{");
+                    let _ = writeln!(s, "{ind}            const long {j} = td_b + td_l;");
+                    element(s, &format!("{ind}            "));
+                    p.store(s, &format!("{ind}            "));
+                    let _ = writeln!(s, "{ind}        }}");
+                    let _ = writeln!(s, "{ind}    }}");
+                    if n % 16 != 0 {
+                        if config.vector > 1 {
+                            let _ =
+                                writeln!(s, "{ind}    #pragma omp simd simdlen({})", config.vector);
+                        }
+                        let _ = writeln!(s, "{ind}    for (long {j} = td_b; {j} < {n}; ++{j}) {{");
+                        element(s, &format!("{ind}        "));
+                        p.store(s, &format!("{ind}        "));
+                        let _ = writeln!(s, "{ind}    }}");
+                    }
+                    let _ = writeln!(s, "{ind}}}");
+                    close_loops(s, d, base);
                     return;
                 }
                 let d = open_loops(s, p, &st.inner, config.vector, "", base);
@@ -840,6 +925,22 @@ fn c_stmt(
     }
 }
 
+/// The end of a reduction statement: its value (the mean divides) into its intermediate,
+/// or the output's element stored; closes the statement's block.
+fn finish_reduction(s: &mut String, p: &Printer<'_>, st: &RowStmt<'_>, r: Reducer, ind: &str) {
+    let value = finish(r, p.points(&st.over));
+    match st.target {
+        Target::Temp(t) => {
+            let _ = writeln!(s, "{ind}    td_t{t} = {value};");
+        }
+        Target::Output => {
+            let _ = writeln!(s, "{ind}    float td_v = {value};");
+            p.store(s, &format!("{ind}    "));
+        }
+    }
+    let _ = writeln!(s, "{ind}}}");
+}
+
 /// The output's row (its last index `v` alone, contiguous, `f32`) with streaming stores:
 /// scalar stores up to the first 64-byte boundary, then blocks of 16 elements computed
 /// into a small array (vectorized) and stored with one non-temporal store, then the
@@ -851,6 +952,7 @@ fn c_stream_row(
     v: usize,
     config: &RowsCpuConfig,
     element: &dyn Fn(&mut String, &str),
+    ahead: &[String],
 ) {
     let n = p.extents[v];
     let j = index_name(p.kernel, v);
@@ -877,6 +979,9 @@ fn c_stream_row(
     scalar(s, "0", "td_peel");
     let _ = writeln!(s, "{ind}    long td_b = td_peel;");
     let _ = writeln!(s, "{ind}    for (; td_b + 16 <= {n}; td_b += 16) {{");
+    for pf in ahead {
+        let _ = writeln!(s, "{ind}        {pf}");
+    }
     let _ = writeln!(s, "{ind}        float td_w[16];");
     if config.vector > 1 {
         let _ = writeln!(s, "{ind}        #pragma omp simd simdlen(16)");

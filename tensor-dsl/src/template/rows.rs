@@ -9,8 +9,10 @@
 //! different indices are not of this form ([`RowPlan::new`] says why) and run on the
 //! reference interpreter.
 //!
-//! Knobs: on the CPU ([`RowsCpuConfig`]) whether rows run in parallel (OpenMP) and whether
-//! the loops in a row are vectorized (`omp simd` with the reduction clause); on the GPU
+//! Knobs: on the CPU ([`RowsCpuConfig`]) whether rows run in parallel (OpenMP), whether
+//! the loops in a row are vectorized (`omp simd` with the reduction clause), and how a
+//! window reduction (pooling) is cut ([`Window`]: one reduction per output, or a vertical
+//! pass into a row of columns and a horizontal one over it); on the GPU
 //! ([`RowsGpuConfig`]) the threads that share a row (a power of two: a warp-level shuffle
 //! reduction up to 32, then a shared-memory step across warps) and the rows per block.
 //!
@@ -24,7 +26,7 @@
 //! assert!(g.validate().is_ok());
 //! ```
 
-use crate::ir::{Expr, Kernel, Reducer};
+use crate::ir::{Access, Expr, Kernel, Reducer};
 use serde::{Deserialize, Serialize};
 
 /// Where a statement's value goes.
@@ -73,6 +75,145 @@ pub struct RowPlan<'a> {
     /// ([`RowsCpuConfig::stream`]): an `f32` output written elementwise whose row is its
     /// last index alone (contiguous), of at most [`STREAM_ROW_MAX`] points.
     pub stream: bool,
+    /// The window of a reduction that separates ([`RowsCpuConfig::separable`]).
+    pub window: Option<Window>,
+    /// The extents the plan was made for.
+    pub extents: Vec<usize>,
+    /// Whether every read of a plan of one statement that depends on the last outer index
+    /// (the line of [`RowsCpuConfig::across`]) walks it in its last dimension: vector lanes
+    /// across rows then read neighbouring elements (pooling); otherwise each lane reads a
+    /// row of its own (`min(x[[i, j]])` across `i`: strided reads, which the default
+    /// avoids).
+    pub line_contiguous: bool,
+    /// Whether every read of a plan of one statement that depends on its innermost
+    /// reduction index walks it in its last dimension (`min(x[[i, j]])` over `j`; not a
+    /// column sum `sum(x[[i, j]])` over `i`, which only lanes across rows read
+    /// contiguously).
+    pub reduction_contiguous: bool,
+}
+
+/// A window reduction over one tensor whose window separates into a **horizontal** part (the
+/// reduction indices in the tensor's last, contiguous dimension, next to the line index:
+/// `2 * q + s - 1`) and a **vertical** part (the other reduction indices: `2 * p + r - 1`),
+/// such as max, min, sum or mean pooling: `y[[n, c, p, q]] = max(x[[n, c, 2 * p + r - 1,
+/// 2 * q + s - 1]])`.
+///
+/// Reduced in two passes per row of outputs ([`RowsCpuConfig::separable`]): the vertical
+/// reduction of every input column the row's windows touch, into a small buffer of columns
+/// (unit-stride reads, vectorized along the columns), then the horizontal reduction of the
+/// buffer for each output (strided reads from the buffer). A column outside the tensor holds
+/// the reducer's identity, so the horizontal pass has no checks; a row whose vertical window
+/// reaches outside the tensor (the padding border) checks its vertical points, the others do
+/// not. The body is any function of the one read (`max(relu(x[[...]]))`): it is applied in
+/// the vertical pass, per input point.
+///
+/// ```
+/// use tensor_dsl::ir::parse_text;
+/// use tensor_dsl::template::rows::RowPlan;
+/// let k = parse_text("pool", "let r = 0..3; let s = 0..3; \
+///     y[[n, c, p, q]] = max(x[[n, c, 2 * p + r - 1, 2 * q + s - 1]])", None).unwrap();
+/// let plan = RowPlan::new(&k, &[1, 64, 56, 56, 3, 3]).unwrap();
+/// let w = plan.window.unwrap();
+/// assert_eq!((w.dim, w.lo, w.hi), (3, -1, 111));
+/// assert_eq!((w.horizontal.len(), w.vertical.len()), (1, 1));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Window {
+    /// The one read of the body.
+    pub access: Access,
+    /// Its dimension that the line index walks: the tensor's last.
+    pub dim: usize,
+    /// The reduction indices of that dimension (the horizontal window), in reduction order.
+    pub horizontal: Vec<usize>,
+    /// The other reduction indices (the vertical window), in reduction order.
+    pub vertical: Vec<usize>,
+    /// The first and last column the row's windows read (may lie outside the tensor).
+    pub lo: i64,
+    /// See [`Window::lo`].
+    pub hi: i64,
+}
+
+/// The most columns (`f32`, on the stack) a separable window's buffer may have.
+pub const WINDOW_COLUMNS_MAX: usize = 16384;
+
+impl Window {
+    /// Whether the two passes save work over one reduction per output, the analytic
+    /// default's test: the vertical window has at least 2 points (else the vertical pass is
+    /// a copy) and the line's stride is at most the horizontal window's span (else the
+    /// vertical pass reduces columns no window reads).
+    pub fn pays(&self, extents: &[usize]) -> bool {
+        let vertical: usize = self.vertical.iter().map(|&v| extents[v]).product();
+        let map = &self.access.dims[self.dim];
+        let (mut stride, mut span) = (0i64, 1i64);
+        for &(v, c) in &map.terms {
+            if self.horizontal.contains(&v) {
+                span += c.abs() * (extents[v] as i64 - 1);
+            } else {
+                stride = c.abs();
+            }
+        }
+        vertical >= 2 && stride <= span
+    }
+
+    /// The window of a plan whose only statement reduces `body` over `over` into rows whose
+    /// last outer index is `line`, if it separates (see [`Window`]).
+    fn find(body: &Expr, over: &[usize], line: usize, extents: &[usize]) -> Option<Window> {
+        let mut reads: Vec<&Access> = Vec::new();
+        body.visit_accesses(&mut |a| reads.push(a));
+        let [access] = reads.as_slice() else {
+            return None;
+        };
+        let uses = |d: &crate::ir::Affine, v: usize| d.terms.iter().any(|&(x, c)| x == v && c != 0);
+        let walking: Vec<usize> = (0..access.dims.len())
+            .filter(|&d| uses(&access.dims[d], line))
+            .collect();
+        let [dim] = walking.as_slice() else {
+            return None;
+        };
+        let dim = *dim;
+        if dim + 1 != access.dims.len() {
+            return None;
+        }
+        let map = &access.dims[dim];
+        // The line index and reduction indices only: the columns are the same for every row.
+        if !map
+            .terms
+            .iter()
+            .all(|&(v, _)| v == line || over.contains(&v))
+        {
+            return None;
+        }
+        let horizontal: Vec<usize> = over.iter().copied().filter(|&v| uses(map, v)).collect();
+        let vertical: Vec<usize> = over
+            .iter()
+            .copied()
+            .filter(|v| !horizontal.contains(v))
+            .collect();
+        if horizontal.is_empty() || vertical.is_empty() {
+            return None;
+        }
+        if access.dims[..dim]
+            .iter()
+            .any(|d| horizontal.iter().any(|&h| uses(d, h)))
+        {
+            return None;
+        }
+        let (lo, hi) = map.range(extents);
+        let columns = usize::try_from(hi.saturating_sub(lo))
+            .ok()?
+            .saturating_add(17);
+        if columns > WINDOW_COLUMNS_MAX {
+            return None;
+        }
+        Some(Window {
+            access: (*access).clone(),
+            dim,
+            horizontal,
+            vertical,
+            lo,
+            hi,
+        })
+    }
 }
 
 /// The most points of an output row for streaming stores (a stashing row keeps its values
@@ -182,6 +323,27 @@ impl<'a> RowPlan<'a> {
             }
             _ => false,
         };
+        // Whether every read that depends on `v` walks it in its last (contiguous)
+        // dimension (the others are the same for every `v`).
+        let walks_last = |st: &RowStmt<'_>, v: usize| {
+            let uses = |d: &crate::ir::Affine| d.terms.iter().any(|&(x, c)| x == v && c != 0);
+            let mut contiguous = true;
+            st.body.visit_accesses(&mut |a| {
+                contiguous &= !a.dims.iter().any(uses) || a.dims.last().is_some_and(uses);
+            });
+            contiguous
+        };
+        let (line_contiguous, reduction_contiguous) = match (outer.last(), stmts.as_slice()) {
+            (Some(&last), [only]) => (
+                walks_last(only, last),
+                only.over.last().is_some_and(|&v| walks_last(only, v)),
+            ),
+            _ => (false, false),
+        };
+        let window = match (across, outer.last(), stmts.as_slice()) {
+            (true, Some(&line), [only]) => Window::find(only.body, &only.over, line, extents),
+            _ => None,
+        };
         let stream = match (stmts.last(), spatial.last()) {
             (Some(out), Some(&last)) => {
                 out.reducer.is_none()
@@ -192,7 +354,11 @@ impl<'a> RowPlan<'a> {
             _ => false,
         };
         Ok(RowPlan {
+            line_contiguous,
+            reduction_contiguous,
+            extents: extents.to_vec(),
             stream,
+            window,
             across,
             line: outer.last().map_or(1, |&v| extents[v]),
             rows: points(&outer, extents),
@@ -229,7 +395,8 @@ fn stash_stage(kernel: &Kernel, stmts: &[RowStmt<'_>]) -> Option<usize> {
     })
 }
 
-fn has_call(e: &Expr) -> bool {
+/// Whether `e` calls a built-in function.
+pub fn has_call(e: &Expr) -> bool {
     match e {
         Expr::Call(..) => true,
         Expr::Neg(a) => has_call(a),
@@ -285,6 +452,11 @@ pub struct RowsCpuConfig {
     /// AVX-512.
     #[serde(default)]
     pub stream: bool,
+    /// With [`RowsCpuConfig::across`], a window that separates ([`RowPlan::window`]) is
+    /// reduced in two passes per row of outputs: vertically into a buffer of columns, then
+    /// horizontally over it ([`Window`]).
+    #[serde(default)]
+    pub separable: bool,
 }
 
 /// The vector lanes a CPU row configuration may take.
@@ -299,6 +471,7 @@ impl Default for RowsCpuConfig {
             stash: false,
             across: false,
             stream: false,
+            separable: false,
         }
     }
 }
@@ -306,9 +479,13 @@ impl Default for RowsCpuConfig {
 impl RowsCpuConfig {
     /// Parallel when there are several rows and enough work to share; vectorized with two
     /// vector accumulators (32 lanes on 512-bit registers, where the machine has them),
-    /// stashing where it applies; lanes across rows for reductions shorter than 64 points
-    /// (16 lanes there, 8 where that divides the line and 16 does not); streaming stores
-    /// with AVX-512 where the output is larger than [`STREAM_BYTES`].
+    /// stashing where it applies; lanes across rows for windows that separate where the
+    /// two passes pay ([`Window::pays`], whatever the window's size) and other reductions
+    /// whose reads walk the line contiguously ([`RowPlan::line_contiguous`]) and are
+    /// shorter than 64 points or not contiguous along the reduction
+    /// ([`RowPlan::reduction_contiguous`]: a column sum) (16 lanes there, 8 where that
+    /// divides the line and 16 does not); streaming stores with AVX-512 where the output is
+    /// larger than [`STREAM_BYTES`].
     pub fn heuristic(plan: &RowPlan<'_>) -> RowsCpuConfig {
         Self::heuristic_for(plan, crate::runtime::cpu::simd_lanes())
     }
@@ -316,7 +493,10 @@ impl RowsCpuConfig {
     /// [`RowsCpuConfig::heuristic`] for a machine with `lanes` f32 lanes per register.
     pub fn heuristic_for(plan: &RowPlan<'_>, lanes: usize) -> RowsCpuConfig {
         let wide = lanes >= 16;
-        let across = plan.across() && plan.row_len < 64;
+        let separable = plan.window.as_ref().is_some_and(|w| w.pays(&plan.extents));
+        let across = plan.across()
+            && (plan.line_contiguous && (plan.row_len < 64 || !plan.reduction_contiguous)
+                || separable);
         let vector = if !across {
             if wide {
                 32
@@ -339,15 +519,16 @@ impl RowsCpuConfig {
             stream: wide
                 && plan.stream
                 && plan.rows.saturating_mul(plan.row_len).saturating_mul(4) > STREAM_BYTES,
+            separable,
         }
     }
 
     /// The configuration as the CPU backend's schedule type carries it, so that records,
     /// tuning and the bench reach the row template through
     /// [`crate::template::cpu::CpuTemplate`]: `parallel`, `vector` (lanes), `wide_simd`
-    /// `pack` (stash), `unroll_outer` (across) and `vector_code` (16 for streaming stores,
-    /// which are 16-lane vector code) hold the knobs; no axes, no unrolling, no reduction
-    /// block.
+    /// `pack` (stash), `unroll_outer` (across), `k_block` (1 for a separable window: the
+    /// window's reduction cut in two blocks) and `vector_code` (16 for streaming stores,
+    /// which are 16-lane vector code) hold the knobs; no axes, no unrolling.
     pub fn to_cpu_config(&self) -> crate::template::cpu::CpuConfig {
         crate::template::cpu::CpuConfig {
             vector_axis: None,
@@ -357,7 +538,7 @@ impl RowsCpuConfig {
             parallel: self.parallel,
             pack: self.stash,
             unroll_outer: self.across,
-            k_block: 0,
+            k_block: usize::from(self.separable),
             wide_simd: self.wide,
             vector_code: if self.stream { 16 } else { 0 },
             conv: None,
@@ -381,6 +562,7 @@ impl RowsCpuConfig {
             stash: c.pack,
             across: c.unroll_outer,
             stream: c.vector_code > 0,
+            separable: c.k_block > 0,
         }
     }
 
@@ -392,6 +574,9 @@ impl RowsCpuConfig {
                 self.vector
             ));
         }
+        if self.separable && !self.across {
+            return Err("a separable window needs vector lanes across rows".into());
+        }
         Ok(())
     }
 
@@ -402,10 +587,11 @@ impl RowsCpuConfig {
             for &v in &CPU_VECTOR_CHOICES {
                 for wide in [false, true] {
                     for stash in [false, true] {
-                        for across in [false, true] {
+                        for (across, separable) in [(false, false), (true, false), (true, true)] {
                             for stream in [false, true] {
                                 if stash && plan.stash.is_none()
                                     || across && !plan.across()
+                                    || separable && plan.window.is_none()
                                     || stream && !plan.stream
                                 {
                                     continue;
@@ -417,6 +603,7 @@ impl RowsCpuConfig {
                                     stash,
                                     across,
                                     stream,
+                                    separable,
                                 });
                             }
                         }
@@ -428,26 +615,27 @@ impl RowsCpuConfig {
     }
 
     /// A small spread of configurations for tests: scalar and vector, serial and parallel,
-    /// with and without stashing, wide vectors and streaming stores.
+    /// with and without stashing, wide vectors, streaming stores and separable windows.
     pub fn all() -> Vec<RowsCpuConfig> {
         [
-            (false, 1, false, false, false, false),
-            (false, 16, false, true, true, true),
-            (true, 1, false, true, true, true),
-            (true, 32, true, false, false, true),
-            (false, 64, true, true, false, false),
-            (true, 16, true, false, true, false),
-            (true, 32, true, true, false, true),
+            (false, 1, false, false, false, false, false),
+            (false, 16, false, true, true, true, true),
+            (true, 1, false, true, true, true, true),
+            (true, 32, true, false, false, true, false),
+            (false, 64, true, true, false, false, false),
+            (true, 16, true, false, true, false, false),
+            (true, 32, true, true, false, true, false),
         ]
         .into_iter()
         .map(
-            |(parallel, vector, wide, stash, across, stream)| RowsCpuConfig {
+            |(parallel, vector, wide, stash, across, stream, separable)| RowsCpuConfig {
                 parallel,
                 vector,
                 wide,
                 stash,
                 across,
                 stream,
+                separable,
             },
         )
         .collect()
@@ -457,8 +645,9 @@ impl RowsCpuConfig {
 /// The CPU search space of the row template for one kernel at one shape: rows in parallel
 /// or not, vector lanes ([`CPU_VECTOR_CHOICES`]), 512-bit vectors (only with AVX-512),
 /// stashing (only where [`RowPlan::stash`] applies), vector lanes within or across rows
-/// (across only where [`RowPlan::across`] allows), streaming stores (only with AVX-512,
-/// where [`RowPlan::stream`] allows). Its text form reads like
+/// (across only where [`RowPlan::across`] allows) or across rows with the window in two
+/// passes (`separable`, only where [`RowPlan::window`] finds one), streaming stores (only
+/// with AVX-512, where [`RowPlan::stream`] allows). Its text form reads like
 /// `parallel=parallel;vector=32;simd=wide;stash=on;lanes=within_rows;stores=cached`.
 ///
 /// ```
@@ -471,7 +660,7 @@ impl RowsCpuConfig {
 /// assert_eq!(default, RowsCpuConfig::heuristic_for(&RowPlan::new(&k, &[512, 1024]).unwrap(), 16));
 /// assert!(default.stash && default.parallel);
 /// assert!(!default.stream); // 2 MB stay cached
-/// assert_eq!(space.space().size(), 2 * 5 * 2 * 2 * 2 * 2);
+/// assert_eq!(space.space().size(), 2 * 5 * 2 * 2 * 3 * 2);
 /// ```
 #[derive(Clone, Debug)]
 pub struct RowsCpuSpace {
@@ -489,7 +678,7 @@ impl RowsCpuSpace {
         let vector = b.discrete("vector", &CPU_VECTOR_CHOICES);
         let simd = b.categorical("simd", &["compiler", "wide"]);
         let stash = b.categorical("stash", &["off", "on"]);
-        let lanes_knob = b.categorical("lanes", &["within_rows", "across_rows"]);
+        let lanes_knob = b.categorical("lanes", &["within_rows", "across_rows", "separable"]);
         let stores = b.categorical("stores", &["cached", "streaming"]);
         let wide_ok = lanes >= 16;
         b.constraint("wide vectors need AVX-512", move |c| {
@@ -502,6 +691,11 @@ impl RowsCpuSpace {
         b.constraint(
             "lanes across rows need a reduction without intermediates",
             move |c| can_cross || c.index(lanes_knob) == Some(0),
+        );
+        let can_separate = plan.window.is_some();
+        b.constraint(
+            "a separable window needs a window reduction over one tensor",
+            move |c| can_separate || c.index(lanes_knob) != Some(2),
         );
         let can_stash = plan.stash.is_some();
         b.constraint("stashing needs a reduction the output reuses", move |c| {
@@ -542,8 +736,9 @@ impl RowsCpuSpace {
             vector: self.space.discrete_value(c, 1).map_or(1, |v| v as u32),
             wide: on(2),
             stash: on(3),
-            across: on(4),
+            across: c.index(4).is_some_and(|i| i >= 1),
             stream: on(5),
+            separable: c.index(4) == Some(2),
         })
     }
 
@@ -557,7 +752,12 @@ impl RowsCpuSpace {
             tuner::Value::Discrete(v),
             tuner::Value::Categorical(usize::from(cfg.wide)),
             tuner::Value::Categorical(usize::from(cfg.stash)),
-            tuner::Value::Categorical(usize::from(cfg.across)),
+            tuner::Value::Categorical(match (cfg.across, cfg.separable) {
+                (false, false) => 0,
+                (true, false) => 1,
+                (true, true) => 2,
+                (false, true) => return None,
+            }),
             tuner::Value::Categorical(usize::from(cfg.stream)),
         ]);
         self.space.is_valid(&c).then_some(c)
