@@ -108,7 +108,7 @@ pub trait SearchStrategy {
 /// The strategy [`by_name`] builds when asked for `"default"`, chosen from the synthetic
 /// benchmark (`tests/compare.rs`): Combined (model-guided evolutionary exploration for 60% of
 /// the budget, then Droplet). Users of a specific target may know better: tensor-dsl's CPU
-/// tuning uses `opevo-droplet`, chosen from real CPU landscapes.
+/// tuning uses `droplet`, chosen from real CPU landscapes.
 pub const DEFAULT_STRATEGY: &str = "combined";
 
 /// The names [`by_name`] knows (aliases aside).
