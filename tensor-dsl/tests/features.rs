@@ -182,6 +182,7 @@ fn cpu_vector_utilisation_is_one_exactly_when_the_tile_divides() {
         k_block: 0,
         wide_simd: true,
         conv: None,
+        rows: None,
         // Explicit vector code changes the packed tile's text, not the tile the features
         // read (the loop tile without the panel comes first).
         vector_code: 16,

@@ -762,6 +762,66 @@ fn einsum_entry_points_give_the_row_template() {
     }
 }
 
+/// A row configuration travels in the CPU schedule's own `rows` field: every point of each
+/// case's space decodes to a schedule that validates, whose einsum tile knobs are neutral
+/// and whose row knobs come back unchanged; an einsum schedule's packing, loop order,
+/// reduction blocking or vector code is not read as a row knob (stash, lanes across rows,
+/// separable window, streaming), and row knobs on a matmul are refused.
+#[test]
+fn row_knobs_travel_in_their_own_field() {
+    use tensor_dsl::template::cpu::{CpuConfig, CpuTemplate};
+    for p in prepare() {
+        let k = &p.case.kernel;
+        let t = CpuTemplate::new(k, &p.extents, 16).unwrap();
+        let plan = RowPlan::new(k, &p.extents).unwrap();
+        for r in RowsCpuConfig::all_for(&plan) {
+            let c = r.to_cpu_config();
+            assert_eq!(c.rows, Some(r), "{}", p.name);
+            assert_eq!(RowsCpuConfig::from_cpu_config(&c), r, "{}", p.name);
+            assert_eq!(
+                (c.pack, c.unroll_outer, c.k_block, c.vector_code),
+                (false, false, 0, 0),
+                "{}: {c:?}",
+                p.name
+            );
+            assert!(c.validate(k).is_ok(), "{}: {c:?}", p.name);
+            // (`all_for` also lists points the space's constraints leave out.)
+            if let Some(point) = t.encode(&c) {
+                assert_eq!(t.decode(&point).unwrap(), c, "{}", p.name);
+            }
+        }
+        let einsum = CpuConfig {
+            pack: true,
+            unroll_outer: true,
+            k_block: 1,
+            vector_code: 16,
+            rows: None,
+            ..CpuConfig::heuristic(k, &p.extents, 16)
+        };
+        let r = RowsCpuConfig::from_cpu_config(&einsum);
+        assert!(
+            !(r.stash || r.across || r.separable || r.stream),
+            "{}: {r:?}",
+            p.name
+        );
+        assert!(einsum.validate(k).is_err(), "{}", p.name);
+    }
+    let mm = tensor_dsl::ir::parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
+    let with_rows = CpuConfig {
+        rows: Some(RowsCpuConfig {
+            parallel: false,
+            vector: 16,
+            wide: false,
+            stash: false,
+            across: false,
+            stream: false,
+            separable: false,
+        }),
+        ..CpuConfig::heuristic(&mm, &[64, 64, 64], 16)
+    };
+    assert!(with_rows.validate(&mm).is_err());
+}
+
 /// The row template's CPU space is what CPU tuning searches for a kernel of several stages:
 /// the default first, every measured point checked against the reference, the best a
 /// configuration of the row template (stashing softmax's `exp` in its output row).

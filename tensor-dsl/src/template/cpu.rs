@@ -82,6 +82,14 @@ pub struct CpuConfig {
     /// pixels, and the other tile knobs are unused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conv: Option<super::cpu_conv::ConvTile>,
+    /// A kernel of several stages' knobs ([`crate::template::rows`]): with them, the config
+    /// is the row template's (see [`RowsCpuConfig::to_cpu_config`]); the tile knobs are
+    /// unused, and `parallel`, `vector` and `wide_simd` repeat the row knobs of the same
+    /// meaning, for the analytic features.
+    ///
+    /// [`RowsCpuConfig::to_cpu_config`]: crate::template::rows::RowsCpuConfig::to_cpu_config
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<super::rows::RowsCpuConfig>,
     /// Lanes (`f32`) of the explicit vector micro-kernel, 0 for none: with a packed panel,
     /// every packed tile whose width is a multiple of it is written as GNU C vector code
     /// (`unroll × vector/lanes` vector accumulators, the panel row loaded as vectors, the
@@ -291,6 +299,7 @@ impl CpuConfig {
             wide_simd,
             vector_code: if lanes >= 8 { lanes } else { 0 },
             conv: None,
+            rows: None,
         };
         cfg.k_block = l2_k_block(kernel, extents, &cfg, machine.l2_bytes);
         cfg
@@ -311,22 +320,25 @@ impl CpuConfig {
             wide_simd: false,
             vector_code: 0,
             conv: None,
+            rows: None,
         }
     }
 
     /// Checks the config fits the kernel: axes are distinct spatial indices, tiles are
     /// positive and the register tile is bounded.
     pub fn validate(&self, kernel: &Kernel) -> Result<(), String> {
-        if let Some(tile) = &self.conv {
-            return super::cpu_conv::validate(kernel, self, tile);
-        }
         if kernel.is_staged() {
             // The row template's knobs (see `RowsCpuConfig::to_cpu_config`).
-            let rows = crate::template::rows::RowsCpuConfig::from_cpu_config(self);
-            if rows.to_cpu_config() != *self {
-                return Err("not a configuration of the row template".into());
-            }
-            return rows.validate();
+            return match self.rows {
+                Some(rows) if rows.to_cpu_config() == *self => rows.validate(),
+                _ => Err("not a configuration of the row template".into()),
+            };
+        }
+        if self.rows.is_some() {
+            return Err("row template knobs on a kernel that is not of several stages".into());
+        }
+        if let Some(tile) = &self.conv {
+            return super::cpu_conv::validate(kernel, self, tile);
         }
         let spatial = kernel.spatial();
         for (axis, what) in [(self.vector_axis, "vector"), (self.unroll_axis, "unroll")] {
@@ -630,6 +642,7 @@ impl CpuTemplate {
             wide_simd: choice(simd),
             vector_code: if choice(code) { self.lanes } else { 0 },
             conv: None,
+            rows: None,
         })
     }
 

@@ -341,6 +341,7 @@ impl ConvTemplate {
             default: Config::new(Vec::new()),
             base: CpuConfig {
                 conv: None,
+                rows: None,
                 ..heuristic.clone()
             },
             knobs: [vector, pixels, pad, parallel, simd, packing, store],

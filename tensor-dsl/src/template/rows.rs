@@ -525,10 +525,9 @@ impl RowsCpuConfig {
 
     /// The configuration as the CPU backend's schedule type carries it, so that records,
     /// tuning and the bench reach the row template through
-    /// [`crate::template::cpu::CpuTemplate`]: `parallel`, `vector` (lanes), `wide_simd`
-    /// `pack` (stash), `unroll_outer` (across), `k_block` (1 for a separable window: the
-    /// window's reduction cut in two blocks) and `vector_code` (16 for streaming stores,
-    /// which are 16-lane vector code) hold the knobs; no axes, no unrolling.
+    /// [`crate::template::cpu::CpuTemplate`]: the knobs are its `rows`; `parallel`,
+    /// `vector` (lanes) and `wide_simd` repeat the knobs of the same meaning (the analytic
+    /// features read them); the tile knobs are neutral (no axes, no unrolling, no packing).
     pub fn to_cpu_config(&self) -> crate::template::cpu::CpuConfig {
         crate::template::cpu::CpuConfig {
             vector_axis: None,
@@ -536,19 +535,24 @@ impl RowsCpuConfig {
             unroll_axis: None,
             unroll: 1,
             parallel: self.parallel,
-            pack: self.stash,
-            unroll_outer: self.across,
-            k_block: usize::from(self.separable),
+            pack: false,
+            unroll_outer: false,
+            k_block: 0,
             wide_simd: self.wide,
-            vector_code: if self.stream { 16 } else { 0 },
+            vector_code: 0,
             conv: None,
+            rows: Some(*self),
         }
     }
 
-    /// The inverse of [`RowsCpuConfig::to_cpu_config`]; an einsum schedule's tile width
-    /// becomes the largest lane count of [`CPU_VECTOR_CHOICES`] not above it (at least 8;
-    /// 1 stays scalar).
+    /// The row knobs of a CPU schedule: its `rows` where it has them; otherwise (an einsum
+    /// schedule handed to a kernel of several stages) its tile width becomes the largest
+    /// lane count of [`CPU_VECTOR_CHOICES`] not above it (at least 8; 1 stays scalar), with
+    /// its `parallel` and `wide_simd`, and no stash, lanes across rows or streaming.
     pub fn from_cpu_config(c: &crate::template::cpu::CpuConfig) -> RowsCpuConfig {
+        if let Some(rows) = c.rows {
+            return rows;
+        }
         let want = if c.vector <= 1 { 1 } else { c.vector.max(8) };
         let vector = CPU_VECTOR_CHOICES
             .iter()
@@ -559,10 +563,10 @@ impl RowsCpuConfig {
             parallel: c.parallel,
             vector,
             wide: c.wide_simd,
-            stash: c.pack,
-            across: c.unroll_outer,
-            stream: c.vector_code > 0,
-            separable: c.k_block > 0,
+            stash: false,
+            across: false,
+            stream: false,
+            separable: false,
         }
     }
 
