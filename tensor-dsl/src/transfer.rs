@@ -16,8 +16,8 @@
 //!   GPUs, on the run's own features ([`cuda_features`]); other kernels are left out (their
 //!   knob features do not line up).
 //! * **Portable features** ([`cpu_transfer_features`]): a schedule's knob values by role
-//!   (vector width, unroll depth, whether the vector axis is the innermost output axis, the
-//!   row template's stash, lanes across rows, separable window and streaming stores, ...),
+//!   (vector width, unroll depth, whether the vector axis is the innermost output axis, ...;
+//!   the row template's knobs in the slots of the einsum knobs of the same role),
 //!   the problem's size, and the analytic [`crate::features::cpu_features`], so points of
 //!   kernels with different index sets share one feature space.
 //! * **The pick** ([`pick`]): with records of the same kernel at other shapes on this CPU,
@@ -70,7 +70,7 @@ pub const EVIDENCE_PER_KEY: usize = 3;
 /// Uniform samples added to the pick's candidates.
 pub const PICK_SAMPLES: usize = 256;
 /// The length of [`cpu_transfer_features`].
-pub const CPU_TRANSFER_FEATURES: usize = 19 + CpuFeatures::NAMES.len();
+pub const CPU_TRANSFER_FEATURES: usize = 15 + CpuFeatures::NAMES.len();
 
 /// What a run learns from before measuring: training points and the best schedules of the
 /// problems they come from.
@@ -188,13 +188,17 @@ pub fn cpu_transfer_features(
         .iter()
         .map(|&r| extents.get(r).copied().unwrap_or(1))
         .product();
+    // The row template's knobs share the slots of the einsum knobs of the same role: its
+    // stash is a reuse buffer like a packed panel, lanes across rows a loop order, a
+    // separable window a split reduction.
+    let row = |knob: fn(&RowsCpuConfig) -> bool| cfg.rows.as_ref().is_some_and(knob);
     let mut f = vec![
         log2(cfg.vector),
         log2(cfg.unroll),
         flag(cfg.parallel),
-        flag(cfg.pack),
-        flag(cfg.unroll_outer),
-        log2(cfg.k_block + 1),
+        flag(cfg.pack || row(|r| r.stash)),
+        flag(cfg.unroll_outer || row(|r| r.across)),
+        log2(cfg.k_block + usize::from(row(|r| r.separable)) + 1),
         flag(cfg.wide_simd),
         flag(cfg.vector_axis.is_some() && cfg.vector_axis == spatial.last().copied()),
         flag(cfg.unroll_axis.is_some() && cfg.unroll_axis == spatial.iter().rev().nth(1).copied()),
@@ -205,14 +209,6 @@ pub fn cpu_transfer_features(
         log2(reduction),
         kernel.flops(extents).max(1.0).log2(),
     ];
-    // The row template's own knobs (all zero for other schedules).
-    let row = |knob: fn(&RowsCpuConfig) -> bool| flag(cfg.rows.as_ref().is_some_and(knob));
-    f.extend([
-        row(|r| r.stash),
-        row(|r| r.across),
-        row(|r| r.separable),
-        row(|r| r.stream),
-    ]);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     f.extend(cpu_features_with_threads(kernel, extents, &[], cfg, lanes, threads).to_vec());
     f
