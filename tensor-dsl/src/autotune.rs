@@ -27,7 +27,7 @@ use tuner::{Config, CostModel, Forest, Measurer, SearchSpace, Trial};
 /// measured point, the template's default first, moving only on a statistically better
 /// neighbour). Set only from data: the winner of `tensor-dsl study` (most landscapes
 /// passing the 32/64-trial thresholds, ties to the best worst ratio, then the smallest
-/// spread) on the latest committed study of today's CPU spaces,
+/// spread, both on a grid of 0.005, then to the incumbent) on the latest committed study of today's CPU spaces,
 /// `bench/results/strategies-<date>-cpu-v4/study.json` (`bench/landscapes.sh` records it);
 /// a test in `tensor-dsl-cli/tests/study.rs` fails when that study names another winner.
 /// The 2026-11-25 study: 7 of 7 landscapes passed, worst ratio 0.991 at 32 and 64 trials,
