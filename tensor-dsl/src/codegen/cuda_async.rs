@@ -20,7 +20,7 @@
 
 /// The helpers `body` (printed CUDA) calls, in dependency order; empty when it calls none.
 pub fn prelude(body: &str) -> String {
-    let q = "static __device__ __forceinline__";
+    let q = QUALIFIERS;
     let mut h = String::new();
     if body.contains("td_smem(") {
         h.push_str(&format!(
@@ -40,30 +40,16 @@ pub fn prelude(body: &str) -> String {
              }}\n"
         ));
     }
-    for (bytes, cache) in [(4, "ca"), (16, "cg")] {
+    for bytes in [4, 16] {
         if body.contains(&format!("td_cp_async{bytes}(")) {
             h.push_str(&format!(
-                "/* {bytes} bytes global -> shared, asynchronously; zeros when !ok (nothing is read). */\n\
-                 {q} void td_cp_async{bytes}(unsigned dst, const float *src, bool ok) {{\n\
-                 #ifdef __CUDA_ARCH__\n\
-                 \x20   asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {bytes}, %2;\" :: \"r\"(dst), \"l\"(src), \"r\"(ok ? {bytes} : 0) : \"memory\");\n\
-                 #else\n\
-                 \x20   td_emu_cp_async(td_shared_base + dst, src, {bytes}, ok ? {bytes} : 0);\n\
-                 #endif\n\
-                 }}\n"
+                "/* {bytes} bytes global -> shared, asynchronously; zeros when !ok (nothing is read). */\n"
             ));
+            h.push_str(&cp_async_copy(bytes, "float", "td_emu_cp_async"));
         }
     }
     if body.contains("td_cp_async_commit(") {
-        h.push_str(&format!(
-            "{q} void td_cp_async_commit() {{\n\
-             #ifdef __CUDA_ARCH__\n\
-             \x20   asm volatile(\"cp.async.commit_group;\" ::: \"memory\");\n\
-             #else\n\
-             \x20   td_emu_cp_async_commit();\n\
-             #endif\n\
-             }}\n"
-        ));
+        h.push_str(&cp_async_commit());
     }
     if body.contains("td_cp_async_wait<") {
         h.push_str(&format!(
@@ -89,4 +75,52 @@ pub fn prelude(body: &str) -> String {
         ));
     }
     h
+}
+
+/// The qualifiers of every device helper.
+const QUALIFIERS: &str = "static __device__ __forceinline__";
+
+/// `td_cp_async<bytes>(dst, src, ok)`: `bytes` bytes from global `src` (of C type `src_ty`)
+/// to shared address `dst`, zeros when `!ok` (then nothing is read): `cp.async.cg` for 16
+/// bytes, `.ca` for fewer; on the emulator, `emu` (its `cp.async` queue: `td_emu_cp_async`,
+/// or the sm_90 header's `td_emu90_cp_async`). The SIMT nest, `mma.sync` and `wgmma`
+/// templates all emit it here.
+pub(crate) fn cp_async_copy(bytes: usize, src_ty: &str, emu: &str) -> String {
+    let q = QUALIFIERS;
+    let cache = if bytes == 16 { "cg" } else { "ca" };
+    format!(
+        "{q} void td_cp_async{bytes}(unsigned dst, const {src_ty} *src, bool ok) {{\n\
+         #ifdef __CUDA_ARCH__\n\
+         \x20   asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {bytes}, %2;\" :: \"r\"(dst), \"l\"(src), \"r\"(ok ? {bytes} : 0) : \"memory\");\n\
+         #else\n\
+         \x20   {emu}(td_shared_base + dst, src, {bytes}, ok ? {bytes} : 0);\n\
+         #endif\n}}\n"
+    )
+}
+
+/// `td_cp_async_commit()`: closes this thread's group of `cp.async` copies.
+pub(crate) fn cp_async_commit() -> String {
+    let q = QUALIFIERS;
+    format!(
+        "{q} void td_cp_async_commit() {{\n\
+         #ifdef __CUDA_ARCH__\n\
+         \x20   asm volatile(\"cp.async.commit_group;\" ::: \"memory\");\n\
+         #else\n\
+         \x20   td_emu_cp_async_commit();\n\
+         #endif\n}}\n"
+    )
+}
+
+/// `td_cp_async_wait<n>()`: waits until at most `n` of this thread's copy groups are
+/// pending; on the emulator, `emu` (`td_emu_cp_async_wait` or `td_emu90_cp_async_wait`).
+pub(crate) fn cp_async_wait(n: usize, emu: &str) -> String {
+    let q = QUALIFIERS;
+    format!(
+        "{q} void td_cp_async_wait{n}() {{\n\
+         #ifdef __CUDA_ARCH__\n\
+         \x20   asm volatile(\"cp.async.wait_group {n};\" ::: \"memory\");\n\
+         #else\n\
+         \x20   {emu}({n});\n\
+         #endif\n}}\n"
+    )
 }

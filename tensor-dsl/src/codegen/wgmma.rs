@@ -56,6 +56,7 @@
 //! ```
 
 use super::cuda::CudaSource;
+use super::cuda_async::{cp_async_commit, cp_async_copy, cp_async_wait};
 use super::tensorcore::{batch_coordinates, epilogue, finish, k_pad_of, Context};
 use super::{builtin_prelude, dtype_prelude, storage_type, used_builtins_prelude};
 use crate::ir::{DType, Kernel};
@@ -543,39 +544,17 @@ fn cp_async_helpers(s: &WgSchedule, copies: &[Copy; 2]) -> String {
             continue;
         }
         let bytes = 2 * w;
-        let cache = if bytes == 16 { "cg" } else { "ca" };
-        let _ = write!(
+        let _ = writeln!(
             h,
-            "/* {bytes} bytes global -> shared, asynchronously; zeros when !ok (then nothing is read). */\n\
-             {q} void td_cp_async{bytes}(unsigned dst, const unsigned short *src, bool ok) {{\n\
-             #ifdef __CUDA_ARCH__\n\
-             \x20   asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {bytes}, %2;\" :: \"r\"(dst), \"l\"(src), \"r\"(ok ? {bytes} : 0) : \"memory\");\n\
-             #else\n\
-             \x20   td_emu90_cp_async(td_shared_base + dst, src, {bytes}, ok ? {bytes} : 0);\n\
-             #endif\n}}\n"
+            "/* {bytes} bytes global -> shared, asynchronously; zeros when !ok (then nothing is read). */"
         );
+        h.push_str(&cp_async_copy(bytes, "unsigned short", "td_emu90_cp_async"));
     }
-    let _ = write!(
-        h,
-        "{q} void td_cp_async_commit() {{\n\
-         #ifdef __CUDA_ARCH__\n\
-         \x20   asm volatile(\"cp.async.commit_group;\" ::: \"memory\");\n\
-         #else\n\
-         \x20   td_emu_cp_async_commit();\n\
-         #endif\n}}\n"
-    );
+    h.push_str(&cp_async_commit());
     let mut waits = vec![s.prefetch() - 1, 0];
     waits.dedup();
     for n in waits {
-        let _ = write!(
-            h,
-            "{q} void td_cp_async_wait{n}() {{\n\
-             #ifdef __CUDA_ARCH__\n\
-             \x20   asm volatile(\"cp.async.wait_group {n};\" ::: \"memory\");\n\
-             #else\n\
-             \x20   td_emu90_cp_async_wait({n});\n\
-             #endif\n}}\n"
-        );
+        h.push_str(&cp_async_wait(n, "td_emu90_cp_async_wait"));
     }
     h
 }
