@@ -167,14 +167,22 @@ fn run_into(
     } else {
         load::wait_quiet(0.25, opts.wait_quiet)
     };
-    // The bench's kernels are all f32 (the baselines are f32 libraries).
-    let data: Vec<Vec<f32>> =
+    // The bench's kernels are all f32 (the baselines are f32 libraries). The inputs are
+    // tensors, as a caller's would be: each keeps its version while unchanged (what lets a
+    // convolution keep its packed weights between calls).
+    let tensors =
         tensor_dsl::measure::random_inputs(&problem.kernel, &problem.shapes, opts.settings.seed)
             .iter()
-            .map(tensor_dsl::Buffer::to_f32)
-            .collect();
-    let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
-    let views: Vec<tensor_dsl::Data<'_>> = data.iter().map(Into::into).collect();
+            .map(|b| {
+                // Flat: the output's slot is empty; the shapes are checked at the call.
+                let values = b.to_f32();
+                tensor_dsl::Tensor::from_vec(vec![values.len()], values)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+    let refs: Vec<&[f32]> = tensors.iter().map(|t| t.as_slice()).collect();
+    let views: Vec<tensor_dsl::Data<'_>> = refs.iter().map(|&r| r.into()).collect();
+    let versions: Vec<Option<u64>> = tensors.iter().map(|t| Some(t.version())).collect();
     let shapes = problem.shape_refs();
     let out_len: usize = problem.shapes[kernel.output].iter().product();
     let mut ours_out = vec![f32::NAN; out_len];
@@ -182,7 +190,14 @@ fn run_into(
     let mut default_out = vec![f32::NAN; out_len];
     let mut scratch = baseline::Scratch::default();
     let run_ours = |cfg: &CpuConfig, out: &mut [f32]| {
-        cpu::run_with(kernel, extents, &shapes, &views, out.into(), cfg).map_err(cpu_err)
+        cpu::run_with_versions(kernel, extents, &shapes, &views, &versions, out.into(), cfg)
+            .map_err(cpu_err)
+    };
+    // Convolutions also time the call that packs the weights itself (no versions).
+    let repacks = ours_cfg.conv.is_some();
+    let mut repack_out = vec![f32::NAN; out_len];
+    let run_repacking = |out: &mut [f32]| {
+        cpu::run_with(kernel, extents, &shapes, &views, out.into(), &ours_cfg).map_err(cpu_err)
     };
     run_ours(&ours_cfg, &mut ours_out)?;
     run_ours(&default_cfg, &mut default_out)?;
@@ -236,6 +251,9 @@ fn run_into(
             })),
             Run::Call(Box::new(|| run_ours(&default_cfg, &mut default_out))),
         ];
+        if repacks {
+            contenders.push(Run::Call(Box::new(|| run_repacking(&mut repack_out))));
+        }
         let mut settle = vec![0.0; contenders.len()];
         for ((_, _, _, b), out) in timed.iter_mut().zip(lib_outs.iter_mut()) {
             settle.push(b.settle());
@@ -252,7 +270,7 @@ fn run_into(
         }
         timing::side_by_side(&mut contenders, opts.plan, &settle)?
     };
-    let (main, libs) = timings.split_at(3.min(timings.len()));
+    let (main, libs) = timings.split_at((3 + usize::from(repacks)).min(timings.len()));
     r.timed(main)?;
     for ((library, name, err, _), t) in timed.iter().zip(libs) {
         r.timed_baseline(library, name, *err, t);

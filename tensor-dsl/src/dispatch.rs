@@ -89,10 +89,7 @@ pub fn call_accumulating(
 ) -> Result<(), Error> {
     let prev = crate::tensor::Buffer::copy_of(output.data.as_data());
     let mut all = inputs.to_vec();
-    all.push(TensorRef {
-        shape: output.shape,
-        data: prev.view(),
-    });
+    all.push(TensorRef::new(output.shape, prev.view()));
     call(kernel, &all, output, opts)
 }
 
@@ -109,8 +106,10 @@ fn call_in_cache(
     let (shapes, extents) = bind_call(kernel, inputs.iter().map(|t| t.shape), out_shape)?;
     check_dtypes(kernel, inputs.iter().map(|t| t.data.dtype()), out.dtype())?;
     let mut data: Vec<Data<'_>> = vec![Data::default(); kernel.params.len()];
+    let mut versions: Vec<Option<u64>> = vec![None; kernel.params.len()];
     for (&p, t) in kernel.inputs().iter().zip(inputs) {
         data[p] = t.data;
+        versions[p] = t.version();
     }
     if kernel.is_staged() {
         return run_staged(kernel, &extents, &shapes, &data, out, opts);
@@ -118,7 +117,11 @@ fn call_in_cache(
     match opts.resolve_device()? {
         Device::Cuda => run_cuda(kernel, &extents, &shapes, &data, out, opts),
         Device::Reference => {
-            let mut buffers = HostBuffers { data: &data, out };
+            let mut buffers = HostBuffers {
+                data: &data,
+                versions: &[],
+                out,
+            };
             backend::run(
                 &ReferenceBackend,
                 kernel,
@@ -129,7 +132,15 @@ fn call_in_cache(
             )
             .map(|_| ())
         }
-        Device::Cpu => match run_cpu(kernel, &extents, &shapes, &data, out.reborrow(), opts) {
+        Device::Cpu => match run_cpu(
+            kernel,
+            &extents,
+            &shapes,
+            &data,
+            &versions,
+            out.reborrow(),
+            opts,
+        ) {
             Err(cpu::CpuError::NoCompiler(why)) => {
                 if !WARNED_NO_CC.swap(true, Ordering::Relaxed) {
                     crate::log::warn(format_args!(
@@ -172,7 +183,7 @@ fn run_staged(
             // (records, first-call tuning, the row template's default); otherwise the row
             // runtime falls back to the reference interpreter.
             let result = if crate::template::rows::RowPlan::new(kernel, extents).is_ok() {
-                run_cpu(kernel, extents, shapes, data, out.reborrow(), opts)
+                run_cpu(kernel, extents, shapes, data, &[], out.reborrow(), opts)
             } else {
                 crate::runtime::rows::run_cpu(kernel, extents, shapes, data, out.reborrow())
             };
@@ -320,7 +331,11 @@ pub fn cpu_decision(
     out: DataMut<'_>,
 ) -> Result<Arc<CpuDecision>, cpu::CpuError> {
     cpu::compiler().map_err(cpu::CpuError::NoCompiler)?;
-    let mut buffers = HostBuffers { data, out };
+    let mut buffers = HostBuffers {
+        data,
+        versions: &[],
+        out,
+    };
     Ok(backend::decide(
         &CpuBackend,
         kernel,
@@ -331,17 +346,23 @@ pub fn cpu_decision(
     )?)
 }
 
-/// Runs on the CPU with the decided schedule.
+/// Runs on the CPU with the decided schedule (`versions`: the inputs' tensor versions by
+/// parameter id, where known; see [`cpu::run_with_versions`]).
 fn run_cpu(
     kernel: &Kernel,
     extents: &[usize],
     shapes: &[&[usize]],
     data: &[Data<'_>],
+    versions: &[Option<u64>],
     out: DataMut<'_>,
     opts: &Options,
 ) -> Result<(), cpu::CpuError> {
     cpu::compiler().map_err(cpu::CpuError::NoCompiler)?;
-    let mut buffers = HostBuffers { data, out };
+    let mut buffers = HostBuffers {
+        data,
+        versions,
+        out,
+    };
     backend::run(&CpuBackend, kernel, extents, shapes, &mut buffers, opts)?;
     Ok(())
 }

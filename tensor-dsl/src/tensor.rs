@@ -396,6 +396,9 @@ impl Buffer {
 pub struct TensorRef<'a> {
     pub shape: &'a [usize],
     pub data: Data<'a>,
+    /// The [`Tensor::version`] of the tensor borrowed, `None` for other data: what lets the
+    /// CPU runtime keep an input's packed form between calls (see [`Tensor::version`]).
+    version: Option<u64>,
 }
 
 /// A borrowed output tensor of any element type.
@@ -406,12 +409,24 @@ pub struct TensorMut<'a> {
 }
 
 impl<'a> TensorRef<'a> {
+    /// `data` as a tensor of `shape` (no version: the runtime assumes nothing about how
+    /// long the data stays as it is).
+    pub fn new(shape: &'a [usize], data: Data<'a>) -> Self {
+        TensorRef {
+            shape,
+            data,
+            version: None,
+        }
+    }
+
     /// A scalar as a rank-0 tensor (how a kernel's `alpha: f32` parameter is passed).
     pub fn scalar<T: Element>(value: &'a T) -> Self {
-        TensorRef {
-            shape: &[],
-            data: T::data(std::slice::from_ref(value)),
-        }
+        Self::new(&[], T::data(std::slice::from_ref(value)))
+    }
+
+    /// The borrowed [`Tensor`]'s [`Tensor::version`]; `None` for views, slices and scalars.
+    pub fn version(&self) -> Option<u64> {
+        self.version
     }
 }
 
@@ -420,12 +435,14 @@ impl<'a, T: Element> From<&'a Tensor<T>> for TensorRef<'a> {
         TensorRef {
             shape: &t.shape,
             data: T::data(&t.data),
+            version: Some(t.version),
         }
     }
 }
 
 impl<'a, T: Element> From<&'a mut Tensor<T>> for TensorMut<'a> {
     fn from(t: &'a mut Tensor<T>) -> Self {
+        t.version = next_version();
         TensorMut {
             shape: &t.shape,
             data: T::data_mut(&mut t.data),
@@ -514,10 +531,7 @@ impl<'a, T: Element> TensorViewMut<'a, T> {
 
 impl<'a, T: Element> From<TensorView<'a, T>> for TensorRef<'a> {
     fn from(v: TensorView<'a, T>) -> Self {
-        TensorRef {
-            shape: v.shape,
-            data: T::data(v.data),
-        }
+        TensorRef::new(v.shape, T::data(v.data))
     }
 }
 
@@ -531,10 +545,26 @@ impl<'a, T: Element> From<TensorViewMut<'a, T>> for TensorMut<'a> {
 }
 
 /// A dense, row-major tensor in host memory.
-#[derive(Clone, PartialEq)]
+#[derive(Clone)]
 pub struct Tensor<T: Element> {
     shape: Vec<usize>,
     data: Vec<T>,
+    /// See [`Tensor::version`].
+    version: u64,
+}
+
+/// Tensors are equal when their shapes and elements are (their versions do not count).
+impl<T: Element> PartialEq for Tensor<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.shape == other.shape && self.data == other.data
+    }
+}
+
+/// A version no tensor has had yet (process-wide, from 1).
+fn next_version() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 fn element_count(shape: &[usize]) -> Option<usize> {
@@ -555,7 +585,11 @@ impl<T: Element> Tensor<T> {
                 len: data.len(),
             });
         }
-        Ok(Tensor { shape, data })
+        Ok(Tensor {
+            shape,
+            data,
+            version: next_version(),
+        })
     }
 
     /// A tensor of the given shape holding a copy of `data` (row-major).
@@ -577,6 +611,7 @@ impl<T: Element> Tensor<T> {
         Ok(Tensor {
             shape: shape.to_vec(),
             data: self.data,
+            version: self.version,
         })
     }
 
@@ -610,6 +645,7 @@ impl<T: Element> Tensor<T> {
         Ok(Tensor {
             shape: shape.to_vec(),
             data: vec![T::default(); n],
+            version: next_version(),
         })
     }
 
@@ -633,9 +669,32 @@ impl<T: Element> Tensor<T> {
         &self.data
     }
 
-    /// The elements in row-major order, mutably.
+    /// The elements in row-major order, mutably (the tensor gets a new
+    /// [`version`](Tensor::version)).
     pub fn as_mut_slice(&mut self) -> &mut [T] {
+        self.version = next_version();
         &mut self.data
+    }
+
+    /// A number that stays the same exactly as long as the elements do: every way to
+    /// change them (a mutable borrow, being a kernel's output) gives the tensor a version
+    /// no tensor of this process had before; a clone keeps it (same elements).
+    ///
+    /// The CPU runtime keys what it derives from an input at call time by it: a
+    /// convolution's weights packed into the kernel's panel layout are kept for the next
+    /// call with the same version and packed again otherwise ([`crate::runtime::cpu`]).
+    ///
+    /// ```
+    /// use tensor_dsl::Tensor;
+    /// let mut w = Tensor::from_vec(vec![2], vec![1.0f32, 2.0])?;
+    /// let v = w.version();
+    /// assert_eq!(w.clone().version(), v);
+    /// w.as_mut_slice()[0] = 3.0;
+    /// assert_ne!(w.version(), v);
+    /// # Ok::<(), tensor_dsl::Error>(())
+    /// ```
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// The elements as `f32`, in row-major order.

@@ -345,7 +345,8 @@ fn mismatched_buffers_are_errors_not_panics() {
 /// channel counts, stride 2, padding, 1×1, 7×7 over 3 channels, a batch, an epilogue, and
 /// channel counts below, at and past the channel tile, weights with the channel innermost;
 /// in f32 and with half-precision inputs. Each runs its default, every border/parallel
-/// variant of it, the other weight packing and random points of its space.
+/// variant of it, the other weight packing and random points of its space, with the
+/// weights packed at the call and packed ahead ([`cpu::run_with_versions`]).
 #[test]
 fn convolution_template_matches_reference() {
     let lanes = cpu::simd_lanes();
@@ -391,6 +392,8 @@ fn convolution_template_matches_reference() {
         (DType::BF16, DType::F32),
     ];
     let mut rng = StdRng::seed_from_u64(11);
+    // Versions of the weights: a new one for each case's data.
+    let mut version = 1u64 << 40;
     for (src, named) in &cases {
         for &(input, output) in &types {
             let mut kernel = parse_text("k", src, None).unwrap();
@@ -460,14 +463,23 @@ fn convolution_template_matches_reference() {
             tensor_dsl::reference::run(&kernel, &extents, &shape_refs, &data_refs, want.view_mut());
             let want = want.to_f32();
             let scale = tol(output, sum_scale(&kernel, &extents));
-            for cfg in &configs {
+            // Each config runs packing the weights itself, then twice on weights packed
+            // ahead (the first call packs them, the second reuses them).
+            version += 1;
+            let mut versions = vec![None; kernel.params.len()];
+            versions[kernel.params.iter().position(|p| p.name == "w").unwrap()] = Some(version);
+            let runs = configs
+                .iter()
+                .flat_map(|c| [(c, &[][..]), (c, &versions[..]), (c, &versions[..])]);
+            for (cfg, versions) in runs {
                 cfg.validate(&kernel).unwrap();
                 let mut got = Buffer::from_f32(output, &vec![f32::NAN; n_out]);
-                match cpu::run_with(
+                match cpu::run_with_versions(
                     &kernel,
                     &extents,
                     &shape_refs,
                     &data_refs,
+                    versions,
                     got.view_mut(),
                     cfg,
                 ) {
@@ -481,8 +493,8 @@ fn convolution_template_matches_reference() {
                 for (n, (g, w)) in got.to_f32().iter().zip(&want).enumerate() {
                     assert!(
                         close_within(*g, *w, scale),
-                        "{src} ({}) shapes {shapes:?} {cfg:?}: element {n}: cpu {g} vs \
-                         reference {w}",
+                        "{src} ({}) shapes {shapes:?} {cfg:?} versions {versions:?}: element \
+                         {n}: cpu {g} vs reference {w}",
                         kernel.dtypes_text()
                     );
                 }

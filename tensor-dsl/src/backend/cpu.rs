@@ -18,10 +18,11 @@ use std::time::Instant;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuBackend;
 
-/// A host call's buffers: the inputs by parameter id (the output's slot unused) and the
-/// output.
+/// A host call's buffers: the inputs by parameter id (the output's slot unused), their
+/// [`crate::Tensor::version`]s where known (by parameter id; may be empty), and the output.
 pub struct HostBuffers<'a> {
     pub data: &'a [Data<'a>],
+    pub versions: &'a [Option<u64>],
     pub out: DataMut<'a>,
 }
 
@@ -93,11 +94,12 @@ impl Backend for CpuBackend {
         buffers: &mut HostBuffers<'_>,
         schedule: &CpuConfig,
     ) -> Result<(), Error> {
-        cpu::run_with(
+        cpu::run_with_versions(
             kernel,
             extents,
             shapes,
             buffers.data,
+            buffers.versions,
             buffers.out.reborrow(),
             schedule,
         )

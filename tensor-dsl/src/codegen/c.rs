@@ -30,6 +30,17 @@ pub const CODEGEN_VERSION: u32 = 4;
 /// Name of the exported entry point.
 pub const ENTRY: &str = lower::cpu::ENTRY;
 
+/// Every name a generated C unit exports: the entry point and, where a nest has a
+/// [`lower::Prepack`], its functions and constants (what a caller linking several units
+/// into one object renames).
+pub const EXPORTS: [&str; 5] = [
+    ENTRY,
+    lower::cpu::PREPACK_FILL,
+    lower::cpu::PREPACK_ENTRY,
+    lower::cpu::PREPACK_INPUT,
+    lower::cpu::PREPACK_ELEMS,
+];
+
 /// The macro that opens an [`LoopKind::InOrder`] loop; [`IN_ORDER_PRELUDE`] defines it.
 pub const IN_ORDER: &str = "TD_IN_ORDER";
 
@@ -307,6 +318,29 @@ fn source(
     s.push_str(&super::used_builtins_prelude(kernel, ""));
     s.push_str(&dtype_prelude(kernel, ""));
     s.push('\n');
+    if let Some(pp) = &nest.prepack {
+        let _ = writeln!(
+            s,
+            "/* `{}` can be packed ahead of calls: {} fills {} floats, which {} reads from\n   args[{}] instead of packing at each call. */",
+            kernel.params[pp.input].name,
+            lower::cpu::PREPACK_FILL,
+            pp.elems,
+            lower::cpu::PREPACK_ENTRY,
+            kernel.params.len()
+        );
+        let _ = writeln!(
+            s,
+            "const long {} = {};",
+            lower::cpu::PREPACK_INPUT,
+            pp.input
+        );
+        let _ = writeln!(
+            s,
+            "const long {} = {};\n",
+            lower::cpu::PREPACK_ELEMS,
+            pp.elems
+        );
+    }
     s.push_str(&body);
     Ok(s)
 }

@@ -233,10 +233,17 @@ pub fn print(nest: &Nest, dialect: &dyn Dialect) -> Result<String, String> {
         out.line(0, "}");
         out.line(0, "");
     }
-    let params = p.params(&nest.entry)?;
-    dialect.entry_head(nest, &nest.entry, &params, &mut out)?;
-    p.stmts(&mut out, 1, &nest.entry.body, false)?;
-    out.line(0, "}");
+    let entries =
+        std::iter::once(&nest.entry).chain(nest.prepack.iter().flat_map(|pp| [&pp.fill, &pp.run]));
+    for (n, f) in entries.enumerate() {
+        if n > 0 {
+            out.line(0, "");
+        }
+        let params = p.params(f)?;
+        dialect.entry_head(nest, f, &params, &mut out)?;
+        p.stmts(&mut out, 1, &f.body, false)?;
+        out.line(0, "}");
+    }
     Ok(out.text)
 }
 

@@ -33,6 +33,17 @@ use crate::template::cpu::{blocked_reduction, pack_stride, packed_access, panel_
 /// Name of the exported entry point.
 pub const ENTRY: &str = "td_kernel";
 
+/// Name of the exported function that packs an input ahead of calls ([`super::Prepack`]).
+pub const PREPACK_FILL: &str = "td_prepack";
+
+/// Name of the exported entry point on a prepacked input ([`super::Prepack`]).
+pub const PREPACK_ENTRY: &str = "td_kernel_prepacked";
+
+/// Names of the exported constants that say which input [`PREPACK_FILL`] packs and how
+/// many elements of the compute type it writes.
+pub const PREPACK_INPUT: &str = "td_prepack_input";
+pub const PREPACK_ELEMS: &str = "td_prepack_elems";
+
 /// What a config decides for the nest, beyond its knobs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
@@ -150,6 +161,7 @@ pub fn lower<'a>(
         entry,
         launch: None,
         globals: Vec::new(),
+        prepack: None,
     })
 }
 

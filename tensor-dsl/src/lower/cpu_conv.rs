@@ -16,8 +16,8 @@
 //! ```
 
 use super::{
-    band, AssignOp, BufId, Buffer, Func, IntType, Layout, Loop, LoopKind, Nest, Param, Scope, Step,
-    Stmt, Target, Ty, Value, COMPUTE,
+    band, AssignOp, BufId, Buffer, Func, IntType, Layout, Loop, LoopKind, Nest, Param, Prepack,
+    Scope, Step, Stmt, Target, Ty, Value, COMPUTE,
 };
 use crate::codegen::{index_name, load_as_f32, strides};
 use crate::ir::{DType, Kernel};
@@ -32,8 +32,14 @@ pub const STORE_LANES: &str = "td_store16";
 /// Name of the tile function.
 pub const TILE: &str = "td_conv_tile";
 
-/// Name of the weight-packing function (transposed packing only).
+/// Name of the function that packs one channel tile's weights.
 pub const PACK: &str = "td_conv_pack";
+
+/// Name of the function that packs every channel tile's weights ([`Prepack::fill`]).
+pub const PREPACK: &str = "td_conv_prepack";
+
+/// Name of the function that runs the convolution on prepacked weights or packs them.
+pub const RUN: &str = "td_conv_run";
 
 /// Longest innermost reduction loop of the tile that is unrolled: a 7-step loop around the
 /// register tile (the 7×7 window of a 3-channel convolution) ran a few percent faster
@@ -151,6 +157,17 @@ pub fn lower<'a>(
         align: None,
     });
 
+    // The weights of every channel tile, packed ahead of the call ([`Prepack`]).
+    let tiles = extents[shape.f].div_ceil(v);
+    let wall = push(Buffer {
+        name: "wall".into(),
+        scope: Scope::Global,
+        dtype: COMPUTE,
+        dims: vec![tiles * points, v],
+        param: None,
+        align: None,
+    });
+
     // The affine input: the range each of its coordinates takes, and the scratch copy.
     let xshape = shapes[shape.x.tensor];
     let ranges: Vec<(i64, i64)> = shape.x.dims.iter().map(|d| d.range(extents)).collect();
@@ -219,15 +236,20 @@ pub fn lower<'a>(
         names,
         acc,
         wp,
+        wall,
         xp,
         xread,
         v,
         mr,
         transpose,
     };
-    let mut helpers = vec![l.tile_func(&buffers)];
-    helpers.extend(l.pack_func());
-    let entry = l.entry(&buffers, &ranges);
+    let helpers = vec![
+        l.tile_func(&buffers),
+        l.pack_func(),
+        l.prepack_func(&buffers),
+        l.run_func(&buffers, &ranges),
+    ];
+    let (entry, prepack) = l.entries(&buffers);
     Ok(Nest {
         kernel,
         shapes,
@@ -237,6 +259,7 @@ pub fn lower<'a>(
         entry,
         launch: None,
         globals: Vec::new(),
+        prepack: Some(prepack),
     })
 }
 
@@ -331,6 +354,8 @@ struct Conv<'a> {
     names: Vec<String>,
     acc: BufId,
     wp: BufId,
+    /// The prepacked weights: every channel tile's panel, one after another.
+    wall: BufId,
     xp: Option<BufId>,
     xread: XRead,
     v: usize,
@@ -930,8 +955,7 @@ impl Conv<'_> {
     ///
     /// Why: packed one element at a time, a 3×3 convolution of 512 channels over a 7×7
     /// plane spent about as long packing as computing (timed with packing skipped).
-    fn pack_func(&self) -> Option<Func> {
-        let sf = self.transpose?;
+    fn transposed_pack(&self, sf: usize) -> Vec<Stmt> {
         let (v, t) = (self.v, TRANSPOSE);
         let points = self.shape.points(self.extents);
         let whole = points / t * t;
@@ -1000,7 +1024,7 @@ impl Conv<'_> {
                 body: vec![for_each("v", v, LoopKind::Serial, Layout::Braced, vec![mv])],
             }));
         }
-        let body = if fe.is_multiple_of(v) {
+        if fe.is_multiple_of(v) {
             fast
         } else {
             vec![Stmt::If {
@@ -1009,12 +1033,21 @@ impl Conv<'_> {
                 els: Some(self.pack_weights()),
                 braced: true,
             }]
+        }
+    }
+
+    /// `td_conv_pack(w, wp, f0)`: fills `wp` with the panel of channels `f0..f0 + vector`,
+    /// transposed ([`Conv::transposed_pack`]) or one element at a time.
+    fn pack_func(&self) -> Func {
+        let body = match self.transpose {
+            Some(sf) => self.transposed_pack(sf),
+            None => self.pack_weights(),
         };
-        Some(Func {
+        Func {
             name: PACK.into(),
             params: vec![
                 Param::Buffer {
-                    buf: w,
+                    buf: BufId(self.shape.w.tensor),
                     konst: true,
                 },
                 Param::Buffer {
@@ -1027,7 +1060,125 @@ impl Conv<'_> {
                 },
             ],
             body,
-        })
+        }
+    }
+
+    /// Elements of one channel tile's panel (and its offset step in [`Conv::wall`]).
+    fn panel_elems(&self) -> usize {
+        self.shape.points(self.extents) * self.v
+    }
+
+    /// `td_conv_prepack(w, wall)`: every channel tile's panel, in tile order (the threads
+    /// share out the tiles).
+    fn prepack_func(&self, buffers: &[Buffer]) -> Func {
+        let (fe, v) = (self.extents[self.shape.f], self.v);
+        let w = BufId(self.shape.w.tensor);
+        let per_channel = self.shape.points(self.extents);
+        let call = Stmt::Call {
+            func: PACK.into(),
+            args: vec![
+                buffers[w.0].name.clone(),
+                format!("{} + f0 * {per_channel}", buffers[self.wall.0].name),
+                "f0".into(),
+            ],
+        };
+        Func {
+            name: PREPACK.into(),
+            params: vec![
+                Param::Buffer {
+                    buf: w,
+                    konst: true,
+                },
+                Param::Buffer {
+                    buf: self.wall,
+                    konst: false,
+                },
+            ],
+            body: vec![Stmt::Loop(Loop {
+                var: "f0".into(),
+                ty: IntType::Long,
+                start: "0".into(),
+                end: int(fe),
+                step: Step::Add(v),
+                trip: fe.div_ceil(v),
+                kind: if self.config.parallel {
+                    LoopKind::Parallel
+                } else {
+                    LoopKind::Serial
+                },
+                index: None,
+                layout: Layout::Braced,
+                body: vec![call],
+            })],
+        }
+    }
+
+    /// The exported entry point (`wall` null: the weights packed per thread at each call)
+    /// and the [`Prepack`] pair around [`RUN`].
+    fn entries(&self, buffers: &[Buffer]) -> (Func, Prepack) {
+        let name = |b: BufId| buffers[b.0].name.clone();
+        let inputs: Vec<String> = self
+            .kernel
+            .inputs()
+            .into_iter()
+            .map(|p| name(BufId(p)))
+            .collect();
+        let out = name(BufId(self.kernel.output));
+        let run = |wall: &str| {
+            let mut args = inputs.clone();
+            args.push(wall.into());
+            args.push(out.clone());
+            Stmt::Call {
+                func: RUN.into(),
+                args,
+            }
+        };
+        let w = BufId(self.shape.w.tensor);
+        let params = super::pointer_params(self.kernel, None);
+        let entry = Func {
+            name: super::cpu::ENTRY.into(),
+            params: params.clone(),
+            body: vec![run("0")],
+        };
+        let fill = Func {
+            name: super::cpu::PREPACK_FILL.into(),
+            params: vec![
+                Param::Buffer {
+                    buf: w,
+                    konst: true,
+                },
+                Param::Buffer {
+                    buf: BufId(self.kernel.output),
+                    konst: false,
+                },
+            ],
+            body: vec![Stmt::Call {
+                func: PREPACK.into(),
+                args: vec![name(w), out.clone()],
+            }],
+        };
+        let prepacked = Func {
+            name: super::cpu::PREPACK_ENTRY.into(),
+            params,
+            body: vec![
+                Stmt::Let {
+                    ty: Ty::Ptr(COMPUTE),
+                    konst: true,
+                    defs: vec![(
+                        name(self.wall),
+                        Value::Code(format!("args[{}]", self.kernel.params.len())),
+                    )],
+                },
+                run(&name(self.wall)),
+            ],
+        };
+        let prepack = Prepack {
+            input: w.0,
+            elems: buffers[self.wall.0].dims.iter().product(),
+            fill,
+            run: prepacked,
+        };
+        (entry, prepack)
     }
 
     /// Copies the affine input once into the zero-padded scratch buffer (allocated before
@@ -1101,7 +1252,9 @@ impl Conv<'_> {
         out
     }
 
-    fn entry(&self, buffers: &[Buffer], ranges: &[(i64, i64)]) -> Func {
+    /// `td_conv_run(inputs.., wall, out)`: the convolution, on the prepacked weights
+    /// `wall` or, where it is null, on weights each thread packs into its panel.
+    fn run_func(&self, buffers: &[Buffer], ranges: &[(i64, i64)]) -> Func {
         let (fe, np) = (
             self.extents[self.shape.f],
             self.shape.pixel_count(self.extents),
@@ -1123,18 +1276,20 @@ impl Conv<'_> {
             layout: Layout::Flat,
             body: Vec::new(),
         };
-        let mut refill = if self.transpose.is_some() {
-            vec![Stmt::Call {
+        let wall = &buffers[self.wall.0].name;
+        let mut refill = vec![Stmt::If {
+            cond: format!("!{wall}"),
+            then: vec![Stmt::Call {
                 func: PACK.into(),
                 args: vec![
                     buffers[self.shape.w.tensor].name.clone(),
                     buffers[self.wp.0].name.clone(),
                     "f0".into(),
                 ],
-            }]
-        } else {
-            self.pack_weights()
-        };
+            }],
+            els: None,
+            braced: false,
+        }];
         refill.push(Stmt::Assign {
             dst: Target::Var("pk_f0".into()),
             op: AssignOp::Set,
@@ -1149,7 +1304,18 @@ impl Conv<'_> {
             },
             Stmt::Call {
                 func: TILE.into(),
-                args: self.args(buffers, &["f0", "p0"]),
+                args: {
+                    // The tile reads the prepacked panel of this channel tile, if any.
+                    let mut args = self.args(buffers, &["f0", "p0"]);
+                    let wp = &buffers[self.wp.0].name;
+                    for a in args.iter_mut().filter(|a| *a == wp) {
+                        *a = format!(
+                            "{wall} ? {wall} + f0 * {} : {wp}",
+                            self.panel_elems() / self.v
+                        );
+                    }
+                    args
+                },
             },
         ])];
         let mut region = self.pad_input(buffers, ranges);
@@ -1185,8 +1351,8 @@ impl Conv<'_> {
         });
         body.extend(self.xp.map(Stmt::Free));
         Func {
-            name: super::cpu::ENTRY.into(),
-            params: super::pointer_params(self.kernel, None),
+            name: RUN.into(),
+            params: super::pointer_params(self.kernel, Some(self.wall)),
             body,
         }
     }

@@ -327,6 +327,7 @@ pub fn lower<'a>(
             block: [threads, 1, 1],
         }),
         globals: Vec::new(),
+        prepack: None,
     })
 }
 

@@ -1586,6 +1586,7 @@ pub fn lower<'a>(
             block: [threads, 1, 1],
         }),
         globals,
+        prepack: None,
     })
 }
 

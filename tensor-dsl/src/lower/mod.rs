@@ -497,6 +497,25 @@ pub struct Nest<'a> {
     pub launch: Option<Launch>,
     /// Arrays declared at module scope, printed before the functions.
     pub globals: Vec<ModuleArray>,
+    /// An input the nest can also take in a packed form made once (CPU only).
+    pub prepack: Option<Prepack>,
+}
+
+/// An input that the nest can take packed ahead of the call, so that a caller who knows
+/// the input did not change (the CPU runtime, by [`crate::Tensor::version`]) packs it once
+/// instead of at every call. Both functions follow the entry point's convention and are
+/// printed after it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prepack {
+    /// The input's parameter id.
+    pub input: usize,
+    /// Elements of the compute type in the packed form.
+    pub elems: usize,
+    /// Writes the packed form of the input to the entry point's output pointer.
+    pub fill: Func,
+    /// The entry point on the packed form, which it reads from `args[params]` (the slot
+    /// after the kernel's parameters); the input itself is not read.
+    pub run: Func,
 }
 
 impl Nest<'_> {

@@ -449,8 +449,8 @@ impl CpuMeasurer {
         self.kernel.flops(&self.extents)
     }
 
-    /// Candidate `n`'s C unit: its entry renamed `td_kernel_<n>`, so that several units can
-    /// share one object.
+    /// Candidate `n`'s C unit: its entry renamed `td_kernel_<n>` (and every other name it
+    /// exports suffixed alike), so that several units can share one object.
     fn source(&self, config: &Config, n: usize) -> Result<String, String> {
         let schedule = self.template.decode(config)?;
         schedule.validate(&self.kernel)?;
@@ -460,7 +460,11 @@ impl CpuMeasurer {
             Some(h) => h(config, src),
             None => src,
         };
-        Ok(format!("#define {0} {0}_{n}\n{src}", c::ENTRY))
+        let renames: String = c::EXPORTS
+            .iter()
+            .map(|e| format!("#define {e} {e}_{n}\n"))
+            .collect();
+        Ok(format!("{renames}{src}"))
     }
 
     /// Builds the candidates `indices` of `batch` (numbered from `base`) into one object

@@ -41,6 +41,88 @@ type EntryFn = unsafe extern "C" fn(*const *const u8, *mut u8);
 struct Loaded {
     _lib: &'static libloading::Library,
     entry: EntryFn,
+    /// Where the object exports a prepacked form ([`crate::lower::Prepack`]).
+    prepack: Option<Prepacked>,
+}
+
+/// Packed forms of one input kept per compiled kernel: enough for the weights of every
+/// layer of one shape in common networks (ResNet-50 repeats a shape at most 6 times);
+/// beyond that the least recently used is dropped (and packed again when it comes back).
+pub const PREPACK_KEEP: usize = 8;
+
+/// A packed form of an input, shared by the calls that use it.
+type Packed = Arc<Box<[f32]>>;
+
+/// A loaded kernel's prepacked form: `fill` packs input `input` into `elems` floats, `run`
+/// is the entry point on them (`args[params]`); `kept` holds packed forms by the input's
+/// [`crate::Tensor::version`], most recently used last.
+struct Prepacked {
+    fill: EntryFn,
+    run: EntryFn,
+    input: usize,
+    elems: usize,
+    kept: Mutex<Vec<(u64, Packed)>>,
+}
+
+impl Prepacked {
+    /// The packed form of the input at `version`, packed from `args` if it is not kept.
+    fn get(&self, version: u64, args: &[*const u8]) -> Packed {
+        let lookup = |kept: &mut Vec<(u64, Packed)>| {
+            let at = kept.iter().position(|(v, _)| *v == version)?;
+            let entry = kept.remove(at);
+            let packed = Arc::clone(&entry.1);
+            kept.push(entry);
+            Some(packed)
+        };
+        {
+            let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(p) = lookup(&mut kept) {
+                return p;
+            }
+        }
+        // Packed outside the lock (it runs the kernel's threads); two callers racing on a
+        // new version both pack, and one of the results is kept.
+        let mut packed = vec![0.0f32; self.elems].into_boxed_slice();
+        // SAFETY: `fill` reads input `input` within its checked shape (like the entry
+        // point) and writes exactly `elems` floats to its output pointer.
+        unsafe { (self.fill)(args.as_ptr(), packed.as_mut_ptr().cast()) };
+        let packed = Arc::new(packed);
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = lookup(&mut kept) {
+            return p;
+        }
+        if kept.len() >= PREPACK_KEEP {
+            kept.remove(0);
+        }
+        kept.push((version, Arc::clone(&packed)));
+        packed
+    }
+}
+
+/// The prepacked form `lib` exports, if any (its functions and the constants that size
+/// it, [`crate::lower::cpu::PREPACK_INPUT`] and [`crate::lower::cpu::PREPACK_ELEMS`]).
+fn prepacked(lib: &libloading::Library, params: usize) -> Option<Prepacked> {
+    use crate::lower::cpu::{PREPACK_ELEMS, PREPACK_ENTRY, PREPACK_FILL, PREPACK_INPUT};
+    // SAFETY: in generated objects these names are the functions and `const long`s that
+    // `codegen::c` prints for a nest's `Prepack`, with these types.
+    unsafe {
+        let fill = *lib.get::<EntryFn>(PREPACK_FILL.as_bytes()).ok()?;
+        let run = *lib.get::<EntryFn>(PREPACK_ENTRY.as_bytes()).ok()?;
+        let input = **lib
+            .get::<*const std::ffi::c_long>(PREPACK_INPUT.as_bytes())
+            .ok()?;
+        let elems = **lib
+            .get::<*const std::ffi::c_long>(PREPACK_ELEMS.as_bytes())
+            .ok()?;
+        let input = usize::try_from(input).ok().filter(|&i| i < params)?;
+        Some(Prepacked {
+            fill,
+            run,
+            input,
+            elems: usize::try_from(elems).ok()?,
+            kept: Mutex::new(Vec::new()),
+        })
+    }
 }
 
 /// The C compiler and the flags it accepted.
@@ -330,6 +412,7 @@ fn build(kernel: &Kernel, source: &str) -> Result<Loaded, String> {
     Ok(Loaded {
         _lib: lib,
         entry: *entry,
+        prepack: prepacked(lib, kernel.params.len()),
     })
 }
 
@@ -351,6 +434,26 @@ pub fn run_with(
     extents: &[usize],
     shapes: &[&[usize]],
     data: &[Data<'_>],
+    out: DataMut<'_>,
+    config: &CpuConfig,
+) -> Result<(), CpuError> {
+    run_with_versions(kernel, extents, shapes, data, &[], out, config)
+}
+
+/// [`run_with`], told the [`crate::Tensor::version`] of each input (by parameter id; `None`
+/// or missing: unknown). Where the schedule can take an input packed ahead of the call (a
+/// convolution's weights) and that input's version is known, its packed form is made on
+/// the first call with that version and reused by the next ones (at most
+/// [`PREPACK_KEEP`] versions per compiled kernel).
+///
+/// A version must stand for exactly one content of that input: [`crate::Tensor`] keeps
+/// that promise; a caller passing its own numbers gets stale results if it breaks it.
+pub fn run_with_versions(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    data: &[Data<'_>],
+    versions: &[Option<u64>],
     out: DataMut<'_>,
     config: &CpuConfig,
 ) -> Result<(), CpuError> {
@@ -382,7 +485,7 @@ pub fn run_with(
     // below the product of `shapes[p]` (plain indices range over the bound extents, affine
     // ones are bounds-checked) and writes `out` only below the output's element count; both
     // were checked against the buffers above.
-    call_compiled(kernel, data, out, &slot, || {
+    call_compiled(kernel, data, versions, out, &slot, || {
         c::generate(kernel, extents, shapes, config)
     })
 }
@@ -393,6 +496,7 @@ pub fn run_with(
 fn call_compiled(
     kernel: &Kernel,
     data: &[Data<'_>],
+    versions: &[Option<u64>],
     mut out: DataMut<'_>,
     slot: &Slot,
     source: impl FnOnce() -> String,
@@ -407,7 +511,19 @@ fn call_compiled(
                 log: log.clone(),
             })
         })?;
-    let args: Vec<*const u8> = data.iter().map(Data::as_ptr).collect();
+    let mut args: Vec<*const u8> = data.iter().map(Data::as_ptr).collect();
+    if let Some(pp) = &loaded.prepack {
+        if let (Some(Some(version)), true) =
+            (versions.get(pp.input), args.len() == kernel.params.len())
+        {
+            let packed = pp.get(*version, &args);
+            args.push(packed.as_ptr().cast());
+            // SAFETY: as below; `args[params]` is the packed form `fill` wrote, kept alive
+            // by `packed` until the call returns.
+            unsafe { (pp.run)(args.as_ptr(), out.as_mut_ptr()) };
+            return Ok(());
+        }
+    }
     // SAFETY: the callers checked the buffers against the shapes; the source stays inside
     // them (see each caller).
     unsafe { (loaded.entry)(args.as_ptr(), out.as_mut_ptr()) };
@@ -441,7 +557,7 @@ pub fn run_source(
     };
     // The buffers were checked against `shapes` above; the caller vouches that the source
     // stays inside them.
-    call_compiled(kernel, data, out, &slot, || source.to_string())
+    call_compiled(kernel, data, &[], out, &slot, || source.to_string())
 }
 
 #[cfg(test)]
