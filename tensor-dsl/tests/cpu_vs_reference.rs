@@ -345,8 +345,9 @@ fn mismatched_buffers_are_errors_not_panics() {
 /// channel counts, stride 2, padding, 1×1, 7×7 over 3 channels, a batch, an epilogue, and
 /// channel counts below, at and past the channel tile, weights with the channel innermost;
 /// in f32 and with half-precision inputs. Each runs its default, every border/parallel
-/// variant of it, the other weight packing and random points of its space, with the
-/// weights packed at the call and packed ahead ([`cpu::run_with_versions`]).
+/// variant of it, the other weight packing, tiles of whole and part rows (padding taps
+/// skipped) and random points of its space, with the weights packed at the call and packed
+/// ahead ([`cpu::run_with_versions`]).
 #[test]
 fn convolution_template_matches_reference() {
     let lanes = cpu::simd_lanes();
@@ -435,6 +436,18 @@ fn convolution_template_matches_reference() {
             }
             if template.encode(&flipped).is_some() {
                 configs.push(flipped);
+            }
+            // Tiles of whole rows and of parts of rows (which skip the taps that read
+            // padding: all of them, or those of whole rows of taps).
+            let q = extents[id("q")];
+            for px in (1..=q).rev().filter(|d| q % d == 0).take(2) {
+                let mut rows = default.clone();
+                if let Some(t) = rows.conv.as_mut() {
+                    t.pixels = px;
+                }
+                if template.encode(&rows).is_some() {
+                    configs.push(rows);
+                }
             }
             // And the other way of storing the tile.
             let mut stored = default.clone();

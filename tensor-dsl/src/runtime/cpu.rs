@@ -51,7 +51,35 @@ struct Loaded {
 pub const PREPACK_KEEP: usize = 8;
 
 /// A packed form of an input, shared by the calls that use it.
-type Packed = Arc<Box<[f32]>>;
+type Packed = Arc<PackedBuf>;
+
+/// Floats whose first one (`data[start]`) lies on a 64-byte boundary: the kernel's vector
+/// loads of the panel then never straddle cache lines (a large heap block starts 16 bytes
+/// into a page; at that offset a 3×3 convolution over 7×7 ran 3–4% slower).
+struct PackedBuf {
+    data: Box<[f32]>,
+    start: usize,
+}
+
+impl PackedBuf {
+    const ALIGN: usize = 64;
+
+    fn zeros(elems: usize) -> PackedBuf {
+        let slack = Self::ALIGN / std::mem::size_of::<f32>() - 1;
+        let data = vec![0.0f32; elems + slack].into_boxed_slice();
+        let misaligned = data.as_ptr() as usize % Self::ALIGN;
+        let start = (Self::ALIGN - misaligned) % Self::ALIGN / std::mem::size_of::<f32>();
+        PackedBuf { data, start }
+    }
+
+    fn as_ptr(&self) -> *const f32 {
+        self.data[self.start..].as_ptr()
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut f32 {
+        self.data[self.start..].as_mut_ptr()
+    }
+}
 
 /// A loaded kernel's prepacked form: `fill` packs input `input` into `elems` floats, `run`
 /// is the entry point on them (`args[params]`); `kept` holds packed forms by the input's
@@ -82,7 +110,7 @@ impl Prepacked {
         }
         // Packed outside the lock (it runs the kernel's threads); two callers racing on a
         // new version both pack, and one of the results is kept.
-        let mut packed = vec![0.0f32; self.elems].into_boxed_slice();
+        let mut packed = PackedBuf::zeros(self.elems);
         // SAFETY: `fill` reads input `input` within its checked shape (like the entry
         // point) and writes exactly `elems` floats to its output pointer.
         unsafe { (self.fill)(args.as_ptr(), packed.as_mut_ptr().cast()) };
