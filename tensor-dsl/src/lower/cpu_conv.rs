@@ -176,7 +176,30 @@ pub fn lower<'a>(
         .zip(xshape)
         .any(|(&(lo, hi), &n)| lo < 0 || hi >= n as i64);
     let xdtype = kernel.params[shape.x.tensor].dtype;
-    let scratch = tile.pad && (outside || xdtype != DType::F32);
+    // The scratch copy keeps only the coordinates read along an axis that a pixel index
+    // alone strides by more than 1 (a 1×1 convolution of stride 2): read in place, each
+    // pixel's input of a 14×14 plane sat on its own cache line, and the whole input (4×
+    // what is read) passed through the cache once per channel tile.
+    let steps: Vec<i64> = shape
+        .x
+        .dims
+        .iter()
+        .map(|d| {
+            let moving: Vec<(usize, i64)> = d
+                .terms
+                .iter()
+                .copied()
+                .filter(|&(i, _)| extents[i] > 1)
+                .collect();
+            match moving[..] {
+                [(i, k)] if k > 1 && shape.pixels.contains(&i) => k,
+                _ => 1,
+            }
+        })
+        .collect();
+    let compact = steps.iter().any(|&k| k > 1);
+    let scratch = tile.pad && (outside || xdtype != DType::F32 || compact);
+    let steps = if scratch { steps } else { vec![1; steps.len()] };
     let xp = scratch.then(|| {
         push(Buffer {
             name: "xp".into(),
@@ -184,7 +207,8 @@ pub fn lower<'a>(
             dtype: COMPUTE,
             dims: ranges
                 .iter()
-                .map(|&(lo, hi)| usize::try_from(hi - lo + 1).unwrap_or(1))
+                .zip(&steps)
+                .map(|(&(lo, hi), &k)| usize::try_from((hi - lo) / k + 1).unwrap_or(1))
                 .collect(),
             param: None,
             align: None,
@@ -207,10 +231,10 @@ pub fn lower<'a>(
         let mut coef = vec![0i64; kernel.indices.len()];
         let mut base = 0i64;
         for (d, map) in shape.x.dims.iter().enumerate() {
-            let s = st[d] as i64;
-            base += s * (map.offset - lo[d]);
+            let (s, k) = (st[d] as i64, steps[d]);
+            base += s * (map.offset - lo[d]) / k;
             for &(i, c) in &map.terms {
-                coef[i] += s * c;
+                coef[i] += s * c / k;
             }
         }
         XRead {
@@ -240,6 +264,7 @@ pub fn lower<'a>(
         xp,
         xread,
         ranges: ranges.clone(),
+        steps,
         v,
         mr,
         transpose,
@@ -392,6 +417,8 @@ struct Conv<'a> {
     xread: XRead,
     /// The range of each coordinate of the affine input (below 0 or past its extent: padding).
     ranges: Vec<(i64, i64)>,
+    /// Per input axis, the stride between the coordinates the scratch copy keeps.
+    steps: Vec<i64>,
     v: usize,
     mr: usize,
     /// Transposed packing: the weights' stride between channels (their reduction points
@@ -1353,10 +1380,14 @@ impl Conv<'_> {
         let mut guard = Vec::new();
         let mut src = Vec::new();
         for (d, &(lo, hi)) in ranges.iter().enumerate() {
+            let j = match self.steps[d] {
+                1 => vars[d].clone(),
+                k => format!("{k} * {}", vars[d]),
+            };
             let at = if lo == 0 {
-                vars[d].clone()
+                j
             } else {
-                format!("({} + {})", vars[d], long(lo)).replace("+ -", "- ")
+                format!("({j} + {})", long(lo)).replace("+ -", "- ")
             };
             if lo < 0 {
                 guard.push(format!("{at} >= 0"));
