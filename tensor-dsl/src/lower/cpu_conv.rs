@@ -180,23 +180,7 @@ pub fn lower<'a>(
     // alone strides by more than 1 (a 1×1 convolution of stride 2): read in place, each
     // pixel's input of a 14×14 plane sat on its own cache line, and the whole input (4×
     // what is read) passed through the cache once per channel tile.
-    let steps: Vec<i64> = shape
-        .x
-        .dims
-        .iter()
-        .map(|d| {
-            let moving: Vec<(usize, i64)> = d
-                .terms
-                .iter()
-                .copied()
-                .filter(|&(i, _)| extents[i] > 1)
-                .collect();
-            match moving[..] {
-                [(i, k)] if k > 1 && shape.pixels.contains(&i) => k,
-                _ => 1,
-            }
-        })
-        .collect();
+    let steps = shape.read_steps(extents);
     let compact = steps.iter().any(|&k| k > 1);
     let scratch = tile.pad && (outside || xdtype != DType::F32 || compact);
     let steps = if scratch { steps } else { vec![1; steps.len()] };
