@@ -19,10 +19,6 @@
 //!   all: the checked call is its one sample (it will not be chosen; its time, a little
 //!   pessimistic, still trains the cost model).
 //!
-//! A candidate that can take an input packed ahead of the call ([`crate::lower::Prepack`]:
-//! a convolution's weights) is timed as a call on an unchanged [`crate::Tensor`] runs it:
-//! the runner packs that input once, untimed, and times the prepacked entry point.
-//!
 //! A candidate that fails to compile, crashes, hangs past the timeout or computes a wrong
 //! result is an [`Outcome::Invalid`]; a crash or a hang ends the runner, and the rest of the
 //! batch runs in a fresh one. The runner's inputs are read-only and every buffer lies
@@ -104,8 +100,7 @@ int main(int argc, char **argv) {
     int np = atoi(argv[1]);
     if (np < 1 || argc != 2 + 2 * np) return 93;
     page = sysconf(_SC_PAGESIZE);
-    /* One slot past the parameters: a prepacked input's packed form (see below). */
-    const void **args = calloc(np + 1, sizeof(void *));
+    const void **args = calloc(np, sizeof(void *));
     unsigned char *out = NULL;
     long out_len = 0;
     for (int p = 0; p < np; ++p) {
@@ -122,11 +117,7 @@ int main(int argc, char **argv) {
     }
     if (!out) return 95;
     char line[16384];
-    void *packed = NULL; /* the last candidate's packed input, freed at the next one */
     while (fgets(line, sizeof line, stdin)) {
-        free(packed);
-        packed = NULL;
-        args[np] = NULL;
         char *field[8];
         int nf = 0;
         for (char *tok = strtok(line, "\t\n"); tok && nf < 8; tok = strtok(NULL, "\t\n")) field[nf++] = tok;
@@ -138,24 +129,6 @@ int main(int argc, char **argv) {
         if (!lib) { printf("error %s\n", dlerror()); fflush(stdout); continue; }
         entry_t kernel = (entry_t)dlsym(lib, field[1]);
         if (!kernel) { printf("error no symbol %s\n", field[1]); fflush(stdout); continue; }
-        /* A unit that can take an input packed ahead (td_prepack<suffix>, ...) is timed
-           as a caller with an unchanged tensor runs it: packed once, untimed, then the
-           prepacked entry point on args[np]. */
-        const char *suffix = strncmp(field[1], "td_kernel", 9) == 0 ? field[1] + 9 : "";
-        char name[256];
-        snprintf(name, sizeof name, "td_prepack%s", suffix);
-        entry_t fill = (entry_t)dlsym(lib, name);
-        snprintf(name, sizeof name, "td_kernel_prepacked%s", suffix);
-        entry_t prepacked = (entry_t)dlsym(lib, name);
-        snprintf(name, sizeof name, "td_prepack_elems%s", suffix);
-        const long *elems = (const long *)dlsym(lib, name);
-        if (fill && prepacked && elems && *elems > 0) {
-            packed = aligned_alloc(64, (*elems * sizeof(float) + 63) / 64 * 64);
-            if (!packed) return 96;
-            fill(args, packed);
-            args[np] = packed;
-            kernel = prepacked;
-        }
         memset(out, 0xff, out_len); /* NaN in every float type */
         double t = now();
         kernel(args, out);
