@@ -356,8 +356,8 @@ fn transpose_rounds(
 
 /// The taps a tile skips because they read the input's zero padding (they add nothing):
 /// why: on a 3×3 convolution over a 7×7 plane with padding 1, 18% of the taps are padding
-/// (oneDNN skips them); with whole-row tiles that skip them, R11 of the bench ran at 295
-/// GFLOPS (nominal) single-threaded instead of 261.
+/// (oneDNN skips them); with whole-row tiles that skip them, R11 of the bench ran at
+/// 295–310 GFLOPS (nominal) single-threaded instead of about 260.
 #[derive(Default)]
 struct TapSkip {
     /// Definitions of the bounds, in the tile before its reduction loops.
