@@ -1232,9 +1232,10 @@ impl Conv<'_> {
         }
     }
 
-    /// Elements of one channel tile's panel (and its offset step in [`Conv::wall`]).
-    fn panel_elems(&self) -> usize {
-        self.shape.points(self.extents) * self.v
+    /// C text of the panel of channel tile `f0` inside the prepacked weights `wall`
+    /// (tiles one after another, `points × vector` floats each: `f0 · points`).
+    fn wall_panel(&self, wall: &str) -> String {
+        format!("{wall} + f0 * {}", self.shape.points(self.extents))
     }
 
     /// `td_conv_prepack(w, wall)`: every channel tile's panel, in tile order (the threads
@@ -1242,12 +1243,11 @@ impl Conv<'_> {
     fn prepack_func(&self, buffers: &[Buffer]) -> Func {
         let (fe, v) = (self.extents[self.shape.f], self.v);
         let w = BufId(self.shape.w.tensor);
-        let per_channel = self.shape.points(self.extents);
         let call = Stmt::Call {
             func: PACK.into(),
             args: vec![
                 buffers[w.0].name.clone(),
-                format!("{} + f0 * {per_channel}", buffers[self.wall.0].name),
+                self.wall_panel(&buffers[self.wall.0].name),
                 "f0".into(),
             ],
         };
@@ -1482,10 +1482,7 @@ impl Conv<'_> {
                     let mut args = self.args(buffers, &["f0", "p0"]);
                     let wp = &buffers[self.wp.0].name;
                     for a in args.iter_mut().filter(|a| *a == wp) {
-                        *a = format!(
-                            "{wall} ? {wall} + f0 * {} : {wp}",
-                            self.panel_elems() / self.v
-                        );
+                        *a = format!("{wall} ? {} : {wp}", self.wall_panel(wall));
                     }
                     args
                 },
