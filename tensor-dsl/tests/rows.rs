@@ -808,15 +808,7 @@ fn row_knobs_travel_in_their_own_field() {
     }
     let mm = tensor_dsl::ir::parse_text("mm", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None).unwrap();
     let with_rows = CpuConfig {
-        rows: Some(RowsCpuConfig {
-            parallel: false,
-            vector: 16,
-            wide: false,
-            stash: false,
-            across: false,
-            stream: false,
-            separable: false,
-        }),
+        rows: Some(RowsCpuConfig::default()),
         ..CpuConfig::heuristic(&mm, &[64, 64, 64], 16)
     };
     assert!(with_rows.validate(&mm).is_err());

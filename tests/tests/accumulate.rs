@@ -8,7 +8,10 @@
     clippy::needless_range_loop
 )]
 
-use rand::{rngs::StdRng, Rng, SeedableRng};
+mod common;
+
+use common::random;
+use rand::{rngs::StdRng, SeedableRng};
 use tensor_dsl::{bf16, tensor_kernel, Device, Options, Tensor, TensorView, TensorViewMut};
 
 /// `c ← c + a·b`.
@@ -40,15 +43,6 @@ fn axpy_bf16(alpha: f32, x: &Tensor<bf16>, y: &mut Tensor<bf16>) {
 #[tensor_kernel(accumulate)]
 fn clash(c_prev: &Tensor<f32>, c: &mut Tensor<f32>) {
     c[[i]] = 2.0 * c_prev[[i]];
-}
-
-fn random(rng: &mut StdRng, shape: &[usize]) -> Tensor<f32> {
-    let n = shape.iter().product();
-    Tensor::from_vec(
-        shape.to_vec(),
-        (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect(),
-    )
-    .unwrap()
 }
 
 fn matmul(a: &Tensor<f32>, b: &Tensor<f32>, m: usize, k: usize, n: usize) -> Vec<f64> {

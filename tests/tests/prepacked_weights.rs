@@ -9,7 +9,10 @@
     clippy::needless_range_loop
 )]
 
-use rand::{rngs::StdRng, Rng, SeedableRng};
+mod common;
+
+use common::random;
+use rand::{rngs::StdRng, SeedableRng};
 use tensor_dsl::{tensor_kernel, Device, Options, Tensor, TensorView, TensorViewMut};
 
 /// A 3×3 convolution, padding 1, with a bias and ReLU.
@@ -24,15 +27,6 @@ const C: usize = 19;
 const F: usize = 40;
 const H: usize = 7;
 const W: usize = 7;
-
-fn random(rng: &mut StdRng, shape: &[usize]) -> Tensor<f32> {
-    let n = shape.iter().product();
-    Tensor::from_vec(
-        shape.to_vec(),
-        (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect(),
-    )
-    .unwrap()
-}
 
 fn naive(x: &Tensor<f32>, w: &Tensor<f32>, bias: &Tensor<f32>) -> Vec<f64> {
     let (x, w, b) = (x.as_slice(), w.as_slice(), bias.as_slice());
