@@ -155,12 +155,25 @@ fn every_workload_default_gpu_schedule_compiles_and_fits() {
             "spill_stores": r.spill_stores, "shared_bytes": shared, "ffma_share": share,
         }));
     }
-    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gpu-defaults.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
-    println!(
-        "{} workloads; ptxas report in {}",
-        list.len(),
-        path.display()
-    );
+    // The report goes where the GPU recipe collects artifacts, else beside the build (which
+    // a test binary carried to another machine does not have).
+    let dir = std::env::var_os("TENSOR_DSL_TEST_ARTIFACTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
+    let path = dir.join("gpu-defaults.json");
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()));
+    match written {
+        Ok(()) => println!(
+            "{} workloads; ptxas report in {}",
+            list.len(),
+            path.display()
+        ),
+        Err(e) => println!(
+            "{} workloads; the ptxas report could not be written to {}: {e}",
+            list.len(),
+            path.display()
+        ),
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

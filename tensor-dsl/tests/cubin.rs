@@ -89,7 +89,11 @@ fn the_image_is_a_cubin_where_nvrtc_knows_the_gpu_and_ptx_beyond() {
     let archs = nvrtc::supported_archs();
     assert!(archs.contains(&90), "{archs:?}");
     println!("NVRTC {} assembles for {archs:?}", nvrtc::version_text());
-    match nvrtc::image("mm", &g.source, &g.entry, 90).unwrap() {
+    let at = |sm: u32| GpuTarget {
+        sm,
+        ..GpuTarget::h100()
+    };
+    match nvrtc::image("mm", &g.source, &g.entry, &GpuTarget::h100()).unwrap() {
         (Image::Cubin { arch, bytes }, Some(report)) => {
             assert_eq!(arch, "sm_90");
             assert_eq!(
@@ -99,9 +103,15 @@ fn the_image_is_a_cubin_where_nvrtc_knows_the_gpu_and_ptx_beyond() {
         }
         other => panic!("expected a CUBIN, got {other:?}"),
     }
+    // The device's own architecture-specific target (an H100 at run time): `sm_90a`, which
+    // `wgmma` kernels need.
+    match nvrtc::image("mm", &g.source, &g.entry, &GpuTarget::h100_sm90a()).unwrap() {
+        (Image::Cubin { arch, .. }, Some(_)) => assert_eq!(arch, "sm_90a"),
+        other => panic!("expected a CUBIN, got {other:?}"),
+    }
     // A GPU newer than this NVRTC: PTX for the newest architecture it knows.
     let newest = *archs.iter().max().unwrap();
-    match nvrtc::image("mm", &g.source, &g.entry, newest + 5).unwrap() {
+    match nvrtc::image("mm", &g.source, &g.entry, &at(newest + 5)).unwrap() {
         (Image::Ptx { arch, text, reason }, None) => {
             assert_eq!(arch, format!("compute_{newest}"));
             assert!(text.contains(".entry"));
@@ -110,7 +120,7 @@ fn the_image_is_a_cubin_where_nvrtc_knows_the_gpu_and_ptx_beyond() {
         other => panic!("expected PTX, got {other:?}"),
     }
     // Older than all of them: an error that says so.
-    let e = nvrtc::image("mm", &g.source, &g.entry, 30).unwrap_err();
+    let e = nvrtc::image("mm", &g.source, &g.entry, &at(30)).unwrap_err();
     assert!(e.to_string().contains("sm_30"), "{e}");
 }
 

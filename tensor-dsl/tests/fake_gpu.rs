@@ -154,10 +154,11 @@ fn on_the_fake_gpu() {
     let kernel = parse_text("copy", "o[[i]] = a[[i]]", None).unwrap();
     let shapes: [&[usize]; 2] = [&[32], &[32]];
 
-    // The driver gets the CUBIN, and the copy kernel copies.
+    // The driver gets the CUBIN (for the 9.0 device's own `sm_90a`), and the copy kernel
+    // copies.
     let k = cuda::compile_source(&kernel, &shapes, copy_kernel("td_copy")).unwrap();
     assert!(
-        matches!(k.image(), Image::Cubin { arch, .. } if arch == "sm_90"),
+        matches!(k.image(), Image::Cubin { arch, .. } if arch == "sm_90a"),
         "{}",
         k.image().kind()
     );
@@ -231,7 +232,13 @@ fn on_the_fake_gpu() {
     std::fs::write(&task.expected, bytes).unwrap();
     let candidate = |id: u64, entry: &str| {
         let g = copy_kernel(entry);
-        let (image, _) = nvrtc::image("copy", &g.source, entry, 90).unwrap();
+        let (image, _) = nvrtc::image(
+            "copy",
+            &g.source,
+            entry,
+            &tensor_dsl::template::gpu::GpuTarget::h100(),
+        )
+        .unwrap();
         Candidate {
             id,
             source: g.source,

@@ -444,7 +444,7 @@ fn on_a_gpu_a_faulting_candidate_is_invalid_and_tuning_goes_on() {
 }
 "#;
     let image = |src: &str| {
-        let (image, _) = nvrtc::image("copy", src, "td_kernel", gpu.sm()).unwrap();
+        let (image, _) = nvrtc::image("copy", src, "td_kernel", &gpu.target()).unwrap();
         WireImage::from(&image)
     };
     let mut s = Supervisor::new(ChildCommand::current_exe().unwrap(), task);

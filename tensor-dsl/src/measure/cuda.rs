@@ -217,7 +217,7 @@ fn compile_points<S: Clone + Send>(
     let one = |config: &Config| -> Result<Built<S>, String> {
         let (schedule, generated) = prepare(config)?;
         let (image, report) =
-            nvrtc::image(&kernel.name, &generated.source, &generated.entry, target.sm).map_err(
+            nvrtc::image(&kernel.name, &generated.source, &generated.entry, target).map_err(
                 |e| match e {
                     Error::Compile { log, .. } => format!(
                         "does not compile: {}",

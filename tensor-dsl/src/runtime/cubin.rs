@@ -207,7 +207,9 @@ pub fn resources(cubin: &[u8], entry: Option<&str>) -> Result<PtxasReport, Strin
     let regs = pick(&registers).ok_or_else(|| {
         format!(
             "the CUBIN has no register count for {}",
-            entry.map_or("its kernel".to_string(), |e| format!("`{e}`"))
+            entry.map_or("its kernel".to_string(), |e| format!(
+                "`{e}`: the source defines no `extern \"C\" __global__` function of that name"
+            ))
         )
     })?;
     let entry_name = entry.map(str::to_string).or_else(|| {

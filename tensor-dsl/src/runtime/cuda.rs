@@ -1160,15 +1160,20 @@ fn load(
     }
     let info = rt.info;
     check_geometry(info, &generated)?;
-    let (image, _) = nvrtc::image(&kernel.name, &generated.source, &generated.entry, info.sm())
-        .map_err(|e| match e {
-            Error::Compile { compiler, log, .. } => BuildError::Compile {
-                compiler,
-                log: format!("{log}{}", saved(kernel, &generated.source)),
-            },
-            Error::DeviceUnavailable { reason, .. } => BuildError::Unavailable(reason),
-            other => BuildError::Backend(other.to_string()),
-        })?;
+    let (image, _) = nvrtc::image(
+        &kernel.name,
+        &generated.source,
+        &generated.entry,
+        &info.target(),
+    )
+    .map_err(|e| match e {
+        Error::Compile { compiler, log, .. } => BuildError::Compile {
+            compiler,
+            log: format!("{log}{}", saved(kernel, &generated.source)),
+        },
+        Error::DeviceUnavailable { reason, .. } => BuildError::Unavailable(reason),
+        other => BuildError::Backend(other.to_string()),
+    })?;
     load_image(rt, kernel, shapes, generated, schedule, image)
 }
 

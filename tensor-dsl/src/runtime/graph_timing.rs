@@ -143,7 +143,7 @@ fn spin_kernel(ctx: &Arc<CudaContext>) -> Result<&'static CudaFunction, String> 
     static SPIN: OnceLock<Result<CudaFunction, String>> = OnceLock::new();
     SPIN.get_or_init(|| {
         let info = cuda::available()?;
-        let (image, _) = super::nvrtc::image("td_spin", SPIN_SOURCE, "td_spin", info.sm())
+        let (image, _) = super::nvrtc::image("td_spin", SPIN_SOURCE, "td_spin", &info.target())
             .map_err(|e| e.to_string())?;
         guarded("loading the spin kernel", || {
             let data = match &image {

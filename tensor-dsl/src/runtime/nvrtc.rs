@@ -326,8 +326,9 @@ pub fn compile_cubin_cached(
     Ok(remember(cubin))
 }
 
-/// What the driver should load for a kernel on a GPU of compute capability `sm` (e.g. 90):
-/// a CUBIN for `sm_XY` ([`compile_cubin_cached`]) when this NVRTC assembles for it, else —
+/// What the driver should load for a kernel on the GPU `target` describes: a CUBIN for its
+/// real architecture ([`GpuTarget::real_arch`]: `sm_90a` on an H100, whose kernels may use
+/// `wgmma`; [`compile_cubin_cached`]) when this NVRTC assembles for it, else —
 /// a GPU newer than NVRTC — PTX for the newest virtual architecture NVRTC knows below it,
 /// which the driver compiles at load time (the reason is in the [`Image`](crate::runtime::cubin::Image) and logged once
 /// per architecture). With the image comes what ptxas reported for the CUBIN (`None` for
@@ -338,7 +339,7 @@ pub fn image(
     name: &str,
     source: &str,
     entry: &str,
-    sm: u32,
+    target: &crate::template::gpu::GpuTarget,
 ) -> Result<
     (
         crate::runtime::cubin::Image,
@@ -347,10 +348,11 @@ pub fn image(
     Error,
 > {
     use crate::runtime::cubin::Image;
+    let sm = target.sm;
     let archs = supported_archs();
     // An NVRTC too old to list its architectures is asked for the CUBIN anyway.
     if archs.is_empty() || archs.contains(&sm) {
-        let c = compile_cubin_cached(name, source, &format!("sm_{sm}"), entry)?;
+        let c = compile_cubin_cached(name, source, &target.real_arch(), entry)?;
         return Ok((
             Image::Cubin {
                 arch: c.arch.clone(),
