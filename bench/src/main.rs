@@ -50,8 +50,9 @@ struct Args {
     /// Measured points per kernel.
     #[arg(long, default_value_t = 32)]
     trials: usize,
-    /// Search strategy (see `tuner::strategy::by_name`).
-    #[arg(long, default_value = tensor_dsl::autotune::CPU_DEFAULT_STRATEGY)]
+    /// Search strategy (see `tuner::strategy::by_name`); `default`: the device's own
+    /// (`tensor_dsl::autotune::default_strategy`: droplet on the CPU, combined on CUDA).
+    #[arg(long, default_value = tensor_dsl::autotune::DEFAULT_STRATEGY_NAME)]
     strategy: String,
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -219,7 +220,13 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     if args.trials == 0 {
         return Err("--trials must be at least 1".into());
     }
-    if !tuning::is_strategy(&args.strategy) {
+    let device = if gpu {
+        tensor_dsl::Device::Cuda
+    } else {
+        tensor_dsl::Device::Cpu
+    };
+    let strategy = tensor_dsl::autotune::resolve_strategy(&args.strategy, device).to_string();
+    if !tuning::is_strategy(&strategy) {
         return Err(format!(
             "unknown strategy `{}`: expected one of {} or default",
             args.strategy,
@@ -261,7 +268,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         }
     };
     let settings = tuning::Settings {
-        strategy: args.strategy.clone(),
+        strategy,
         trials: args.trials,
         batch: args.batch,
         seconds: args.tune_seconds,

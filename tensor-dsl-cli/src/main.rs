@@ -109,8 +109,9 @@ enum Command {
         /// compute capability).
         #[arg(long, default_value = "cpu")]
         device: String,
-        /// Search strategy: random, evolutionary, opevo, dgd, droplet, combined, opevo-droplet.
-        #[arg(long, default_value = tensor_dsl::autotune::CPU_DEFAULT_STRATEGY)]
+        /// Search strategy: random, evolutionary, opevo, dgd, droplet, combined, opevo-droplet;
+        /// `default`: the device's own (droplet on the CPU, combined on CUDA).
+        #[arg(long, default_value = tensor_dsl::autotune::DEFAULT_STRATEGY_NAME)]
         strategy: String,
         /// Measurements (invalid ones count); 0 takes the cost model's pick (learned from
         /// the records at hand) without measuring.

@@ -57,6 +57,13 @@ pub fn run(
     svg: Option<PathBuf>,
 ) -> Result<ExitCode, String> {
     let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
+    // `default` names the device's own strategy; the summary says which it was.
+    let on = if device == "cuda" {
+        tensor_dsl::Device::Cuda
+    } else {
+        tensor_dsl::Device::Cpu
+    };
+    let strategy = tensor_dsl::autotune::resolve_strategy(strategy, on);
     let opts = TuneOptions {
         strategy: strategy.to_string(),
         trials,

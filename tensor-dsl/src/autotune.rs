@@ -36,6 +36,43 @@ use tuner::{Config, CostModel, Forest, Measurer, SearchSpace, Trial};
 /// to tell the strategies apart, and on them the analytic default is already near the top.
 pub const CPU_DEFAULT_STRATEGY: &str = "droplet";
 
+/// The strategy GPU tuning uses by default: explore (model-guided evolution for 60% of the
+/// budget), then Droplet from the best point, exploring again when it stops. Set from the
+/// first GPU measurements (H100, 2026-11-25, `bench/results/2026-11-25-cuda-*`): Droplet alone
+/// stops at a local optimum after 14–25 of 64 trials on the long-reduction fp32 GEMMs
+/// (512×1024×4096, 512×768×3072) at 0.74–0.75 of cuBLAS, where this reached 0.89–0.92 by
+/// trading block rows for split-K steps, two knobs at once.
+pub const GPU_DEFAULT_STRATEGY: &str = "combined";
+
+/// The strategy name that stands for the device's own default ([`default_strategy`]).
+pub const DEFAULT_STRATEGY_NAME: &str = "default";
+
+/// The strategy tuning uses on `device` unless told otherwise: [`GPU_DEFAULT_STRATEGY`] on
+/// CUDA, [`CPU_DEFAULT_STRATEGY`] elsewhere.
+///
+/// ```
+/// use tensor_dsl::autotune::{default_strategy, resolve_strategy};
+/// use tensor_dsl::Device;
+/// assert_eq!(default_strategy(Device::Cuda), "combined");
+/// assert_eq!(resolve_strategy("default", Device::Cpu), "droplet");
+/// assert_eq!(resolve_strategy("opevo", Device::Cuda), "opevo");
+/// ```
+pub fn default_strategy(device: crate::Device) -> &'static str {
+    match device {
+        crate::Device::Cuda => GPU_DEFAULT_STRATEGY,
+        crate::Device::Cpu | crate::Device::Reference => CPU_DEFAULT_STRATEGY,
+    }
+}
+
+/// `name`, or the device's default strategy when `name` is [`DEFAULT_STRATEGY_NAME`].
+pub fn resolve_strategy(name: &str, device: crate::Device) -> &str {
+    if name == DEFAULT_STRATEGY_NAME {
+        default_strategy(device)
+    } else {
+        name
+    }
+}
+
 /// The learned cost model a search uses, made fresh for each search from its seed: the
 /// random forest by default; any [`tuner::CostModel`] can be passed in.
 ///
@@ -117,7 +154,7 @@ pub struct TuneOptions {
 impl Default for TuneOptions {
     fn default() -> Self {
         TuneOptions {
-            strategy: CPU_DEFAULT_STRATEGY.to_string(),
+            strategy: DEFAULT_STRATEGY_NAME.to_string(),
             cost_model: CostModelChoice::default(),
             trials: 64,
             seconds: None,
@@ -225,6 +262,7 @@ pub fn tune_cpu(
     // (above the interpreter's limit, the default compiled and run: 2 s of a 5 s budget
     // on a 384x768x320 matmul were spent before this clock started when it began later).
     let start = Instant::now();
+    let opts = &opts.on(crate::Device::Cpu);
     let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
     let extents = bind(kernel, &refs)?;
     let flops = kernel.flops(&extents);
@@ -293,6 +331,17 @@ pub fn tune_cpu(
     Ok(out)
 }
 
+impl TuneOptions {
+    /// These options with [`DEFAULT_STRATEGY_NAME`] replaced by `device`'s default strategy
+    /// (what the records then name).
+    pub fn on(&self, device: crate::Device) -> TuneOptions {
+        TuneOptions {
+            strategy: resolve_strategy(&self.strategy, device).to_string(),
+            ..self.clone()
+        }
+    }
+}
+
 /// `opts` with its time budget less what has passed since `start` (preparation counts).
 fn within(opts: &TuneOptions, start: Instant) -> TuneOptions {
     let mut o = opts.clone();
@@ -359,10 +408,15 @@ fn strategy_of(
     opts: &TuneOptions,
     budget: &Budget,
 ) -> Result<Box<dyn tuner::strategy::SearchStrategy>, Error> {
-    tuner::strategy::by_name(&opts.strategy, budget).ok_or_else(|| Error::InvalidSetting {
+    // A search outside `tune_cpu`/`tune_cuda` that was left the device's default: the host's.
+    let name = resolve_strategy(&opts.strategy, crate::Device::Cpu);
+    tuner::strategy::by_name(name, budget).ok_or_else(|| Error::InvalidSetting {
         name: "strategy".into(),
         value: opts.strategy.clone(),
-        expected: format!("one of {}", tuner::strategy::STRATEGY_NAMES.join(", ")),
+        expected: format!(
+            "default or one of {}",
+            tuner::strategy::STRATEGY_NAMES.join(", ")
+        ),
     })
 }
 
@@ -608,6 +662,7 @@ pub fn tune_cuda(
 
     // As on the CPU, the budget counts the measurer's preparation.
     let start = Instant::now();
+    let opts = &opts.on(crate::Device::Cuda);
     let info = crate::runtime::cuda::available().map_err(|reason| Error::DeviceUnavailable {
         device: "cuda".into(),
         reason,

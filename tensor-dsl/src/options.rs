@@ -124,7 +124,7 @@ impl TunePolicy {
 /// | [`tune`](Options::tune) | `TENSOR_DSL_TUNE` | `off`, `first-call`, `background` (`off`) |
 /// | [`trials`](Options::trials) | `TENSOR_DSL_TRIALS` | a whole number (64; 0: the cost model's pick, unmeasured) |
 /// | [`tune_seconds`](Options::tune_seconds) | `TENSOR_DSL_TUNE_SECONDS` | a positive number (120) |
-/// | [`strategy`](Options::strategy) | `TENSOR_DSL_STRATEGY` | a `tuner` strategy name (`opevo-droplet`) |
+/// | [`strategy`](Options::strategy) | `TENSOR_DSL_STRATEGY` | a `tuner` strategy name, or `default` (`default`: `droplet` on the CPU, `combined` on CUDA) |
 /// | [`cache_dir`](Options::cache_dir) | `TENSOR_DSL_CACHE` | a folder (`$XDG_CACHE_HOME/tensor-dsl` or `~/.cache/tensor-dsl`) |
 ///
 /// ```
@@ -247,11 +247,16 @@ impl Options {
         );
         if let Some(s) = var("TENSOR_DSL_STRATEGY").or_else(|| self.strategy.clone()) {
             let s = s.trim().to_string();
-            if !tuner::strategy::STRATEGY_NAMES.contains(&s.as_str()) {
+            if s != crate::autotune::DEFAULT_STRATEGY_NAME
+                && !tuner::strategy::STRATEGY_NAMES.contains(&s.as_str())
+            {
                 return Err(Error::InvalidSetting {
                     name: "TENSOR_DSL_STRATEGY".into(),
                     value: s,
-                    expected: format!("one of {}", tuner::strategy::STRATEGY_NAMES.join(", ")),
+                    expected: format!(
+                        "default or one of {}",
+                        tuner::strategy::STRATEGY_NAMES.join(", ")
+                    ),
                 });
             }
             opts.strategy = s;
