@@ -7,7 +7,8 @@
 #
 # The test binaries (every test that skips without a GPU; bench/gpu/run.sh runs them with
 # TENSOR_DSL_REQUIRE_GPU=1, so there they fail instead):
-#   tensor-dsl:       cuda_runtime measure_cuda device_tensor cubin (fake_gpu needs no GPU)
+#   tensor-dsl:       cuda_runtime measure_cuda device_tensor cubin tensorcore_gpu
+#                     (fake_gpu needs no GPU)
 #   tensor-dsl-tests: stages device_env
 #   bench:            smoke gpu_defaults      (they run $TENSOR_DSL_BENCH_EXE)
 #   tensor-dsl-cli:   cli                     (it runs $TENSOR_DSL_CLI_EXE)
@@ -22,6 +23,7 @@ cargo build --release -p bench -p tensor-dsl-cli
 cp "$CARGO_TARGET_DIR/release/bench" "$CARGO_TARGET_DIR/release/tensor-dsl" "$CARRY/"
 tests=(
     -p tensor-dsl --test cuda_runtime --test measure_cuda --test device_tensor --test cubin
+    --test tensorcore_gpu
     -p tensor-dsl-tests --test stages --test device_env
     -p bench --test smoke --test gpu_defaults
     -p tensor-dsl-cli --test cli
@@ -42,7 +44,7 @@ for line in sys.stdin:
         names.add(name)
         shutil.copy(m["executable"], carry + "/" + name)
         print("carry:", name)
-for wanted in ["cuda_runtime", "measure_cuda", "device_tensor", "cubin", "stages", "device_env",
+for wanted in ["cuda_runtime", "measure_cuda", "device_tensor", "cubin", "tensorcore_gpu", "stages", "device_env",
                "smoke", "gpu_defaults", "cli"]:
     if "test-" + wanted not in names:
         sys.exit("build.sh: the test binary " + wanted + " was not built")
@@ -55,9 +57,15 @@ for wanted in ["cuda_runtime", "measure_cuda", "device_tensor", "cubin", "stages
 } >"$CARRY/BUILD_INFO"
 # The carry limit is 64 MiB: drop the debug info.
 strip "$CARRY"/bench "$CARRY"/tensor-dsl "$CARRY"/test-* 2>/dev/null || true
-du -sh "$CARRY"
-total=$(du -sm "$CARRY" | cut -f1)
-if [ "$total" -gt 60 ]; then
-    echo "build.sh: .gpu-carry is $total MiB, over what the device tool carries (64 MiB)" >&2
+# The device tool carries 64 MiB in all, the carry and the working tree's files together:
+# the binaries travel as one gzip archive (about half the size), which run.sh unpacks.
+tar -C "$CARRY" -czf "$CARRY.tar.gz" . && rm -rf "$CARRY" && mkdir -p "$CARRY" &&
+    mv "$CARRY.tar.gz" "$CARRY/binaries.tar.gz"
+carry=$(du -sb "$CARRY" | cut -f1)
+tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+total=$(((carry + ${tree:-0}) / 1048576))
+echo "build.sh: $((carry / 1048576)) MiB to carry + $((${tree:-0} / 1048576)) MiB of tree = $total MiB (the limit is 64)"
+if [ "$total" -gt 62 ]; then
+    echo "build.sh: $total MiB is over what the device tool carries (64 MiB, less headroom)" >&2
     exit 1
 fi

@@ -22,6 +22,10 @@ cd "$(dirname "$0")/../.."
 CARRY="$PWD/.gpu-carry"
 OUT="${OUT:-$PWD/gpu-out}"
 mkdir -p "$OUT"
+# build.sh packs the binaries into one archive (the device tool's 64 MiB limit).
+if [ ! -x "$CARRY/bench" ] && [ -f "$CARRY/binaries.tar.gz" ]; then
+    tar -C "$CARRY" -xzf "$CARRY/binaries.tar.gz" || exit 2
+fi
 if [ ! -x "$CARRY/bench" ]; then
     echo "run.sh: $CARRY/bench is missing: run bench/gpu/build.sh and carry .gpu-carry" >&2
     exit 2
@@ -68,7 +72,7 @@ cat "$OUT/environment.txt"
 
 status=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-    for t in ${TESTS:-cuda_runtime measure_cuda device_tensor cubin stages device_env gpu_defaults cli smoke}; do
+    for t in ${TESTS:-cuda_runtime measure_cuda device_tensor cubin tensorcore_gpu stages device_env gpu_defaults cli smoke}; do
         exe="$CARRY/test-$t"
         args=(--test-threads=1)
         # Only the GPU test of the CLI and bench suites (the rest are CPU tests, run by CI).
