@@ -745,10 +745,13 @@ impl SimtGemm {
     ///
     /// * 8 × 8 thread tiles (what keeps the hot loop at 0.85+ FFMAs: smaller ones spend a
     ///   third of it on loads) in warps of 4 × 8, block tiles of 64 or 128 along `m`, `n`;
-    /// * on sm_80 and later with `f32` operands a `cp.async` pipeline of k-tiles of 16 (3
-    ///   stages, or 2 for 128 × 128 tiles, within the static shared memory: deeper tiles
-    ///   halve the per-tile overhead of 8-deep ones), else register prefetch with k-tiles
-    ///   of 16; `float4` loads wherever provable;
+    /// * register prefetch into two shared buffers when both operands load as `float4` rows
+    ///   (a plain GEMM: on an H100 it measured 14–23% ahead of every `cp.async` depth with
+    ///   these tiles, `bench/results/2026-11-25-cuda-h100/`), with k-tiles of 16, or of 8
+    ///   when the reduction is split; else, on sm_80 and later with `f32` operands, a
+    ///   `cp.async` pipeline of k-tiles of 16 (3 stages, or 2 for 128 × 128 tiles, within
+    ///   the static shared memory), which the convolutions' gathers measured faster with;
+    ///   else register prefetch with k-tiles of 16; `float4` loads wherever provable;
     /// * the reduction fused (`kfuse`) when that wastes less of the k-tiles than tiling the
     ///   longest index (a 7 × 7 window over 3 channels), a split of the reduction across
     ///   blocks when the output tiles cannot fill the SMs, raster groups of 8 tile rows on
@@ -771,7 +774,7 @@ impl SimtGemm {
                 } else {
                     &[(16, 0)]
                 };
-                let Some(base) = pipes.iter().find_map(|&(bk, pipeline)| {
+                let Some(mut base) = pipes.iter().find_map(|&(bk, pipeline)| {
                     let mut s = SimtGemm::tiles(bm, bn, bk, 8, 8, 4);
                     s.pipeline = pipeline;
                     s.kfuse = kfuse;
@@ -783,9 +786,34 @@ impl SimtGemm {
                 }) else {
                     continue;
                 };
+                // Both operands as `float4` rows (a plain GEMM): register prefetch, which
+                // measured 14–23% ahead of every `cp.async` depth with 8 × 8 thread tiles on
+                // an H100 (the implicit-GEMM convolutions' gathers stay asynchronous).
+                let mut prefetch = base.clone();
+                prefetch.pipeline = 0;
+                let wide = |s: &SimtGemm, side| {
+                    let p = s.plan(g, side);
+                    p.width == 4 && !p.table
+                };
+                if base.pipeline > 0
+                    && prefetch.check(g).is_ok()
+                    && wide(&prefetch, Side::A)
+                    && wide(&prefetch, Side::B)
+                {
+                    base = prefetch;
+                }
                 for split in SPLITS {
                     let mut s = base.clone();
                     s.split = split as usize;
+                    // With register prefetch, k-tiles of 8 when the reduction is split: more
+                    // of them per split to overlap (measured ahead of 16 there, behind it
+                    // without a split).
+                    if s.pipeline == 0 && s.vector == 4 && s.split > 1 {
+                        s.bk = 8;
+                        if s.check(g).is_err() {
+                            s.bk = base.bk;
+                        }
+                    }
                     // Each split keeps a pipeline's worth of k-tiles.
                     if s.split > 1 && s.tiles_per_split(g) * s.outer_per_split(g) < 4 {
                         continue;
@@ -945,12 +973,16 @@ mod tests {
         assert!(s.split > 1, "{s:?}");
         assert!(s.blocks(&g) <= 2 * h100.sm_count as usize, "{s:?}");
         assert!(s.workspace_bytes(&g) <= MAX_WORKSPACE_BYTES);
-        // A square GEMM fills the GPU without: no split, raster groups, cp.async, float4.
+        // A square GEMM fills the GPU without: no split, raster groups, float4 and register
+        // prefetch (a plain GEMM's both operands load as float4 rows).
         let g = form(MM, &[4096, 4096, 4096], "");
         let s = SimtGemm::analytic(&g, &h100);
         assert_eq!((s.split, s.raster, s.vector), (1, 8, 4), "{s:?}");
-        assert!(s.pipeline >= 2 && s.shared_bytes(&g) <= 48 * 1024, "{s:?}");
+        assert!(s.pipeline == 0 && s.shared_bytes(&g) <= 48 * 1024, "{s:?}");
         assert_eq!((s.tm, s.tn), (8, 8));
+        // A convolution's gathered operand keeps the cp.async pipeline.
+        let g = form(CONV7, &[1, 64, 112, 112, 3, 7, 7], "");
+        assert!(SimtGemm::analytic(&g, &h100).pipeline >= 2);
     }
 
     #[test]
