@@ -38,9 +38,9 @@ pub const CPU_DEFAULT_STRATEGY: &str = "droplet";
 
 /// The strategy GPU tuning uses by default: explore (model-guided evolution for 60% of the
 /// budget), then Droplet from the best point, exploring again when it stops. Set from the
-/// first GPU measurements (H100, 2026-11-25, `bench/results/2026-11-25-cuda-*`): Droplet alone
-/// stops at a local optimum after 14–25 of 64 trials on the long-reduction fp32 GEMMs
-/// (512×1024×4096, 512×768×3072) at 0.74–0.75 of cuBLAS, where this reached 0.89–0.92 by
+/// first GPU measurements (H100, 2026-11-25, `bench/results/2026-11-25-cuda-h100/`): Droplet
+/// alone stops at a local optimum after 14–25 of 64 trials on the long-reduction fp32 GEMMs
+/// (512×1024×4096, 512×768×3072) at 0.74–0.75 of cuBLAS, where this reached 0.88–0.92 by
 /// trading block rows for split-K steps, two knobs at once.
 pub const GPU_DEFAULT_STRATEGY: &str = "combined";
 

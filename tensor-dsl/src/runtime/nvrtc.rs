@@ -327,7 +327,7 @@ pub fn compile_cubin_cached(
 }
 
 /// What the driver should load for a kernel on the GPU `target` describes: a CUBIN for its
-/// real architecture ([`GpuTarget::real_arch`]: `sm_90a` on an H100, whose kernels may use
+/// real architecture ([`GpuTarget::real_arch`](crate::template::gpu::GpuTarget::real_arch): `sm_90a` on an H100, whose kernels may use
 /// `wgmma`; [`compile_cubin_cached`]) when this NVRTC assembles for it, else —
 /// a GPU newer than NVRTC — PTX for the newest virtual architecture NVRTC knows below it,
 /// which the driver compiles at load time (the reason is in the [`Image`](crate::runtime::cubin::Image) and logged once
