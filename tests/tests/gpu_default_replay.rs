@@ -72,3 +72,63 @@ fn the_simt_default_lands_on_points_the_h100_measured_fast() {
     assert!(gemm_ratios.len() >= 3, "{gemm_ratios:?}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A measured default of the `mma.sync` template must reach this share of the best point
+/// measured for it (its 2026-11-25 default reached 0.07–0.65 there).
+const MMA_FLOOR: f64 = 0.7;
+
+#[test]
+fn the_tensor_core_defaults_land_on_points_the_h100_measured_fast() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../bench/results/2026-11-25-cuda-h100/tc-half-points.json");
+    let data: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let target = GpuTarget {
+        name: data["device"].as_str().unwrap().to_string(),
+        ..GpuTarget::h100_sm90a()
+    };
+    let (mut failures, mut mma_measured) = (Vec::new(), 0);
+    for w in data["workloads"].as_array().unwrap() {
+        let name = w["name"].as_str().unwrap();
+        let dtypes = w["dtypes"].as_str().unwrap();
+        let kernel = parse_text("k", w["kernel"].as_str().unwrap(), None)
+            .unwrap()
+            .with_dtypes(dtypes)
+            .unwrap();
+        let shapes: Vec<Vec<usize>> = serde_json::from_value(w["shapes"].clone()).unwrap();
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let extents = bind(&kernel, &refs).unwrap();
+        let space = CudaSpace::new(&kernel, &extents, &refs, &target).unwrap();
+        let default = space
+            .space()
+            .format(&space.default_point().unwrap())
+            .unwrap();
+        let points = w["points"].as_array().unwrap();
+        let gflops = |p: &serde_json::Value| p[1].as_f64().unwrap();
+        let best = points.iter().map(gflops).fold(0.0, f64::max);
+        let template = space.name();
+        match points
+            .iter()
+            .find(|p| p[0].as_str() == Some(default.as_str()))
+        {
+            Some(p) => {
+                let ratio = gflops(p) / best;
+                println!("{name:26} {template:11} default {ratio:.2} of the best  {default}");
+                if template == "tensor_core" {
+                    mma_measured += 1;
+                    if ratio < MMA_FLOOR {
+                        failures.push(format!(
+                            "{name}: the default {default} measured {ratio:.2} of the best point"
+                        ));
+                    }
+                }
+            }
+            None => println!("{name:26} {template:11} default not measured  {default}"),
+        }
+    }
+    assert!(
+        mma_measured >= 5,
+        "only {mma_measured} mma.sync defaults were measured"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -55,6 +55,9 @@ pub const MAX_ACCUMULATORS: usize = 128;
 /// Most warps per block.
 pub const MAX_WARPS: usize = 8;
 
+/// Outputs (batch × m × n) up to which a GEMM takes [`TcTemplate::small_default`].
+pub const SMALL_OUTPUT: usize = 64 * 1024;
+
 const KNOBS: [(&str, &[i64]); 9] = [
     ("warp_m", &WARP_TILES),
     ("warp_n", &WARP_TILES),
@@ -215,7 +218,62 @@ impl TcTemplate {
         Ok(c)
     }
 
-    /// The default: CUTLASS's 128×128×32 block of 2×2 warps (64×64 each), 3 stages,
+    /// The default: [`TcTemplate::small_default`] for the shapes an H100 measured (an
+    /// implicit-GEMM convolution, or an output of at most [`SMALL_OUTPUT`] elements), else
+    /// [`TcTemplate::cutlass_default`].
+    pub fn default_schedule(&self) -> TcSchedule {
+        let g = &self.gemm;
+        let outputs = g.batch_count_of() * g.m_extent * g.n_extent;
+        if !g.a.linear || !g.b.linear || outputs <= SMALL_OUTPUT {
+            self.small_default()
+        } else {
+            self.cutlass_default()
+        }
+    }
+
+    /// The default where the H100 measured this template (`bench/results/2026-11-25-cuda-h100/`,
+    /// `tc-half-points.json`: two small bf16 GEMMs, 512×64, and 13 f16 convolutions, every
+    /// ResNet-50 layer): the fastest point of each had warp tiles 16 rows high (16×16 on 12
+    /// of the 15), mostly one warp along `m` and four along `n` (a 16×64 block), k tiles
+    /// of 64 and two warp groups splitting each stage (sliced K); 16×16 warps in 1×4, k
+    /// tiles of 64, 4 stages and sliced K of 2 is this default, where
+    /// [`TcTemplate::cutlass_default`] ran at 0.07–0.65 of the best. The reduction is split across blocks (2, 4 or 8 blocks per output
+    /// tile, each with at least 4 k tiles) while half the SMs would idle; fewer stages if
+    /// the target's shared memory asks for it.
+    pub fn small_default(&self) -> TcSchedule {
+        let block_k = if self.gemm.k_extent <= 16 {
+            16
+        } else if self.gemm.k_extent < 128 {
+            32
+        } else {
+            64
+        };
+        let warps_n = match self.gemm.n_extent {
+            0..=16 => 1,
+            17..=32 => 2,
+            _ => 4,
+        };
+        let mut s = TcSchedule {
+            warp_m: 16,
+            warp_n: 16,
+            warps_m: 1,
+            warps_n,
+            block_k,
+            stages: 4,
+            swizzle: true,
+            split_k: 1,
+            splits: 1,
+        };
+        self.split_across_blocks(&mut s);
+        // Sliced K: two warp groups per stage, each with a whole k tile.
+        if self.gemm.k_extent >= 2 * s.block_k && s.warps_m * s.warps_n * 2 <= MAX_WARPS {
+            s.split_k = 2;
+        }
+        self.fit_stages(&mut s);
+        s
+    }
+
+    /// The default for large outputs (unmeasured on a GPU so far): CUTLASS's 128×128×32 block of 2×2 warps (64×64 each), 3 stages,
     /// swizzled, shrunk to 64 or 32 along an axis that is that small, and to fewer stages
     /// if the target's shared memory asks for it. While that leaves SMs idle (fewer blocks
     /// than SMs), the warp tile is halved along the longer block side, down to 32×32
@@ -225,7 +283,7 @@ impl TcTemplate {
     /// per output tile, each with at least 4 k tiles) and, if that still leaves half the SMs
     /// idle with at least 8 stages per split, two warp groups split each stage (sliced K). A
     /// heuristic from occupancy, not from measurements.
-    pub fn default_schedule(&self) -> TcSchedule {
+    pub fn cutlass_default(&self) -> TcSchedule {
         let shrink = |e: usize| -> (usize, usize) {
             if e <= 16 {
                 (16, 1)
@@ -251,12 +309,7 @@ impl TcTemplate {
             split_k: 1,
             splits: 1,
         };
-        let blocks = |s: &TcSchedule| {
-            self.gemm.batch_count_of()
-                * self.gemm.m_extent.div_ceil(s.block_m())
-                * self.gemm.n_extent.div_ceil(s.block_n())
-        };
-        while blocks(&s) < self.sm_count && s.warp_m.max(s.warp_n) > 32 {
+        while self.blocks(&s) < self.sm_count && s.warp_m.max(s.warp_n) > 32 {
             if s.block_m() >= s.block_n() && s.warp_m > 32 {
                 s.warp_m /= 2;
             } else if s.warp_n > 32 {
@@ -265,10 +318,29 @@ impl TcTemplate {
                 s.warp_m /= 2;
             }
         }
-        // Split-K across blocks while half the SMs would still idle and every split keeps
-        // at least 4 k tiles.
-        while blocks(&s) * s.splits * 2 <= self.sm_count
-            && self.gemm.k_tiles(&s) >= 8 * s.splits
+        self.split_across_blocks(&mut s);
+        if self.blocks(&s) * s.splits * 2 <= self.sm_count
+            && self.gemm.k_extent >= 8 * s.block_k * s.splits
+            && s.warps_m * s.warps_n * 2 <= MAX_WARPS
+        {
+            s.split_k = 2;
+        }
+        self.fit_stages(&mut s);
+        s
+    }
+
+    /// Output tiles of `s`.
+    fn blocks(&self, s: &TcSchedule) -> usize {
+        self.gemm.batch_count_of()
+            * self.gemm.m_extent.div_ceil(s.block_m())
+            * self.gemm.n_extent.div_ceil(s.block_n())
+    }
+
+    /// Split-K across blocks while half the SMs would still idle and every split keeps at
+    /// least 4 k tiles (and the partial sums fit their bound).
+    fn split_across_blocks(&self, s: &mut TcSchedule) {
+        while self.blocks(s) * s.splits * 2 <= self.sm_count
+            && self.gemm.k_tiles(s) >= 8 * s.splits
             && s.splits < 8
         {
             let wider = TcSchedule {
@@ -277,19 +349,16 @@ impl TcTemplate {
             };
             match self.gemm.split(&wider) {
                 Some(p) if p.partial_bytes() > crate::codegen::split_k::MAX_PARTIAL_BYTES => break,
-                _ => s = wider,
+                _ => *s = wider,
             }
         }
-        if blocks(&s) * s.splits * 2 <= self.sm_count
-            && self.gemm.k_extent >= 8 * s.block_k * s.splits
-            && s.warps_m * s.warps_n * 2 <= MAX_WARPS
-        {
-            s.split_k = 2;
-        }
-        while s.stages > 2 && self.gemm.shared_bytes(&s) > self.max_shared {
+    }
+
+    /// Fewer stages while the shared memory asks for it (at least 2).
+    fn fit_stages(&self, s: &mut TcSchedule) {
+        while s.stages > 2 && self.gemm.shared_bytes(s) > self.max_shared {
             s.stages -= 1;
         }
-        s
     }
 }
 
@@ -373,9 +442,10 @@ mod tests {
         for (m, n, kk, block, split_k, splits) in [
             (4096, 4096, 4096, (128, 128), 1, 1),
             (1000, 1000, 1000, (64, 64), 1, 1),
-            (128, 128, 8192, (64, 64), 2, 8),
-            (256, 256, 1024, (64, 64), 1, 8),
-            (20, 24, 40, (32, 32), 1, 1),
+            // Outputs of at most 64 Ki elements: the small default the H100 measured.
+            (128, 128, 8192, (16, 64), 2, 8),
+            (256, 256, 1024, (16, 64), 2, 2),
+            (20, 24, 40, (16, 32), 1, 1),
         ] {
             let shapes = [vec![m, kk], vec![kk, n], vec![m, n]];
             let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
