@@ -39,7 +39,8 @@
 //! let src = generate(&k, &[256, 128, 64], &shapes, &t.default_schedule());
 //! assert!(src.source.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
 //! assert!(!src.source.contains("#include"));
-//! assert_eq!((src.grid, src.block), ([8, 1, 1], [128, 1, 1])); // 64×64 blocks
+//! // A small output: 16×64 blocks of 1×4 warps, two warp groups per stage (sliced K).
+//! assert_eq!((src.grid, src.block), ([32, 1, 1], [256, 1, 1]));
 //! ```
 
 use super::cuda::CudaSource;
