@@ -231,15 +231,15 @@ impl TcTemplate {
         }
     }
 
-    /// The default where the H100 measured this template (`bench/results/2026-11-25-cuda-h100/`,
-    /// `tc-half-points.json`: two small bf16 GEMMs, 512×64, and 13 f16 convolutions, every
-    /// ResNet-50 layer): the fastest point of each had warp tiles 16 rows high (16×16 on 12
+    /// The default where the H100 measured this template
+    /// (`bench/results/2026-11-25-cuda-h100/tc-half-points.json`: two small bf16 GEMMs,
+    /// 512×64, and 13 f16 convolutions, every ResNet-50 layer): the fastest point of each had warp tiles 16 rows high (16×16 on 12
     /// of the 15), mostly one warp along `m` and four along `n` (a 16×64 block), k tiles
     /// of 64 and two warp groups splitting each stage (sliced K); 16×16 warps in 1×4, k
     /// tiles of 64, 4 stages and sliced K of 2 is this default, where
-    /// [`TcTemplate::cutlass_default`] ran at 0.07–0.65 of the best. The reduction is split across blocks (2, 4 or 8 blocks per output
-    /// tile, each with at least 4 k tiles) while half the SMs would idle; fewer stages if
-    /// the target's shared memory asks for it.
+    /// [`TcTemplate::cutlass_default`] ran at 0.07–0.65 of the best. The reduction is split
+    /// across blocks (2, 4 or 8 blocks per output tile, each with at least 4 k tiles) while
+    /// half the SMs would idle; fewer stages if the target's shared memory asks for it.
     pub fn small_default(&self) -> TcSchedule {
         let block_k = if self.gemm.k_extent <= 16 {
             16
@@ -273,8 +273,8 @@ impl TcTemplate {
         s
     }
 
-    /// The default for large outputs (unmeasured on a GPU so far): CUTLASS's 128×128×32 block of 2×2 warps (64×64 each), 3 stages,
-    /// swizzled, shrunk to 64 or 32 along an axis that is that small, and to fewer stages
+    /// The default for large outputs (unmeasured on a GPU so far): CUTLASS's 128×128×32
+    /// block of 2×2 warps (64×64 each), 3 stages, swizzled, shrunk to 64 or 32 along an axis that is that small, and to fewer stages
     /// if the target's shared memory asks for it. While that leaves SMs idle (fewer blocks
     /// than SMs), the warp tile is halved along the longer block side, down to 32×32
     /// (1000×1000 on an H100's 132 SMs: 256 blocks of 64×64 rather than 64 of 128×128, which
