@@ -3,7 +3,8 @@
 //! tuning runs measured there), the default point of today's template is looked up among the
 //! measured points, and where it was measured its speed is compared with the best measured
 //! point. A change to the default model that lands on points the GPU measured as slow fails
-//! here, without a GPU; a default nobody measured is listed, not judged.
+//! here, without a GPU; a default nobody measured is listed, not judged. The same for the
+//! tensor-core templates on `tc-half-points.json`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
@@ -11,33 +12,41 @@ use tensor_dsl::ir::{bind, parse_text};
 use tensor_dsl::template::cuda::CudaSpace;
 use tensor_dsl::template::gpu::GpuTarget;
 
-/// A measured default GEMM must reach this share of the best point measured for it.
-const GEMM_FLOOR: f64 = 0.8;
+/// One workload's default, replayed.
+struct Replayed {
+    name: String,
+    /// The template the CUDA backend chose (`simt`, `tensor_core`, `wgmma`).
+    template: &'static str,
+    default: String,
+    /// The default's speed over the best measured point's, where the default was measured.
+    ratio: Option<f64>,
+}
 
-#[test]
-fn the_simt_default_lands_on_points_the_h100_measured_fast() {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../bench/results/2026-11-25-cuda-h100/simt-f32-points.json");
+/// Every workload of the points file `file` (in this folder of results): today's default
+/// for it on the H100 the points were measured on, and how fast that point measured. Prints
+/// each line.
+fn replay(file: &str) -> Vec<Replayed> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../bench/results/2026-11-25-cuda-h100")
+        .join(file);
     let data: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     // The runtime's view of that GPU (a 9.0 device compiles for sm_90a).
     let target = GpuTarget {
         name: data["device"].as_str().unwrap().to_string(),
         ..GpuTarget::h100_sm90a()
     };
-    let (mut failures, mut measured, mut gemm_ratios) = (Vec::new(), 0, Vec::new());
+    let mut out = Vec::new();
     for w in data["workloads"].as_array().unwrap() {
         let name = w["name"].as_str().unwrap();
-        let kernel = parse_text("k", w["kernel"].as_str().unwrap(), None).unwrap();
+        let kernel = parse_text("k", w["kernel"].as_str().unwrap(), None)
+            .unwrap()
+            .with_dtypes(w["dtypes"].as_str().unwrap_or(""))
+            .unwrap();
         let shapes: Vec<Vec<usize>> = serde_json::from_value(w["shapes"].clone()).unwrap();
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         let extents = bind(&kernel, &refs).unwrap();
         let space = CudaSpace::new(&kernel, &extents, &refs, &target).unwrap();
-        assert_eq!(
-            space.name(),
-            "simt",
-            "{name}: an fp32 kernel takes the SIMT template"
-        );
         let default = space
             .space()
             .format(&space.default_point().unwrap())
@@ -45,31 +54,68 @@ fn the_simt_default_lands_on_points_the_h100_measured_fast() {
         let points = w["points"].as_array().unwrap();
         let gflops = |p: &serde_json::Value| p[1].as_f64().unwrap();
         let best = points.iter().map(gflops).fold(0.0, f64::max);
-        match points
+        let ratio = points
             .iter()
             .find(|p| p[0].as_str() == Some(default.as_str()))
-        {
-            Some(p) => {
-                measured += 1;
-                let ratio = gflops(p) / best;
-                println!("{name:26} default {ratio:.2} of the best measured  {default}");
-                let gemm = !name.contains("conv");
-                if gemm {
-                    gemm_ratios.push(ratio);
-                    if ratio < GEMM_FLOOR {
-                        failures.push(format!(
-                            "{name}: the default {default} measured {ratio:.2} of the best point"
-                        ));
-                    }
-                }
-            }
-            None => println!("{name:26} default not measured        {default}"),
+            .map(|p| gflops(p) / best);
+        let template = space.name();
+        match ratio {
+            Some(r) => println!("{name:26} {template:11} default {r:.2} of the best  {default}"),
+            None => println!("{name:26} {template:11} default not measured  {default}"),
         }
+        out.push(Replayed {
+            name: name.to_string(),
+            template,
+            default,
+            ratio,
+        });
     }
+    out
+}
+
+/// Those of `replayed` that were measured below `floor` of the best point.
+fn below(replayed: &[&Replayed], floor: f64) -> Vec<String> {
+    replayed
+        .iter()
+        .filter_map(|r| {
+            let ratio = r.ratio?;
+            (ratio < floor).then(|| {
+                format!(
+                    "{}: the default {} measured {ratio:.2} of the best point",
+                    r.name, r.default
+                )
+            })
+        })
+        .collect()
+}
+
+/// A measured default GEMM must reach this share of the best point measured for it.
+const GEMM_FLOOR: f64 = 0.8;
+
+#[test]
+fn the_simt_default_lands_on_points_the_h100_measured_fast() {
+    let replayed = replay("simt-f32-points.json");
+    for r in &replayed {
+        assert_eq!(
+            r.template, "simt",
+            "{}: an fp32 kernel takes the SIMT template",
+            r.name
+        );
+    }
+    let measured = replayed.iter().filter(|r| r.ratio.is_some()).count();
+    let gemms: Vec<&Replayed> = replayed
+        .iter()
+        .filter(|r| r.ratio.is_some() && !r.name.contains("conv"))
+        .collect();
     // The replay must judge something: the 2026-11-25 default of every convolution and of
     // five of the GEMMs was measured there.
     assert!(measured >= 10, "only {measured} defaults were measured");
-    assert!(gemm_ratios.len() >= 3, "{gemm_ratios:?}");
+    assert!(
+        gemms.len() >= 3,
+        "only {} GEMM defaults were measured",
+        gemms.len()
+    );
+    let failures = below(&gemms, GEMM_FLOOR);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -79,56 +125,16 @@ const MMA_FLOOR: f64 = 0.7;
 
 #[test]
 fn the_tensor_core_defaults_land_on_points_the_h100_measured_fast() {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../bench/results/2026-11-25-cuda-h100/tc-half-points.json");
-    let data: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    let target = GpuTarget {
-        name: data["device"].as_str().unwrap().to_string(),
-        ..GpuTarget::h100_sm90a()
-    };
-    let (mut failures, mut mma_measured) = (Vec::new(), 0);
-    for w in data["workloads"].as_array().unwrap() {
-        let name = w["name"].as_str().unwrap();
-        let dtypes = w["dtypes"].as_str().unwrap();
-        let kernel = parse_text("k", w["kernel"].as_str().unwrap(), None)
-            .unwrap()
-            .with_dtypes(dtypes)
-            .unwrap();
-        let shapes: Vec<Vec<usize>> = serde_json::from_value(w["shapes"].clone()).unwrap();
-        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-        let extents = bind(&kernel, &refs).unwrap();
-        let space = CudaSpace::new(&kernel, &extents, &refs, &target).unwrap();
-        let default = space
-            .space()
-            .format(&space.default_point().unwrap())
-            .unwrap();
-        let points = w["points"].as_array().unwrap();
-        let gflops = |p: &serde_json::Value| p[1].as_f64().unwrap();
-        let best = points.iter().map(gflops).fold(0.0, f64::max);
-        let template = space.name();
-        match points
-            .iter()
-            .find(|p| p[0].as_str() == Some(default.as_str()))
-        {
-            Some(p) => {
-                let ratio = gflops(p) / best;
-                println!("{name:26} {template:11} default {ratio:.2} of the best  {default}");
-                if template == "tensor_core" {
-                    mma_measured += 1;
-                    if ratio < MMA_FLOOR {
-                        failures.push(format!(
-                            "{name}: the default {default} measured {ratio:.2} of the best point"
-                        ));
-                    }
-                }
-            }
-            None => println!("{name:26} {template:11} default not measured  {default}"),
-        }
-    }
+    let replayed = replay("tc-half-points.json");
+    let mma: Vec<&Replayed> = replayed
+        .iter()
+        .filter(|r| r.ratio.is_some() && r.template == "tensor_core")
+        .collect();
     assert!(
-        mma_measured >= 5,
-        "only {mma_measured} mma.sync defaults were measured"
+        mma.len() >= 5,
+        "only {} mma.sync defaults were measured",
+        mma.len()
     );
+    let failures = below(&mma, MMA_FLOOR);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
