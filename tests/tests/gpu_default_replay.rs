@@ -138,3 +138,24 @@ fn the_tensor_core_defaults_land_on_points_the_h100_measured_fast() {
     let failures = below(&mma, MMA_FLOOR);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A measured default of the `wgmma` template must reach this share of the best point
+/// measured for it (its 2026-11-25 default, `cp.async` with 4 stages, reached 0.79–1.00
+/// there; TMA and pipelines as deep as the blocks per SM allow reach 0.94–1.00).
+const WGMMA_FLOOR: f64 = 0.9;
+
+#[test]
+fn the_wgmma_default_lands_on_points_the_h100_measured_fast() {
+    let replayed = replay("tc-half-points.json");
+    let wg: Vec<&Replayed> = replayed
+        .iter()
+        .filter(|r| r.ratio.is_some() && r.template == "wgmma")
+        .collect();
+    assert!(
+        wg.len() >= 5,
+        "only {} wgmma defaults were measured",
+        wg.len()
+    );
+    let failures = below(&wg, WGMMA_FLOOR);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -52,7 +52,9 @@
 //! assert!(src.source.contains("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"));
 //! assert!(!src.source.contains("#include"));
 //! assert_eq!((src.grid, src.block), ([128, 1, 1], [256, 1, 1])); // 128×64 tiles
-//! assert_eq!(src.shared_bytes, 4 * (128 + 64) * 64 * 2 + 1024); // 4 stages, dynamic
+//! // 6 stages of both operands, an mbarrier per stage (TMA), the alignment slack:
+//! assert_eq!(src.shared_bytes, 6 * (128 + 64) * 64 * 2 + 6 * 8 + 1024);
+//! assert!(!src.tensor_maps.is_empty());
 //! ```
 
 use super::cuda::CudaSource;

@@ -17,8 +17,8 @@
 //! * `tma` ∈ {0, 1}: operands staged by `cp.async` (every thread, 16-byte chunks) or by the
 //!   tensor memory accelerator (one thread copies whole boxes from `CUtensorMap`s the
 //!   runtime encodes; an mbarrier per stage says they landed). TMA needs every operand
-//!   stride to be a multiple of 16 bytes; the default is `cp.async` (neither has run on a
-//!   GPU yet, and TMA adds the driver's encoding to what is unverified).
+//!   stride to be a multiple of 16 bytes; the default takes it wherever it can (on the
+//!   H100 it measured at or ahead of `cp.async` at the same tiles on 9 of 10 GEMMs).
 //!
 //! Constraints: at most 128 accumulators per thread, shared memory within the target's
 //! limit, at least two k tiles per split, split-K partial sums within bounds.
@@ -127,7 +127,9 @@ pub struct WgTemplate {
     gemm: Gemm,
     space: SearchSpace,
     max_shared: usize,
+    shared_per_sm: usize,
     sm_count: usize,
+    tma: bool,
 }
 
 impl WgTemplate {
@@ -205,7 +207,9 @@ impl WgTemplate {
             gemm,
             space,
             max_shared,
+            shared_per_sm: target.shared_per_sm as usize,
             sm_count: target.sm_count as usize,
+            tma: tma.is_none(),
         })
     }
 
@@ -265,11 +269,18 @@ impl WgTemplate {
         Ok(c)
     }
 
-    /// The default: CUTLASS's Hopper 128×128×64 tile (two warpgroups of 64×128), 4 stages;
-    /// while that gives fewer tiles than 3/4 of the SMs, the tile narrows to 128×64, then
-    /// to one warpgroup (64×64); if half the SMs would still idle, the reduction is split across blocks
-    /// (2, 4 or 8, each split keeping at least 4 k tiles). Stages shrink to what shared
-    /// memory holds. A heuristic from occupancy, not from measurements.
+    /// The default: CUTLASS's Hopper 128×128×64 tile (two warpgroups of 64×128); while that
+    /// gives fewer tiles than 3/4 of the SMs, the tile narrows to 128×64, then to one
+    /// warpgroup (64×64); if half the SMs would still idle, the reduction is split across
+    /// blocks (2, 4 or 8, each split keeping at least 4 k tiles). Operands come by TMA
+    /// wherever they have tensor maps. Stages: as many as shared memory holds (up to 6 and
+    /// the k tiles of a split) without fewer blocks on an SM than the grid puts there, as
+    /// CUTLASS sizes its pipelines. Both from the H100's measurements (2026-11-25, replayed
+    /// by `tests/tests/gpu_default_replay.rs`): at the same tiles TMA ran at 0.98–1.10 of
+    /// `cp.async`, and on the long reductions (512×1024 or 512×768 outputs over 3072–4096),
+    /// one block per SM, 6 stages reached 0.94–1.00 of the best point where 4 reached
+    /// 0.79–0.83; where two blocks share an SM (512×3072), a fifth stage that leaves room for
+    /// only one measured 0.89–0.91.
     pub fn default_schedule(&self) -> WgSchedule {
         let g = &self.gemm;
         let mut s = WgSchedule {
@@ -279,7 +290,7 @@ impl WgTemplate {
             block_k: if g.k_extent <= 32 { 32 } else { 64 },
             stages: 4,
             splits: 1,
-            tma: false,
+            tma: self.tma,
         };
         let few = |s: &WgSchedule| g.wg_tiles(s) * 4 < self.sm_count * 3;
         if few(&s) && s.block_n > 64 {
@@ -304,7 +315,36 @@ impl WgTemplate {
         while s.stages > 2 && g.wg_shared_bytes(&s) > self.max_shared {
             s.stages -= 1;
         }
+        s.stages = self.deepest_pipeline(&s);
         s
+    }
+
+    /// The most stages (at most 6, and at most the k tiles of a split) that fit the
+    /// block's shared memory without leaving room for fewer blocks per SM than the grid
+    /// puts on one (or than `s.stages` would allow, when the SM holds more than it gets).
+    fn deepest_pipeline(&self, s: &WgSchedule) -> usize {
+        let g = &self.gemm;
+        let blocks = g.wg_tiles(s) * s.splits;
+        let wanted = blocks.div_ceil(self.sm_count.max(1)).max(1);
+        let fit = |stages: usize| {
+            let t = WgSchedule {
+                stages,
+                ..s.clone()
+            };
+            let bytes = g.wg_shared_bytes(&t);
+            // The SM keeps 1 KiB of shared memory per resident block for itself.
+            if bytes > self.max_shared {
+                0
+            } else {
+                self.shared_per_sm / (bytes + 1024)
+            }
+        };
+        let floor = fit(s.stages).min(wanted);
+        let k_tiles = g.wg_k_tiles(s).div_ceil(s.splits.max(1));
+        (s.stages..=6)
+            .rev()
+            .find(|&st| st <= k_tiles.max(s.stages) && fit(st) >= floor.max(1))
+            .unwrap_or(s.stages)
     }
 }
 
