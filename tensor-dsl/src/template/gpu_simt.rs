@@ -747,8 +747,9 @@ impl SimtGemm {
     ///   third of it on loads) in warps of 4 × 8, block tiles of 64 or 128 along `m`, `n`;
     /// * register prefetch into two shared buffers when both operands load as `float4` rows
     ///   (a plain GEMM: on an H100 it measured 14–23% ahead of every `cp.async` depth with
-    ///   these tiles, `bench/results/2026-11-25-cuda-h100/`), with k-tiles of 16, or of 8
-    ///   when the reduction is split; else, on sm_80 and later with `f32` operands, a
+    ///   these tiles, `bench/results/2026-11-25-cuda-h100/`), with k-tiles of 16, or of 8,
+    ///   two per iteration of the reduction loop (`unroll` 2), when the reduction is split;
+    ///   else, on sm_80 and later with `f32` operands, a
     ///   `cp.async` pipeline of k-tiles of 16 (3 stages, or 2 for 128 × 128 tiles, within
     ///   the static shared memory), which the convolutions' gathers measured faster with;
     ///   else register prefetch with k-tiles of 16; `float4` loads wherever provable;
@@ -810,8 +811,13 @@ impl SimtGemm {
                     // without a split).
                     if s.pipeline == 0 && s.vector == 4 && s.split > 1 {
                         s.bk = 8;
+                        // Two k-tiles of 8 per iteration of the reduction loop (measured
+                        // 0.96 of the best point where one per iteration measured 0.84–0.85;
+                        // behind one with k-tiles of 16).
+                        s.unroll = 2;
                         if s.check(g).is_err() {
                             s.bk = base.bk;
+                            s.unroll = base.unroll;
                         }
                     }
                     // Each split keeps a pipeline's worth of k-tiles.
