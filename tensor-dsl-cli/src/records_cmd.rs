@@ -65,13 +65,16 @@ struct Group<'a> {
 }
 
 impl Group<'_> {
+    /// The record dispatch would use: the [`Index`](tensor_dsl::records::Index)'s choice
+    /// (a remeasured config judged by its median).
     fn best(&self) -> Option<&Record> {
+        let mut index = tensor_dsl::records::Index::new();
+        index.extend(self.records.iter().copied());
+        let chosen = index.best(&self.records.first()?.key())?;
         self.records
             .iter()
-            .filter(|r| r.error.is_none())
-            .filter_map(|r| r.seconds.map(|s| (s, *r)))
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, r)| r)
+            .copied()
+            .find(|r| r.config == chosen.config && r.seconds == chosen.seconds)
     }
 
     fn valid(&self) -> usize {

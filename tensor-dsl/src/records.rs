@@ -304,14 +304,7 @@ fn compact_locked(path: &Path, keep: usize, max_bytes: u64) -> Result<usize, Err
             by_key.entry(r.key()).or_default().push(r);
         }
     }
-    let mut groups: Vec<Vec<Record>> = by_key.into_values().collect();
-    for g in &mut groups {
-        g.sort_by(|a, b| {
-            a.seconds
-                .unwrap_or(f64::INFINITY)
-                .total_cmp(&b.seconds.unwrap_or(f64::INFINITY))
-        });
-    }
+    let mut groups: Vec<Vec<Record>> = by_key.into_values().map(best_first).collect();
     // Newest keys first, so the oldest are the ones dropped last.
     groups.sort_by_key(|g| std::cmp::Reverse(g.iter().map(|r| r.unix_time).max().unwrap_or(0)));
     let mut keep = keep.max(1);
@@ -435,10 +428,17 @@ impl Record {
     }
 }
 
-/// The fastest valid record per key: O(1) lookups at dispatch.
+/// The fastest valid config per key: O(1) lookups at dispatch.
+///
+/// A config measured more than once (Droplet's remeasurements, a second tuning run) is
+/// judged by the upper median of its records' times, not by its fastest one: the minimum
+/// of noisy times favours the point with the luckiest measurement (the winner's curse).
+/// The record kept for a key is the one of its best config whose time is that median.
 #[derive(Clone, Debug, Default)]
 pub struct Index {
     best: std::collections::HashMap<Key, Record>,
+    /// Every valid record's time, per key and config (in the records' order).
+    times: std::collections::HashMap<Key, std::collections::HashMap<String, Vec<Record>>>,
 }
 
 impl Index {
@@ -446,23 +446,40 @@ impl Index {
         Index::default()
     }
 
-    /// Adds records, keeping the fastest valid one per key.
+    /// Adds records, keeping per key the config with the lowest upper median time (ties:
+    /// the smaller config text).
     pub fn extend<'a>(&mut self, records: impl IntoIterator<Item = &'a Record>) {
+        let mut touched = std::collections::HashSet::new();
         for r in records {
-            let Some(s) = r.seconds.filter(|s| s.is_finite() && *s > 0.0) else {
-                continue;
-            };
-            if r.error.is_some() {
+            if r.error.is_some() || r.seconds.is_none_or(|s| !(s.is_finite() && s > 0.0)) {
                 continue;
             }
             let key = r.key();
-            let better = self
-                .best
-                .get(&key)
-                .and_then(|b| b.seconds)
-                .is_none_or(|b| s < b);
-            if better {
-                self.best.insert(key, r.clone());
+            self.times
+                .entry(key.clone())
+                .or_default()
+                .entry(r.config.clone())
+                .or_default()
+                .push(r.clone());
+            touched.insert(key);
+        }
+        for key in touched {
+            let Some(configs) = self.times.get(&key) else {
+                continue;
+            };
+            let best = configs
+                .iter()
+                .filter_map(|(config, rs)| upper_median(rs).map(|r| (config, r)))
+                .min_by(|a, b| {
+                    let (sa, sb) = (
+                        a.1.seconds.unwrap_or(f64::INFINITY),
+                        b.1.seconds.unwrap_or(f64::INFINITY),
+                    );
+                    sa.total_cmp(&sb).then_with(|| a.0.cmp(b.0))
+                })
+                .map(|(_, r)| r.clone());
+            if let Some(r) = best {
+                self.best.insert(key, r);
             }
         }
     }
@@ -515,4 +532,41 @@ impl Index {
             .min_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(_, r)| r)
     }
+}
+
+/// One key's records in the order compaction keeps them: config by config, the config
+/// the [`Index`] would choose first (lowest upper median), and within a config its median
+/// record first, then the others fastest first, so that what a tight bound keeps still
+/// judges each config as the whole set did.
+fn best_first(records: Vec<Record>) -> Vec<Record> {
+    let secs = |r: &Record| r.seconds.unwrap_or(f64::INFINITY);
+    let mut by_config: std::collections::HashMap<String, Vec<Record>> = Default::default();
+    for r in records {
+        by_config.entry(r.config.clone()).or_default().push(r);
+    }
+    let mut configs: Vec<(f64, String, Vec<Record>)> = by_config
+        .into_iter()
+        .map(|(config, mut rs)| {
+            rs.sort_by(|a, b| secs(a).total_cmp(&secs(b)));
+            let median = rs.remove(rs.len() / 2);
+            let m = secs(&median);
+            rs.insert(0, median);
+            (m, config, rs)
+        })
+        .collect();
+    configs.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+    configs.into_iter().flat_map(|(_, _, rs)| rs).collect()
+}
+
+/// The record whose time is the upper median of `records`' times (for two, the slower).
+fn upper_median(records: &[Record]) -> Option<&Record> {
+    let mut sorted: Vec<&Record> = records.iter().filter(|r| r.seconds.is_some()).collect();
+    sorted.sort_by(|a, b| {
+        let (sa, sb) = (
+            a.seconds.unwrap_or(f64::INFINITY),
+            b.seconds.unwrap_or(f64::INFINITY),
+        );
+        sa.total_cmp(&sb)
+    });
+    sorted.get(sorted.len() / 2).copied()
 }

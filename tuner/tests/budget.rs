@@ -158,3 +158,78 @@ fn a_weighted_warm_start_leaves_out_weightless_points_and_ranks_from_the_prior()
     let pred = f.predict(&feats);
     assert!(tuner::pairwise_accuracy(&pred, &scores) > 0.9);
 }
+
+/// Proposes two points once, then asks for the first to be measured twice more.
+struct TwoThenRemeasure {
+    proposed: bool,
+    again: Vec<Config>,
+}
+
+impl tuner::SearchStrategy for TwoThenRemeasure {
+    fn name(&self) -> &str {
+        "two-then-remeasure"
+    }
+
+    fn propose(&mut self, ctx: &mut tuner::Context<'_>, _max: usize) -> Vec<Config> {
+        if self.proposed {
+            return Vec::new();
+        }
+        self.proposed = true;
+        let mut points = ctx.space.enumerate(2).unwrap();
+        points.truncate(2);
+        self.again = vec![points[0].clone(), points[0].clone()];
+        points
+    }
+
+    fn observe(&mut self, _ctx: &mut tuner::Context<'_>, _trials: &[tuner::Trial]) {}
+
+    fn wants_remeasure(&mut self) -> Vec<Config> {
+        self.again.pop().into_iter().collect()
+    }
+}
+
+/// Times from a script, in order of measurement.
+struct Scripted(std::collections::VecDeque<f64>);
+
+impl tuner::Measurer for Scripted {
+    fn measure(&mut self, batch: &[Config]) -> Vec<tuner::Outcome> {
+        batch
+            .iter()
+            .map(|_| tuner::Outcome::Valid {
+                samples: vec![self.0.pop_front().unwrap()],
+            })
+            .collect()
+    }
+}
+
+/// The winner's curse: a point whose first measurement was lucky (1.0) but whose
+/// remeasurements are slow (2.0, 2.0) is not the best over one measured at 1.2 once.
+#[test]
+fn the_best_point_is_chosen_by_the_median_of_its_measurements() {
+    let mut b = SearchSpace::builder();
+    b.discrete("x", &[1, 2]);
+    let space = b.build().unwrap();
+    let mut strategy = TwoThenRemeasure {
+        proposed: false,
+        again: Vec::new(),
+    };
+    let mut m = Scripted([1.0, 1.2, 2.0, 2.0].into_iter().collect());
+    let features = |c: &Config| space.to_features(c).unwrap_or_default();
+    let r = tune(
+        &space,
+        &mut strategy,
+        &mut tuner::Untrained,
+        &features,
+        &mut m,
+        &Budget::new(10).with_batch(2),
+        1,
+        &mut |_| {},
+    );
+    assert_eq!(r.trials.len(), 4);
+    let points = space.enumerate(2).unwrap();
+    let (best, seconds) = r.best.unwrap();
+    assert_eq!(best, points[1]);
+    assert_eq!(seconds, 1.2);
+    // The first point led until its remeasurements showed it slower.
+    assert_eq!(r.history, vec![Some(1.0), Some(1.0), Some(1.2), Some(1.2)]);
+}
