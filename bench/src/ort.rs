@@ -180,14 +180,17 @@ impl crate::baselines::Baseline for Ort {
     fn settle(&self) -> f64 {
         // ONNX Runtime's intra-op workers spin after a call (`allow_spinning`, its default,
         // kept: it is ORT's fastest setting); the next contender must not compete with them.
+        // `time_calls` waits until the helper is idle; this pause is the floor.
         crate::openblas::SETTLE_SECONDS
     }
 
     fn time_calls(&mut self, calls: usize) -> Option<Result<f64, String>> {
-        Some(self.ask(&format!("time {calls}")).and_then(|t| {
+        let answer = self.ask(&format!("time {calls}")).and_then(|t| {
             t.parse::<f64>()
                 .map_err(|e| format!("the helper's time `{t}`: {e}"))
-        }))
+        });
+        wait_idle(self.child.id(), QUIET_LIMIT_SECONDS);
+        Some(answer)
     }
 }
 
@@ -196,5 +199,38 @@ impl Drop for Ort {
         let _ = writeln!(self.stdin, "quit").and_then(|()| self.stdin.flush());
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The longest [`wait_idle`] waits.
+const QUIET_LIMIT_SECONDS: f64 = 3.0;
+
+/// Waits (up to `limit` seconds) until process `pid` uses no CPU time over two polls 30 ms
+/// apart (Linux `/proc/<pid>/stat`; elsewhere, or if it cannot be read, returns at once).
+/// Measured on the development VM: after a round of 2-thread ONNX Runtime calls its helper
+/// went on using CPU for 0.25 s and more, and our kernel timed right after it then ran at
+/// a tenth of its speed in whole rounds (a core shared with a spinning thread); a fixed
+/// one-second pause removed that, this wait removes it without waiting longer than needed.
+fn wait_idle(pid: u32, limit: f64) {
+    let cpu = || -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces) start after the last ')'.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    };
+    let start = std::time::Instant::now();
+    let Some(mut last) = cpu() else {
+        return;
+    };
+    let mut quiet = 0;
+    while quiet < 2 && start.elapsed().as_secs_f64() < limit {
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let Some(now) = cpu() else {
+            return;
+        };
+        quiet = if now == last { quiet + 1 } else { 0 };
+        last = now;
     }
 }

@@ -69,7 +69,7 @@ impl Run<'_> {
 
 /// Times every contender: one warm-up call each (the caller has already run each once to
 /// compile and check it), one call each to size its rounds, then `plan.rounds` rounds
-/// visiting the contenders in turn.
+/// visiting the contenders in turn, forwards in even rounds and backwards in odd ones.
 ///
 /// After each sizing call and each round of contender `i`, sleeps `settle[i]` seconds (none
 /// past the end of `settle`): a library whose idle threads keep spinning after a call
@@ -92,10 +92,14 @@ pub fn side_by_side(
         reps.push(n.clamp(1.0, 10_000.0) as usize);
         pause(i);
     }
-    let mut rounds = vec![Vec::with_capacity(plan.rounds); contenders.len()];
-    for _ in 0..plan.rounds.max(1) {
-        for (i, f) in contenders.iter_mut().enumerate() {
-            rounds[i].push(f.median_of(reps[i])?);
+    let n = contenders.len();
+    let mut rounds = vec![Vec::with_capacity(plan.rounds); n];
+    for round in 0..plan.rounds.max(1) {
+        // Every other round visits them backwards: whoever follows a library that leaves
+        // something behind (threads still spinning, a cold cache) is not always the same
+        // contender.
+        for i in (0..n).map(|k| if round % 2 == 0 { k } else { n - 1 - k }) {
+            rounds[i].push(contenders[i].median_of(reps[i])?);
             pause(i);
         }
     }
@@ -144,7 +148,7 @@ mod tests {
         drop(cs);
         assert_eq!(t.len(), 2);
         assert_eq!(t[0].rounds.len(), 3);
-        // Two sizing calls each, then a, b, a, b, a, b.
-        assert_eq!(order.into_inner().iter().collect::<String>(), "aabbababab");
+        // Two sizing calls each, then rounds forwards, backwards, forwards.
+        assert_eq!(order.into_inner().iter().collect::<String>(), "aabbabbaab");
     }
 }
