@@ -13,6 +13,7 @@ use crate::load;
 use crate::report::{BaselineResult, KernelResult};
 use crate::timing::{self, Plan, Run};
 use crate::tuning::{self, Settings, TrialLog};
+use crate::workloads::Op;
 use crate::workloads::{Problem, Workload};
 
 /// Options for one kernel's run.
@@ -168,8 +169,10 @@ fn run_into(
         load::wait_quiet(0.25, opts.wait_quiet)
     };
     // The bench's kernels are all f32 (the baselines are f32 libraries). The inputs are
-    // tensors, as a caller's would be: each keeps its version while unchanged (what lets a
-    // convolution keep its packed weights between calls).
+    // tensors, as a caller's would be; the weights (a matmul's right operand, a
+    // convolution's filters: what ONNX Runtime's graphs hold as constants) keep their
+    // version while unchanged, which lets our kernel keep them packed between calls. The
+    // other inputs go without one, as activations that change at every call would.
     let tensors =
         tensor_dsl::measure::random_inputs(&problem.kernel, &problem.shapes, opts.settings.seed)
             .iter()
@@ -182,7 +185,15 @@ fn run_into(
             .map_err(|e| e.to_string())?;
     let refs: Vec<&[f32]> = tensors.iter().map(|t| t.as_slice()).collect();
     let views: Vec<tensor_dsl::Data<'_>> = refs.iter().map(|&r| r.into()).collect();
-    let versions: Vec<Option<u64>> = tensors.iter().map(|t| Some(t.version())).collect();
+    let weights: &[usize] = match w.op {
+        Op::Matmul { .. } | Op::GemmBiasRelu { .. } | Op::Conv2d(_) => &[1],
+        Op::BatchMatmul { .. } | Op::Stage(_) => &[],
+    };
+    let versions: Vec<Option<u64>> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| weights.contains(&i).then(|| t.version()))
+        .collect();
     let shapes = problem.shape_refs();
     let out_len: usize = problem.shapes[kernel.output].iter().product();
     let mut ours_out = vec![f32::NAN; out_len];
@@ -193,8 +204,8 @@ fn run_into(
         cpu::run_with_versions(kernel, extents, &shapes, &views, &versions, out.into(), cfg)
             .map_err(cpu_err)
     };
-    // Convolutions also time the call that packs the weights itself (no versions).
-    let repacks = ours_cfg.conv.is_some();
+    // Where the weights can stay packed, also the call that packs them itself (no versions).
+    let repacks = !weights.is_empty() && (ours_cfg.conv.is_some() || ours_cfg.pack);
     let mut repack_out = vec![f32::NAN; out_len];
     let run_repacking = |out: &mut [f32]| {
         cpu::run_with(kernel, extents, &shapes, &views, out.into(), &ours_cfg).map_err(cpu_err)

@@ -1,7 +1,7 @@
-//! End-to-end: a convolution's weights passed as a `Tensor` are packed once and reused
-//! while the tensor is unchanged (`Tensor::version`); every change to them, a clone
-//! changed on its own, views without a version and more weight tensors than the runtime
-//! keeps all give the naive result.
+//! End-to-end: a convolution's weights, and a matmul's packed operand, passed as a
+//! `Tensor` are packed once and reused while the tensor is unchanged (`Tensor::version`);
+//! every change to them, a clone changed on its own, views without a version and more
+//! weight tensors than the runtime keeps all give the naive result.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -13,7 +13,7 @@ mod common;
 
 use common::random;
 use rand::{rngs::StdRng, SeedableRng};
-use tensor_dsl::{tensor_kernel, Device, Options, Tensor, TensorView, TensorViewMut};
+use tensor_dsl::{bf16, tensor_kernel, Device, Options, Tensor, TensorView, TensorViewMut};
 
 /// A 3×3 convolution, padding 1, with a bias and ReLU.
 #[tensor_kernel]
@@ -135,5 +135,113 @@ fn weights_are_repacked_exactly_when_they_change() {
                 &format!("weights {i}, round {round}"),
             );
         }
+    }
+}
+
+/// A linear layer: `b` is the operand the CPU template packs into panels.
+#[tensor_kernel]
+fn linear(a: &Tensor<f32>, b: &Tensor<f32>, c: &mut Tensor<f32>) {
+    c[[i, j]] += a[[i, k]] * b[[k, j]];
+}
+
+/// One weight shared by every batch entry (its panels do not depend on `n`).
+#[tensor_kernel]
+fn shared_weight(x: &Tensor<f32>, w: &Tensor<f32>, y: &mut Tensor<f32>) {
+    y[[n, i, j]] += x[[n, i, k]] * w[[k, j]];
+}
+
+/// A weight per batch entry.
+#[tensor_kernel]
+fn batched(x: &Tensor<f32>, w: &Tensor<f32>, y: &mut Tensor<f32>) {
+    y[[n, i, j]] += x[[n, i, k]] * w[[n, k, j]];
+}
+
+/// `bf16` operands: the panels hold the converted values.
+#[tensor_kernel]
+fn linear_bf16(a: &Tensor<bf16>, b: &Tensor<bf16>, c: &mut Tensor<f32>) {
+    c[[i, j]] += a[[i, k]] * b[[k, j]];
+}
+
+/// `y[n][i][j] = Σ_k x[n][i][k] · w[n or 0][k][j]`.
+fn naive_bmm(x: &[f32], w: &[f32], dims: (usize, usize, usize, usize), shared: bool) -> Vec<f64> {
+    let (nb, m, k, n) = dims;
+    let mut y = vec![0.0f64; nb * m * n];
+    for b in 0..nb {
+        let wb = if shared { 0 } else { b * k * n };
+        for i in 0..m {
+            for j in 0..n {
+                y[(b * m + i) * n + j] = (0..k)
+                    .map(|t| f64::from(x[(b * m + i) * k + t]) * f64::from(w[wb + t * n + j]))
+                    .sum();
+            }
+        }
+    }
+    y
+}
+
+/// Matmuls take their packed operand prepacked too: odd extents (partial vector and unroll
+/// tiles), a weight shared across a batch index, a weight per batch entry, `bf16`; the
+/// weight changed in place and cycled past what the runtime keeps.
+#[test]
+fn matmul_panels_are_packed_once_per_version() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let opts = Options::new().device(Device::Cpu);
+    for (m, k, n) in [(37, 300, 50), (8, 64, 16), (5, 7, 33)] {
+        let a = random(&mut rng, &[m, k]);
+        let mut b = random(&mut rng, &[k, n]);
+        let mut c = Tensor::zeros(&[m, n]);
+        for round in 0..3 {
+            linear::with(&opts)(&a, &b, &mut c).unwrap();
+            let want = naive_bmm(a.as_slice(), b.as_slice(), (1, m, k, n), true);
+            check(c.as_slice(), &want, &format!("{m}x{k}x{n}, round {round}"));
+            if round == 1 {
+                b.as_mut_slice()[3] -= 2.0;
+            }
+        }
+        // More weights than the runtime keeps packed.
+        let many: Vec<Tensor<f32>> = (0..tensor_dsl::runtime::cpu::PREPACK_KEEP + 2)
+            .map(|_| random(&mut rng, &[k, n]))
+            .collect();
+        for (i, bi) in many.iter().chain(many.iter()).enumerate() {
+            linear::with(&opts)(&a, bi, &mut c).unwrap();
+            let want = naive_bmm(a.as_slice(), bi.as_slice(), (1, m, k, n), true);
+            check(c.as_slice(), &want, &format!("{m}x{k}x{n}, weights {i}"));
+        }
+    }
+
+    let (nb, m, k, n) = (3, 9, 20, 21);
+    let x = random(&mut rng, &[nb, m, k]);
+    let w = random(&mut rng, &[k, n]);
+    let mut y = Tensor::zeros(&[nb, m, n]);
+    for round in 0..2 {
+        shared_weight::with(&opts)(&x, &w, &mut y).unwrap();
+        let want = naive_bmm(x.as_slice(), w.as_slice(), (nb, m, k, n), true);
+        check(
+            y.as_slice(),
+            &want,
+            &format!("shared weight, round {round}"),
+        );
+    }
+    let mut wb = random(&mut rng, &[nb, k, n]);
+    for round in 0..3 {
+        batched::with(&opts)(&x, &wb, &mut y).unwrap();
+        let want = naive_bmm(x.as_slice(), wb.as_slice(), (nb, m, k, n), false);
+        check(y.as_slice(), &want, &format!("batched, round {round}"));
+        wb.as_mut_slice()[k * n + 1] += 1.0;
+    }
+
+    let to_bf16 = |t: &Tensor<f32>| {
+        let v: Vec<bf16> = t.as_slice().iter().map(|&x| bf16::from_f32(x)).collect();
+        Tensor::from_vec(t.shape().to_vec(), v).unwrap()
+    };
+    let (a, b) = (random(&mut rng, &[13, 40]), random(&mut rng, &[40, 30]));
+    let (ah, bh) = (to_bf16(&a), to_bf16(&b));
+    let round_trip =
+        |t: &Tensor<bf16>| -> Vec<f32> { t.as_slice().iter().map(|v| v.to_f32()).collect() };
+    let mut c = Tensor::zeros(&[13, 30]);
+    for round in 0..2 {
+        linear_bf16::with(&opts)(&ah, &bh, &mut c).unwrap();
+        let want = naive_bmm(&round_trip(&ah), &round_trip(&bh), (1, 13, 40, 30), true);
+        check(c.as_slice(), &want, &format!("bf16, round {round}"));
     }
 }

@@ -33,6 +33,13 @@ use crate::template::cpu::{blocked_reduction, pack_stride, packed_access, panel_
 /// Name of the exported entry point.
 pub const ENTRY: &str = "td_kernel";
 
+/// Name of the function that runs a GEMM-form nest on a prepacked panel set or, given
+/// none, packs per thread ([`super::Prepack`]).
+pub const RUN: &str = "td_mm_run";
+
+/// Name of the function that packs every panel of the vector operand.
+pub const PREPACK_PANELS: &str = "td_mm_prepack";
+
 /// Name of the exported function that packs an input ahead of calls ([`super::Prepack`]).
 pub const PREPACK_FILL: &str = "td_prepack";
 
@@ -127,6 +134,33 @@ pub fn lower<'a>(
         });
         BufId(buffers.len() - 1)
     });
+    // Every panel of the packed operand, made ahead of calls ([`super::Prepack`]): where
+    // panels are filled per (other indices, vector tile) with the whole reduction (no
+    // reduction blocks) and the operand is an input.
+    let wall = match (&pk, &plan.packed, config.vector_axis) {
+        (Some(_), Some(access), Some(v))
+            if plan.block.is_none() && access.tensor != kernel.output =>
+        {
+            let panels = panel_keys(&plan, access)
+                .iter()
+                .map(|&o| extents[o])
+                .product::<usize>()
+                * extents[v].div_ceil(config.vector);
+            buffers.push(Buffer {
+                name: "wall".into(),
+                scope: Scope::Global,
+                dtype: COMPUTE,
+                dims: vec![
+                    panels * panel_points(kernel, extents, config),
+                    pack_stride(config.vector),
+                ],
+                param: None,
+                align: None,
+            });
+            Some(BufId(buffers.len() - 1))
+        }
+        _ => None,
+    };
     let l = Lower {
         buffers,
         kernel,
@@ -140,6 +174,7 @@ pub fn lower<'a>(
         out: BufId(kernel.output),
         acc,
         pk,
+        wall,
         plan,
     };
     // The full tile first: features read the tile from the first helper.
@@ -151,7 +186,19 @@ pub fn lower<'a>(
             }
         }
     }
-    let entry = l.entry();
+    let (entry, prepack) = match l.wall {
+        Some(wall) => {
+            helpers.push(l.prepack_func(wall));
+            helpers.push(Func {
+                name: RUN.into(),
+                params: pointer_params(kernel, Some(wall)),
+                body: l.body(),
+            });
+            let (entry, prepack) = l.entries(wall);
+            (entry, Some(prepack))
+        }
+        None => (l.entry(), None),
+    };
     Ok(Nest {
         kernel,
         shapes,
@@ -161,8 +208,18 @@ pub fn lower<'a>(
         entry,
         launch: None,
         globals: Vec::new(),
-        prepack: None,
+        prepack,
     })
+}
+
+/// The other indices (neither vector nor unroll axis) that the packed access reads with:
+/// its panels differ along them (a weight shared across a batch index has one set).
+fn panel_keys(plan: &Plan, access: &Access) -> Vec<usize> {
+    plan.others
+        .iter()
+        .copied()
+        .filter(|&o| access.dims.iter().any(|d| d.terms.iter().any(|t| t.0 == o)))
+        .collect()
 }
 
 pub(super) struct Lower<'a> {
@@ -177,6 +234,8 @@ pub(super) struct Lower<'a> {
     pub(super) out: BufId,
     pub(super) acc: BufId,
     pub(super) pk: Option<BufId>,
+    /// Every panel, packed ahead of calls, where the nest can take it.
+    pub(super) wall: Option<BufId>,
     pub(super) plan: Plan,
 }
 
@@ -637,6 +696,12 @@ impl Lower<'_> {
     /// tile loops into guarded copies as costly to compile as the full tile and not
     /// vectorized.
     fn tile_calls(&self, packed: bool) -> Stmt {
+        self.tile_calls_on(packed, None)
+    }
+
+    /// [`Self::tile_calls`], the packed tiles reading the panel at `panel` (C text) instead
+    /// of this thread's.
+    fn tile_calls_on(&self, packed: bool, panel: Option<&str>) -> Stmt {
         let u0 = if self.config.unroll_axis.is_some() {
             "u0"
         } else {
@@ -653,7 +718,7 @@ impl Lower<'_> {
             .map(|&p| self.name(BufId(p)).to_string())
             .collect();
         if let (Some(pk), true) = (self.pk, packed) {
-            args.push(self.name(pk).into());
+            args.push(panel.unwrap_or(self.name(pk)).into());
         }
         args.push(self.name(self.out).into());
         args.extend(self.plan.others.iter().map(|&o| self.names[o].clone()));
@@ -714,11 +779,9 @@ impl Lower<'_> {
     /// Refills this thread's panel when the tile's (other indices, v0) changed; with a
     /// blocked reduction, fills it for the current block unconditionally.
     fn pack_fill(&self, pk: BufId, access: &Access) -> Vec<Stmt> {
-        let rv = self.config.vector;
         let Some(v) = self.config.vector_axis else {
             return Vec::new();
         };
-        let ev = self.extents[v];
         let mut keys: Vec<&str> = self
             .plan
             .others
@@ -729,6 +792,32 @@ impl Lower<'_> {
         if self.plan.block.is_some() {
             keys.clear();
         }
+        let mut body = self.panel_copy(pk, access, v);
+        for k in &keys {
+            body.push(Stmt::Assign {
+                dst: Target::Var(format!("pk_{k}")),
+                op: AssignOp::Set,
+                value: Value::Code(k.to_string()),
+            });
+        }
+        if self.plan.block.is_some() {
+            vec![Stmt::Block(body)]
+        } else {
+            let changed: Vec<String> = keys.iter().map(|k| format!("pk_{k} != {k}")).collect();
+            vec![Stmt::If {
+                cond: changed.join(" || "),
+                then: body,
+                els: None,
+                braced: true,
+            }]
+        }
+    }
+
+    /// Copies the tile's (other indices, `v0`) panel of `access` into `pk`: `nv` (the
+    /// vector tile's width there) and the copy over every reduction point.
+    fn panel_copy(&self, pk: BufId, access: &Access, v: usize) -> Vec<Stmt> {
+        let rv = self.config.vector;
+        let ev = self.extents[v];
         let mut index = self.names.clone();
         index[v] = "(v0 + v)".into();
         let copy = Stmt::Assign {
@@ -753,7 +842,7 @@ impl Lower<'_> {
                 vec![copy],
             ))],
         );
-        let mut body = vec![
+        vec![
             Stmt::Let {
                 ty: Ty::Int(IntType::Long),
                 konst: true,
@@ -770,25 +859,7 @@ impl Lower<'_> {
                 mode: CopyMode::Sync,
                 body: rows,
             }),
-        ];
-        for k in &keys {
-            body.push(Stmt::Assign {
-                dst: Target::Var(format!("pk_{k}")),
-                op: AssignOp::Set,
-                value: Value::Code(k.to_string()),
-            });
-        }
-        if self.plan.block.is_some() {
-            vec![Stmt::Block(body)]
-        } else {
-            let changed: Vec<String> = keys.iter().map(|k| format!("pk_{k} != {k}")).collect();
-            vec![Stmt::If {
-                cond: changed.join(" || "),
-                then: body,
-                els: None,
-                braced: true,
-            }]
-        }
+        ]
     }
 
     /// With a panel: fill it and run the packed tiles if it was allocated, else the plain
@@ -798,20 +869,198 @@ impl Lower<'_> {
             (Some(pk), Some(access)) => {
                 let mut then = self.pack_fill(pk, access);
                 then.push(tiles(true));
-                vec![Stmt::If {
+                let per_thread = Stmt::If {
                     cond: "pk".into(),
                     then,
                     els: Some(vec![tiles(false)]),
                     braced: true,
-                }]
+                };
+                match self.wall {
+                    // Prepacked: the tiles read this tile's panel of `wall`.
+                    Some(wall) if self.plan.block.is_none() => {
+                        let panel = self.wall_panel(wall, access);
+                        vec![Stmt::If {
+                            cond: self.name(wall).into(),
+                            then: vec![self.tile_calls_on(true, Some(&panel))],
+                            els: Some(vec![per_thread]),
+                            braced: true,
+                        }]
+                    }
+                    _ => vec![per_thread],
+                }
             }
             _ => vec![tiles(false)],
         }
     }
 
+    /// C text of the panel of the current (other indices, `v0`) inside `wall`: panels one
+    /// after another, the vector tiles innermost, then the other indices the packed access
+    /// reads with, in order.
+    fn wall_panel(&self, wall: BufId, access: &Access) -> String {
+        let size =
+            panel_points(self.kernel, self.extents, self.config) * pack_stride(self.config.vector);
+        let tiles = self
+            .ext(self.config.vector_axis)
+            .div_ceil(self.config.vector);
+        let mut at = String::from("0");
+        for &o in &panel_keys(&self.plan, access) {
+            at = format!("({at}) * {} + {}", self.extents[o], self.names[o]);
+        }
+        format!(
+            "{} + (({at}) * {tiles} + v0 / {}) * {size}",
+            self.name(wall),
+            self.config.vector
+        )
+    }
+
+    /// `td_mm_prepack(b, wall)`: every panel of the packed input, in `wall`'s order (the
+    /// threads share them out).
+    fn prepack_func(&self, wall: BufId) -> Func {
+        let (Some(pk), Some(access), Some(v)) =
+            (self.pk, self.plan.packed.as_ref(), self.config.vector_axis)
+        else {
+            return Func {
+                name: PREPACK_PANELS.into(),
+                params: Vec::new(),
+                body: Vec::new(),
+            };
+        };
+        let mut loops: Vec<Loop> = panel_keys(&self.plan, access)
+            .into_iter()
+            .map(|o| {
+                lp(
+                    &self.names[o],
+                    "0",
+                    int(self.extents[o]),
+                    Step::Inc,
+                    self.extents[o],
+                    LoopKind::Serial,
+                    Some(o),
+                    Layout::Flat,
+                    Vec::new(),
+                )
+            })
+            .collect();
+        loops.push(tile_steps(
+            "v0",
+            self.extents[v],
+            self.config.vector,
+            Some(v),
+            Layout::Flat,
+        ));
+        if self.config.parallel {
+            for l in &mut loops {
+                l.kind = LoopKind::Parallel;
+            }
+        }
+        // The copy writes `pk`: here, the panel's place in `wall`.
+        let mut body = vec![Stmt::Let {
+            ty: Ty::Ptr(COMPUTE),
+            konst: false,
+            defs: vec![(
+                self.name(pk).into(),
+                Value::Code(self.wall_panel(wall, access)),
+            )],
+        }];
+        body.extend(self.panel_copy(pk, access, v));
+        Func {
+            name: PREPACK_PANELS.into(),
+            params: vec![
+                Param::Buffer {
+                    buf: BufId(access.tensor),
+                    konst: true,
+                },
+                Param::Buffer {
+                    buf: wall,
+                    konst: false,
+                },
+            ],
+            body: band(loops, vec![Stmt::Block(body)]),
+        }
+    }
+
+    /// The exported entry point (the panels packed per thread at each call) and the
+    /// [`super::Prepack`] pair, all three calling [`RUN`].
+    fn entries(&self, wall: BufId) -> (Func, super::Prepack) {
+        let inputs: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|&p| self.name(BufId(p)).to_string())
+            .collect();
+        let out = self.name(self.out).to_string();
+        let run = |w: &str| {
+            let mut args = inputs.clone();
+            args.push(w.into());
+            args.push(out.clone());
+            Stmt::Call {
+                func: RUN.into(),
+                args,
+            }
+        };
+        let packed = self
+            .plan
+            .packed
+            .as_ref()
+            .map_or(self.inputs[0], |a| a.tensor);
+        let params = pointer_params(self.kernel, None);
+        let entry = Func {
+            name: ENTRY.into(),
+            params: params.clone(),
+            body: vec![run("0")],
+        };
+        let fill = Func {
+            name: PREPACK_FILL.into(),
+            params: vec![
+                Param::Buffer {
+                    buf: BufId(packed),
+                    konst: true,
+                },
+                Param::Buffer {
+                    buf: self.out,
+                    konst: false,
+                },
+            ],
+            body: vec![Stmt::Call {
+                func: PREPACK_PANELS.into(),
+                args: vec![self.name(BufId(packed)).into(), out.clone()],
+            }],
+        };
+        let prepacked = Func {
+            name: PREPACK_ENTRY.into(),
+            params,
+            body: vec![
+                Stmt::Let {
+                    ty: Ty::Ptr(COMPUTE),
+                    konst: true,
+                    defs: vec![(
+                        self.name(wall).into(),
+                        Value::Code(format!("args[{}]", self.kernel.params.len())),
+                    )],
+                },
+                run(self.name(wall)),
+            ],
+        };
+        let prepack = super::Prepack {
+            input: packed,
+            elems: self.buffers[wall.0].dims.iter().product(),
+            fill,
+            run: prepacked,
+        };
+        (entry, prepack)
+    }
+
     /// The entry point: parallel loops over every other output index and the tiles, the
     /// unroll axis innermost so a packed panel is reused across it.
     fn entry(&self) -> Func {
+        Func {
+            name: ENTRY.into(),
+            params: pointer_params(self.kernel, None),
+            body: self.body(),
+        }
+    }
+
+    /// The nest: the entry point's body, or [`RUN`]'s with a prepacked `wall`.
+    fn body(&self) -> Vec<Stmt> {
         let (ru, rv) = (self.config.unroll, self.config.vector);
         let extents = self.extents;
         let mut loops: Vec<Loop> = self
@@ -878,7 +1127,7 @@ impl Lower<'_> {
         };
         let nest = band(loops, vec![Stmt::Block(inner)]);
 
-        let body = match (self.pk, &self.plan.packed) {
+        match (self.pk, &self.plan.packed) {
             (Some(pk), Some(access)) => {
                 let mut region = vec![
                     Stmt::Comment(format!(
@@ -912,11 +1161,6 @@ impl Lower<'_> {
                 }]
             }
             _ => nest,
-        };
-        Func {
-            name: ENTRY.into(),
-            params: pointer_params(self.kernel, None),
-            body,
         }
     }
 }
