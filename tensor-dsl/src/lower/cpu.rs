@@ -33,13 +33,6 @@ use crate::template::cpu::{blocked_reduction, pack_stride, packed_access, panel_
 /// Name of the exported entry point.
 pub const ENTRY: &str = "td_kernel";
 
-/// Name of the function that runs a GEMM-form nest on a prepacked panel set or, given
-/// none, packs per thread ([`super::Prepack`]).
-pub const RUN: &str = "td_mm_run";
-
-/// Name of the function that packs every panel of the vector operand.
-pub const PREPACK_PANELS: &str = "td_mm_prepack";
-
 /// Name of the exported function that packs an input ahead of calls ([`super::Prepack`]).
 pub const PREPACK_FILL: &str = "td_prepack";
 
@@ -186,19 +179,8 @@ pub fn lower<'a>(
             }
         }
     }
-    let (entry, prepack) = match l.wall {
-        Some(wall) => {
-            helpers.push(l.prepack_func(wall));
-            helpers.push(Func {
-                name: RUN.into(),
-                params: pointer_params(kernel, Some(wall)),
-                body: l.body(),
-            });
-            let (entry, prepack) = l.entries(wall);
-            (entry, Some(prepack))
-        }
-        None => (l.entry(), None),
-    };
+    let entry = l.entry();
+    let prepack = l.wall.map(|wall| l.prepacked(wall));
     Ok(Nest {
         kernel,
         shapes,
@@ -869,25 +851,12 @@ impl Lower<'_> {
             (Some(pk), Some(access)) => {
                 let mut then = self.pack_fill(pk, access);
                 then.push(tiles(true));
-                let per_thread = Stmt::If {
+                vec![Stmt::If {
                     cond: "pk".into(),
                     then,
                     els: Some(vec![tiles(false)]),
                     braced: true,
-                };
-                match self.wall {
-                    // Prepacked: the tiles read this tile's panel of `wall`.
-                    Some(wall) if self.plan.block.is_none() => {
-                        let panel = self.wall_panel(wall, access);
-                        vec![Stmt::If {
-                            cond: self.name(wall).into(),
-                            then: vec![self.tile_calls_on(true, Some(&panel))],
-                            els: Some(vec![per_thread]),
-                            braced: true,
-                        }]
-                    }
-                    _ => vec![per_thread],
-                }
+                }]
             }
             _ => vec![tiles(false)],
         }
@@ -913,14 +882,14 @@ impl Lower<'_> {
         )
     }
 
-    /// `td_mm_prepack(b, wall)`: every panel of the packed input, in `wall`'s order (the
-    /// threads share them out).
+    /// The loops that fill every panel of the packed input into `wall`, in its order (the
+    /// threads share them out), as a function of the input and `wall`.
     fn prepack_func(&self, wall: BufId) -> Func {
         let (Some(pk), Some(access), Some(v)) =
             (self.pk, self.plan.packed.as_ref(), self.config.vector_axis)
         else {
             return Func {
-                name: PREPACK_PANELS.into(),
+                name: PREPACK_FILL.into(),
                 params: Vec::new(),
                 body: Vec::new(),
             };
@@ -964,7 +933,7 @@ impl Lower<'_> {
         }];
         body.extend(self.panel_copy(pk, access, v));
         Func {
-            name: PREPACK_PANELS.into(),
+            name: PREPACK_FILL.into(),
             params: vec![
                 Param::Buffer {
                     buf: BufId(access.tensor),
@@ -979,35 +948,24 @@ impl Lower<'_> {
         }
     }
 
-    /// The exported entry point (the panels packed per thread at each call) and the
-    /// [`super::Prepack`] pair, all three calling [`RUN`].
-    fn entries(&self, wall: BufId) -> (Func, super::Prepack) {
-        let inputs: Vec<String> = self
-            .inputs
-            .iter()
-            .map(|&p| self.name(BufId(p)).to_string())
-            .collect();
+    /// The [`super::Prepack`] pair: `td_prepack` fills every panel, `td_kernel_prepacked`
+    /// runs the nest on them. The entry point itself stays as it was (each thread packs).
+    fn prepacked(&self, wall: BufId) -> super::Prepack {
         let out = self.name(self.out).to_string();
-        let run = |w: &str| {
-            let mut args = inputs.clone();
-            args.push(w.into());
-            args.push(out.clone());
-            Stmt::Call {
-                func: RUN.into(),
-                args,
-            }
-        };
         let packed = self
             .plan
             .packed
             .as_ref()
             .map_or(self.inputs[0], |a| a.tensor);
-        let params = pointer_params(self.kernel, None);
-        let entry = Func {
-            name: ENTRY.into(),
-            params: params.clone(),
-            body: vec![run("0")],
-        };
+        // Both bodies are printed after the entry point, so the tile functions and the
+        // entry keep the places they have without a prepacked form (on this machine a
+        // batched matmul's hot loop ran up to 15% slower at another code address).
+        let mut fill_body = vec![Stmt::Let {
+            ty: Ty::Ptr(COMPUTE),
+            konst: false,
+            defs: vec![(self.name(wall).into(), Value::Code(out))],
+        }];
+        fill_body.extend(self.prepack_func(wall).body);
         let fill = Func {
             name: PREPACK_FILL.into(),
             params: vec![
@@ -1020,33 +978,27 @@ impl Lower<'_> {
                     konst: false,
                 },
             ],
-            body: vec![Stmt::Call {
-                func: PREPACK_PANELS.into(),
-                args: vec![self.name(BufId(packed)).into(), out.clone()],
-            }],
+            body: fill_body,
         };
-        let prepacked = Func {
-            name: PREPACK_ENTRY.into(),
-            params,
-            body: vec![
-                Stmt::Let {
-                    ty: Ty::Ptr(COMPUTE),
-                    konst: true,
-                    defs: vec![(
-                        self.name(wall).into(),
-                        Value::Code(format!("args[{}]", self.kernel.params.len())),
-                    )],
-                },
-                run(self.name(wall)),
-            ],
-        };
-        let prepack = super::Prepack {
+        let mut run_body = vec![Stmt::Let {
+            ty: Ty::Ptr(COMPUTE),
+            konst: true,
+            defs: vec![(
+                self.name(wall).into(),
+                Value::Code(format!("args[{}]", self.kernel.params.len())),
+            )],
+        }];
+        run_body.extend(self.body(Some(wall)));
+        super::Prepack {
             input: packed,
             elems: self.buffers[wall.0].dims.iter().product(),
             fill,
-            run: prepacked,
-        };
-        (entry, prepack)
+            run: Func {
+                name: PREPACK_ENTRY.into(),
+                params: pointer_params(self.kernel, None),
+                body: run_body,
+            },
+        }
     }
 
     /// The entry point: parallel loops over every other output index and the tiles, the
@@ -1055,12 +1007,13 @@ impl Lower<'_> {
         Func {
             name: ENTRY.into(),
             params: pointer_params(self.kernel, None),
-            body: self.body(),
+            body: self.body(None),
         }
     }
 
-    /// The nest: the entry point's body, or [`RUN`]'s with a prepacked `wall`.
-    fn body(&self) -> Vec<Stmt> {
+    /// The nest: the entry point's body (each thread packs its panels), or with `wall`
+    /// the prepacked entry's, whose tiles read the prepacked panels.
+    fn body(&self, wall: Option<BufId>) -> Vec<Stmt> {
         let (ru, rv) = (self.config.unroll, self.config.vector);
         let extents = self.extents;
         let mut loops: Vec<Loop> = self
@@ -1123,9 +1076,17 @@ impl Lower<'_> {
                     ..tile_steps("k0", e0, b, Some(r0), Layout::Braced)
                 })]
             }
-            None => self.with_panel(&|p| self.tile_calls(p)),
+            None => match (wall, &self.plan.packed) {
+                (Some(wall), Some(access)) => {
+                    vec![self.tile_calls_on(true, Some(&self.wall_panel(wall, access)))]
+                }
+                _ => self.with_panel(&|p| self.tile_calls(p)),
+            },
         };
         let nest = band(loops, vec![Stmt::Block(inner)]);
+        if wall.is_some() {
+            return nest;
+        }
 
         match (self.pk, &self.plan.packed) {
             (Some(pk), Some(access)) => {

@@ -580,8 +580,7 @@ impl Nest<'_> {
 
     /// The band of loops the entry point starts with: its first loop (inside a region) and
     /// the [`Layout::Flat`] loops directly nested in it (the parallel iteration space on a
-    /// CPU); for a GEMM nest whose entry calls [`cpu::RUN`], that function's. Empty when the
-    /// entry has no loop outside a helper.
+    /// CPU). Empty when the entry has no loop outside a helper.
     pub fn outer_band(&self) -> Vec<&Loop> {
         fn first(body: &[Stmt]) -> Option<&Loop> {
             body.iter().find_map(|s| match s {
@@ -591,15 +590,7 @@ impl Nest<'_> {
             })
         }
         let mut band = Vec::new();
-        // An entry point that only calls the GEMM nest's run function (which takes a
-        // prepacked operand) has its band there.
-        let run = self.entry.body.iter().find_map(|s| match s {
-            Stmt::Call { func, .. } if func == cpu::RUN => {
-                self.helpers.iter().find(|h| h.name == *func)
-            }
-            _ => None,
-        });
-        let mut next = first(run.map_or(&self.entry.body, |f| &f.body));
+        let mut next = first(&self.entry.body);
         while let Some(l) = next {
             band.push(l);
             next = match (l.layout, l.body.as_slice()) {
