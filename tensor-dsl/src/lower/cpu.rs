@@ -883,16 +883,12 @@ impl Lower<'_> {
     }
 
     /// The loops that fill every panel of the packed input into `wall`, in its order (the
-    /// threads share them out), as a function of the input and `wall`.
-    fn prepack_func(&self, wall: BufId) -> Func {
+    /// threads share them out).
+    fn prepack_loops(&self, wall: BufId) -> Vec<Stmt> {
         let (Some(pk), Some(access), Some(v)) =
             (self.pk, self.plan.packed.as_ref(), self.config.vector_axis)
         else {
-            return Func {
-                name: PREPACK_FILL.into(),
-                params: Vec::new(),
-                body: Vec::new(),
-            };
+            return Vec::new();
         };
         let mut loops: Vec<Loop> = panel_keys(&self.plan, access)
             .into_iter()
@@ -932,20 +928,7 @@ impl Lower<'_> {
             )],
         }];
         body.extend(self.panel_copy(pk, access, v));
-        Func {
-            name: PREPACK_FILL.into(),
-            params: vec![
-                Param::Buffer {
-                    buf: BufId(access.tensor),
-                    konst: true,
-                },
-                Param::Buffer {
-                    buf: wall,
-                    konst: false,
-                },
-            ],
-            body: band(loops, vec![Stmt::Block(body)]),
-        }
+        band(loops, vec![Stmt::Block(body)])
     }
 
     /// The [`super::Prepack`] pair: `td_prepack` fills every panel, `td_kernel_prepacked`
@@ -965,7 +948,7 @@ impl Lower<'_> {
             konst: false,
             defs: vec![(self.name(wall).into(), Value::Code(out))],
         }];
-        fill_body.extend(self.prepack_func(wall).body);
+        fill_body.extend(self.prepack_loops(wall));
         let fill = Func {
             name: PREPACK_FILL.into(),
             params: vec![
