@@ -437,7 +437,7 @@ impl Record {
 #[derive(Clone, Debug, Default)]
 pub struct Index {
     best: std::collections::HashMap<Key, Record>,
-    /// Every valid record's time, per key and config (in the records' order).
+    /// Every valid record, per key and config (in the order they came).
     times: std::collections::HashMap<Key, std::collections::HashMap<String, Vec<Record>>>,
 }
 
