@@ -162,6 +162,13 @@ fn linear_bf16(a: &Tensor<bf16>, b: &Tensor<bf16>, c: &mut Tensor<f32>) {
     c[[i, j]] += a[[i, k]] * b[[k, j]];
 }
 
+/// A transposed weight (`b[j, k]`, as a linear layer stores it) with a bias and ReLU.
+#[tensor_kernel]
+fn linear_nt_bias_relu(a: &Tensor<f32>, b: &Tensor<f32>, bias: &Tensor<f32>, c: &mut Tensor<f32>) {
+    c[[i, j]] += a[[i, k]] * b[[j, k]];
+    c[[i, j]] = relu(c[[i, j]] + bias[[j]]);
+}
+
 /// `y[n][i][j] = Σ_k x[n][i][k] · w[n or 0][k][j]`.
 fn naive_bmm(x: &[f32], w: &[f32], dims: (usize, usize, usize, usize), shared: bool) -> Vec<f64> {
     let (nb, m, k, n) = dims;
@@ -228,6 +235,33 @@ fn matmul_panels_are_packed_once_per_version() {
         let want = naive_bmm(x.as_slice(), wb.as_slice(), (nb, m, k, n), false);
         check(y.as_slice(), &want, &format!("batched, round {round}"));
         wb.as_mut_slice()[k * n + 1] += 1.0;
+    }
+
+    // Transposed weight, bias and ReLU: whichever operand the kernel packs, versions kept.
+    let (m, k, n) = (19, 70, 45);
+    let a = random(&mut rng, &[m, k]);
+    let mut bt = random(&mut rng, &[n, k]);
+    let bias = random(&mut rng, &[n]);
+    let mut c = Tensor::zeros(&[m, n]);
+    for round in 0..3 {
+        linear_nt_bias_relu::with(&opts)(&a, &bt, &bias, &mut c).unwrap();
+        let mut want = vec![0.0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k)
+                    .map(|t| {
+                        f64::from(a.as_slice()[i * k + t]) * f64::from(bt.as_slice()[j * k + t])
+                    })
+                    .sum();
+                want[i * n + j] = (dot + f64::from(bias.as_slice()[j])).max(0.0);
+            }
+        }
+        check(
+            c.as_slice(),
+            &want,
+            &format!("transposed weight, round {round}"),
+        );
+        bt.as_mut_slice()[k + 2] -= 1.5;
     }
 
     let to_bf16 = |t: &Tensor<f32>| {
