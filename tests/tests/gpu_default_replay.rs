@@ -123,20 +123,26 @@ fn the_simt_default_lands_on_points_the_h100_measured_fast() {
 /// measured for it (its 2026-11-25 default reached 0.07–0.65 there).
 const MMA_FLOOR: f64 = 0.7;
 
-#[test]
-fn the_tensor_core_defaults_land_on_points_the_h100_measured_fast() {
+/// Replays the defaults on `tc-half-points.json` and checks those `template` chose: at least
+/// `min` of them were measured, and each measured one reached `floor` of the best point.
+fn template_defaults_reach(template: &str, min: usize, floor: f64) {
     let replayed = replay("tc-half-points.json");
-    let mma: Vec<&Replayed> = replayed
+    let chosen: Vec<&Replayed> = replayed
         .iter()
-        .filter(|r| r.ratio.is_some() && r.template == "tensor_core")
+        .filter(|r| r.ratio.is_some() && r.template == template)
         .collect();
     assert!(
-        mma.len() >= 5,
-        "only {} mma.sync defaults were measured",
-        mma.len()
+        chosen.len() >= min,
+        "only {} {template} defaults were measured",
+        chosen.len()
     );
-    let failures = below(&mma, MMA_FLOOR);
+    let failures = below(&chosen, floor);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_tensor_core_defaults_land_on_points_the_h100_measured_fast() {
+    template_defaults_reach("tensor_core", 5, MMA_FLOOR);
 }
 
 /// A measured default of the `wgmma` template must reach this share of the best point
@@ -146,16 +152,5 @@ const WGMMA_FLOOR: f64 = 0.9;
 
 #[test]
 fn the_wgmma_default_lands_on_points_the_h100_measured_fast() {
-    let replayed = replay("tc-half-points.json");
-    let wg: Vec<&Replayed> = replayed
-        .iter()
-        .filter(|r| r.ratio.is_some() && r.template == "wgmma")
-        .collect();
-    assert!(
-        wg.len() >= 5,
-        "only {} wgmma defaults were measured",
-        wg.len()
-    );
-    let failures = below(&wg, WGMMA_FLOOR);
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    template_defaults_reach("wgmma", 5, WGMMA_FLOOR);
 }
