@@ -167,7 +167,6 @@ pub fn lower<'a>(
         out: BufId(kernel.output),
         acc,
         pk,
-        wall,
         plan,
     };
     // The full tile first: features read the tile from the first helper.
@@ -180,7 +179,15 @@ pub fn lower<'a>(
         }
     }
     let entry = l.entry();
-    let prepack = l.wall.map(|wall| l.prepacked(wall));
+    let prepack = match (wall, l.pk, &l.plan.packed, config.vector_axis) {
+        (Some(wall), Some(pk), Some(access), Some(v)) => Some(l.prepacked(&Prepacking {
+            wall,
+            pk,
+            access,
+            v,
+        })),
+        _ => None,
+    };
     Ok(Nest {
         kernel,
         shapes,
@@ -192,6 +199,16 @@ pub fn lower<'a>(
         globals: Vec::new(),
         prepack,
     })
+}
+
+/// What a nest with a prepacked form packs: every panel (`wall`), the per-thread panel whose
+/// layout each of its panels has (`pk`), the packed access and its vector axis.
+#[derive(Clone, Copy)]
+struct Prepacking<'a> {
+    wall: BufId,
+    pk: BufId,
+    access: &'a Access,
+    v: usize,
 }
 
 /// The other indices (neither vector nor unroll axis) that the packed access reads with:
@@ -216,8 +233,6 @@ pub(super) struct Lower<'a> {
     pub(super) out: BufId,
     pub(super) acc: BufId,
     pub(super) pk: Option<BufId>,
-    /// Every panel, packed ahead of calls, where the nest can take it.
-    pub(super) wall: Option<BufId>,
     pub(super) plan: Plan,
 }
 
@@ -271,6 +286,22 @@ fn tile_steps(var: &str, extent: usize, step: usize, index: Option<usize>, layou
 impl Lower<'_> {
     pub(super) fn ext(&self, axis: Option<usize>) -> usize {
         axis.map_or(1, |a| self.extents[a])
+    }
+
+    /// `for (long i_<o> = 0; i_<o> < extent; ++i_<o>)`: a serial, flat loop over output index
+    /// `o` (one of the other indices around the tiles).
+    fn index_loop(&self, o: usize) -> Loop {
+        lp(
+            &self.names[o],
+            "0",
+            int(self.extents[o]),
+            Step::Inc,
+            self.extents[o],
+            LoopKind::Serial,
+            Some(o),
+            Layout::Flat,
+            Vec::new(),
+        )
     }
 
     fn elem(&self, buf: BufId, index: &[&str]) -> Target {
@@ -884,27 +915,16 @@ impl Lower<'_> {
 
     /// The loops that fill every panel of the packed input into `wall`, in its order (the
     /// threads share them out).
-    fn prepack_loops(&self, wall: BufId) -> Vec<Stmt> {
-        let (Some(pk), Some(access), Some(v)) =
-            (self.pk, self.plan.packed.as_ref(), self.config.vector_axis)
-        else {
-            return Vec::new();
-        };
+    fn prepack_loops(&self, p: &Prepacking<'_>) -> Vec<Stmt> {
+        let Prepacking {
+            wall,
+            pk,
+            access,
+            v,
+        } = *p;
         let mut loops: Vec<Loop> = panel_keys(&self.plan, access)
             .into_iter()
-            .map(|o| {
-                lp(
-                    &self.names[o],
-                    "0",
-                    int(self.extents[o]),
-                    Step::Inc,
-                    self.extents[o],
-                    LoopKind::Serial,
-                    Some(o),
-                    Layout::Flat,
-                    Vec::new(),
-                )
-            })
+            .map(|o| self.index_loop(o))
             .collect();
         loops.push(tile_steps(
             "v0",
@@ -933,13 +953,9 @@ impl Lower<'_> {
 
     /// The [`super::Prepack`] pair: `td_prepack` fills every panel, `td_kernel_prepacked`
     /// runs the nest on them. The entry point itself stays as it was (each thread packs).
-    fn prepacked(&self, wall: BufId) -> super::Prepack {
+    fn prepacked(&self, p: &Prepacking<'_>) -> super::Prepack {
+        let (wall, packed) = (p.wall, p.access.tensor);
         let out = self.name(self.out).to_string();
-        let packed = self
-            .plan
-            .packed
-            .as_ref()
-            .map_or(self.inputs[0], |a| a.tensor);
         // Both bodies are printed after the entry point, so the tile functions and the
         // entry keep the places they have without a prepacked form (on this machine a
         // batched matmul's hot loop ran up to 15% slower at another code address).
@@ -948,7 +964,7 @@ impl Lower<'_> {
             konst: false,
             defs: vec![(self.name(wall).into(), Value::Code(out))],
         }];
-        fill_body.extend(self.prepack_loops(wall));
+        fill_body.extend(self.prepack_loops(p));
         let fill = Func {
             name: PREPACK_FILL.into(),
             params: vec![
@@ -971,7 +987,7 @@ impl Lower<'_> {
                 Value::Code(format!("args[{}]", self.kernel.params.len())),
             )],
         }];
-        run_body.extend(self.body(Some(wall)));
+        run_body.extend(self.body(Some(p)));
         super::Prepack {
             input: packed,
             elems: self.buffers[wall.0].dims.iter().product(),
@@ -996,26 +1012,14 @@ impl Lower<'_> {
 
     /// The nest: the entry point's body (each thread packs its panels), or with `wall`
     /// the prepacked entry's, whose tiles read the prepacked panels.
-    fn body(&self, wall: Option<BufId>) -> Vec<Stmt> {
+    fn body(&self, prepacked: Option<&Prepacking<'_>>) -> Vec<Stmt> {
         let (ru, rv) = (self.config.unroll, self.config.vector);
         let extents = self.extents;
         let mut loops: Vec<Loop> = self
             .plan
             .others
             .iter()
-            .map(|&o| {
-                lp(
-                    &self.names[o],
-                    "0",
-                    int(extents[o]),
-                    Step::Inc,
-                    extents[o],
-                    LoopKind::Serial,
-                    Some(o),
-                    Layout::Flat,
-                    Vec::new(),
-                )
-            })
+            .map(|&o| self.index_loop(o))
             .collect();
         let vloop = self
             .config
@@ -1059,15 +1063,13 @@ impl Lower<'_> {
                     ..tile_steps("k0", e0, b, Some(r0), Layout::Braced)
                 })]
             }
-            None => match (wall, &self.plan.packed) {
-                (Some(wall), Some(access)) => {
-                    vec![self.tile_calls_on(true, Some(&self.wall_panel(wall, access)))]
-                }
-                _ => self.with_panel(&|p| self.tile_calls(p)),
+            None => match prepacked {
+                Some(p) => vec![self.tile_calls_on(true, Some(&self.wall_panel(p.wall, p.access)))],
+                None => self.with_panel(&|p| self.tile_calls(p)),
             },
         };
         let nest = band(loops, vec![Stmt::Block(inner)]);
-        if wall.is_some() {
+        if prepacked.is_some() {
             return nest;
         }
 
