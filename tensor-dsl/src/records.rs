@@ -470,13 +470,7 @@ impl Index {
             let best = configs
                 .iter()
                 .filter_map(|(config, rs)| upper_median(rs).map(|r| (config, r)))
-                .min_by(|a, b| {
-                    let (sa, sb) = (
-                        a.1.seconds.unwrap_or(f64::INFINITY),
-                        b.1.seconds.unwrap_or(f64::INFINITY),
-                    );
-                    sa.total_cmp(&sb).then_with(|| a.0.cmp(b.0))
-                })
+                .min_by(|a, b| secs(a.1).total_cmp(&secs(b.1)).then_with(|| a.0.cmp(b.0)))
                 .map(|(_, r)| r.clone());
             if let Some(r) = best {
                 self.best.insert(key, r);
@@ -539,7 +533,6 @@ impl Index {
 /// record first, then the others fastest first, so that what a tight bound keeps still
 /// judges each config as the whole set did.
 fn best_first(records: Vec<Record>) -> Vec<Record> {
-    let secs = |r: &Record| r.seconds.unwrap_or(f64::INFINITY);
     let mut by_config: std::collections::HashMap<String, Vec<Record>> = Default::default();
     for r in records {
         by_config.entry(r.config.clone()).or_default().push(r);
@@ -561,12 +554,11 @@ fn best_first(records: Vec<Record>) -> Vec<Record> {
 /// The record whose time is the upper median of `records`' times (for two, the slower).
 fn upper_median(records: &[Record]) -> Option<&Record> {
     let mut sorted: Vec<&Record> = records.iter().filter(|r| r.seconds.is_some()).collect();
-    sorted.sort_by(|a, b| {
-        let (sa, sb) = (
-            a.seconds.unwrap_or(f64::INFINITY),
-            b.seconds.unwrap_or(f64::INFINITY),
-        );
-        sa.total_cmp(&sb)
-    });
+    sorted.sort_by(|a, b| secs(a).total_cmp(&secs(b)));
     sorted.get(sorted.len() / 2).copied()
+}
+
+/// A record's seconds, a record without a time last.
+fn secs(r: &Record) -> f64 {
+    r.seconds.unwrap_or(f64::INFINITY)
 }
