@@ -147,7 +147,13 @@ impl GpuTarget {
     /// bytes: an SM's shared memory less the 1 KiB the system reserves per block (227 KiB
     /// on an H100, 163 KiB on an A100).
     pub fn max_dynamic_shared(&self) -> u32 {
-        self.shared_per_sm.saturating_sub(1024)
+        self.shared_per_sm.saturating_sub(RESERVED_SHARED_PER_BLOCK)
+    }
+
+    /// How many blocks using `bytes` of shared memory each the shared memory of one SM
+    /// holds (each block also takes the [`RESERVED_SHARED_PER_BLOCK`] the system keeps).
+    pub fn blocks_by_shared(&self, bytes: usize) -> usize {
+        self.shared_per_sm as usize / (bytes + RESERVED_SHARED_PER_BLOCK as usize)
     }
 
     /// `a` for an architecture-specific target, else nothing.
@@ -170,6 +176,9 @@ impl GpuTarget {
         format!("sm_{}{}", self.sm, self.suffix())
     }
 }
+
+/// Shared memory the system keeps for itself per resident block (sm_80 and later).
+pub const RESERVED_SHARED_PER_BLOCK: u32 = 1024;
 
 /// Tile levels of a spatial index: block, virtual thread, thread, register 1, register 2.
 pub const SPATIAL_LEVELS: usize = 5;

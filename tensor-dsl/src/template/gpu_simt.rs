@@ -861,7 +861,7 @@ impl SimtGemm {
         let regs = (self.accumulators() + 64).min(255);
         let by_regs = target.regs_per_sm as usize / (regs * t).max(1);
         let by_threads = target.max_threads_per_sm as usize / t;
-        let by_shared = target.shared_per_sm as usize / (self.shared_bytes(g) + 1024).max(1);
+        let by_shared = target.blocks_by_shared(self.shared_bytes(g));
         let per_sm = by_regs.min(by_threads).min(by_shared).clamp(1, 32);
         let sms = target.sm_count.max(1) as usize;
         let blocks = self.blocks(g).max(1);

@@ -127,7 +127,8 @@ pub struct WgTemplate {
     gemm: Gemm,
     space: SearchSpace,
     max_shared: usize,
-    shared_per_sm: usize,
+    /// The target, for its shared memory per SM.
+    target: GpuTarget,
     sm_count: usize,
     tma: bool,
 }
@@ -207,7 +208,7 @@ impl WgTemplate {
             gemm,
             space,
             max_shared,
-            shared_per_sm: target.shared_per_sm as usize,
+            target: target.clone(),
             sm_count: target.sm_count as usize,
             tma: tma.is_none(),
         })
@@ -332,11 +333,10 @@ impl WgTemplate {
                 ..s.clone()
             };
             let bytes = g.wg_shared_bytes(&t);
-            // The SM keeps 1 KiB of shared memory per resident block for itself.
             if bytes > self.max_shared {
                 0
             } else {
-                self.shared_per_sm / (bytes + 1024)
+                self.target.blocks_by_shared(bytes)
             }
         };
         let floor = fit(s.stages).min(wanted);
