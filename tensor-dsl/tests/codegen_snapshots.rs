@@ -70,3 +70,44 @@ fn generated_c_conv_transposed_pack() {
     assert!(code.contains("__builtin_shuffle"));
     insta::assert_snapshot!("c_conv_transposed_pack", code);
 }
+
+/// The convolution template's pixel-vector tile (`conv_vector=pixels`, the default of a
+/// short reduction over an unpadded NCHW input): a 1×1 convolution with bias and ReLU, 20
+/// channels in 8-channel tiles (the last one's rows past the channels not stored), runs of
+/// 36 pixels in 32-pixel tiles (the second tile's vectors moved back to end at the run's
+/// end, stored from their first new lane).
+#[test]
+fn generated_c_conv_pixel_vectors() {
+    let kernel = tensor_dsl::ir::parse_text(
+        "conv",
+        "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]; \
+         y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        None,
+    )
+    .unwrap();
+    let shapes: [&[usize]; 4] = [&[2, 24, 6, 6], &[20, 24, 1, 1], &[20], &[2, 20, 6, 6]];
+    let extents = [2, 20, 6, 6, 24, 1, 1];
+    let config = CpuConfig::heuristic(&kernel, &extents, 16);
+    let tile = config.conv.clone().unwrap();
+    assert!(
+        !tile.pixel_vector,
+        "36-pixel runs: the default keeps channel vectors"
+    );
+    let config = CpuConfig {
+        vector: 8,
+        parallel: true,
+        wide_simd: true,
+        conv: Some(tensor_dsl::template::cpu_conv::ConvTile {
+            pixels: 32,
+            pad: true,
+            transpose: false,
+            vector_store: true,
+            pixel_vector: true,
+        }),
+        ..config
+    };
+    config.validate(&kernel).unwrap();
+    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    assert!(code.contains("td_store16_from"));
+    insta::assert_snapshot!("c_conv_pixel_vectors", code);
+}

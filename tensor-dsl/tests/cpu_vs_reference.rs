@@ -8,6 +8,7 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use tensor_dsl::ir::{parse_text, DType, Kernel};
 use tensor_dsl::runtime::cpu;
 use tensor_dsl::template::cpu::{CpuConfig, CpuTemplate};
+use tensor_dsl::template::cpu_conv::ConvTile;
 use tensor_dsl::{Buffer, Data};
 
 const AWKWARD: &[usize] = &[1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 33, 64];
@@ -386,6 +387,14 @@ fn convolution_template_matches_reference() {
         // Pixel tiles that end past an image (a batch of 3 planes of 4x5) and past the
         // last pixel, stored by transposes where they lie in one plane.
         (conv(1, 1), [3, 32, 4, 5, 6, 3, 3]),
+        // Pixel vectors: 1×1 over a batch of 9×9 planes (runs of 81 pixels, the last
+        // vector of each moved back), read in place; a stride-2 one (the compact copy,
+        // runs of 80) with channels past the last tile; a padded 3×3 one (runs of one
+        // 18-pixel row of the padded copy); an epilogue.
+        (conv(1, 0), [2, 20, 9, 9, 24, 1, 1]),
+        (conv(2, 0), [1, 21, 8, 10, 40, 1, 1]),
+        (conv(1, 1), [1, 12, 6, 18, 5, 3, 3]),
+        (format!("{}{epilogue}", conv(1, 0)), [2, 19, 6, 6, 10, 1, 1]),
     ];
     let types: [(DType, DType); 3] = [
         (DType::F32, DType::F32),
@@ -395,6 +404,7 @@ fn convolution_template_matches_reference() {
     let mut rng = StdRng::seed_from_u64(11);
     // Versions of the weights: a new one for each case's data.
     let mut version = 1u64 << 40;
+    let mut pixel_tiles = 0;
     for (src, named) in &cases {
         for &(input, output) in &types {
             let mut kernel = parse_text("k", src, None).unwrap();
@@ -413,7 +423,8 @@ fn convolution_template_matches_reference() {
                 default.conv.is_some(),
                 "{src}: not the convolution template"
             );
-            let template = CpuTemplate::new(&kernel, &extents, lanes).unwrap();
+            let template = CpuTemplate::new(&kernel, &extents, lanes)
+                .unwrap_or_else(|e| panic!("{src} {named:?} {}: {e}", kernel.dtypes_text()));
             assert_eq!(
                 template.decode(&template.default_config()).unwrap(),
                 default
@@ -426,6 +437,29 @@ fn convolution_template_matches_reference() {
                     if let Some(t) = c.conv.as_mut() {
                         t.pad = pad;
                     }
+                    // (A pixel-vector tile reads the padded input only.)
+                    if c.validate(&kernel).is_ok() {
+                        configs.push(c);
+                    }
+                }
+            }
+            // Pixel-vector tiles of a few shapes, where the space has them (f32 outputs,
+            // runs of 16 pixels or more).
+            for (v, px) in [(8, 32), (4, 16), (16, 48)] {
+                let mut c = default.clone();
+                c.vector = v;
+                c.wide_simd = true;
+                if let Some(t) = c.conv.as_mut() {
+                    *t = ConvTile {
+                        pixels: px,
+                        pad: true,
+                        transpose: false,
+                        vector_store: true,
+                        pixel_vector: true,
+                    };
+                }
+                if template.encode(&c).is_some() {
+                    pixel_tiles += 1;
                     configs.push(c);
                 }
             }
@@ -513,5 +547,11 @@ fn convolution_template_matches_reference() {
                 }
             }
         }
+    }
+    if lanes >= 16 {
+        assert!(
+            pixel_tiles >= 20,
+            "{pixel_tiles} pixel-vector tiles checked"
+        );
     }
 }

@@ -297,7 +297,7 @@ fn source(
              #endif\n\n",
         );
     }
-    let (in_order, assume, widths, store_lanes) = uses(&nest);
+    let (in_order, assume, widths, lane_stores) = uses(&nest);
     if in_order {
         s.push_str(IN_ORDER_PRELUDE);
         s.push('\n');
@@ -310,8 +310,8 @@ fn source(
         s.push_str(&vector_prelude(&widths));
         s.push('\n');
     }
-    if store_lanes {
-        s.push_str(STORE_LANES_PRELUDE);
+    for prelude in lane_stores {
+        s.push_str(prelude);
         s.push('\n');
     }
     s.push_str(&builtin_prelude(""));
@@ -427,18 +427,35 @@ static inline void td_store16(float *restrict p, td_f32x16 v, int n)
 }
 ";
 
+/// Defines `td_store16_from(p, v, o)`, which stores the lanes of the 16-float vector `v`
+/// from lane `o` on (none when `o` is 16) at `p` ([`lower::cpu_conv::STORE_TAIL`]): one
+/// masked store with AVX-512, else a loop.
+pub const STORE_TAIL_PRELUDE: &str = "\
+/* The lanes of a vector from lane o on, stored: one masked store with AVX-512. */
+static inline void td_store16_from(float *restrict p, td_f32x16 v, int o)
+{
+#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
+    __builtin_ia32_storeups512_mask(p, v, (unsigned short)(0xffffu << o));
+#else
+    for (int l = o; l < 16; ++l)
+        p[l] = v[l];
+#endif
+}
+";
+
 /// Whether the nest has an [`LoopKind::InOrder`] loop (and so needs [`IN_ORDER_PRELUDE`]),
 /// whether it has an assumption (and needs [`ASSUME_PRELUDE`]), the widths of the
-/// vectors it uses (for [`vector_prelude`]) and whether it stores vector lanes (and needs
-/// [`STORE_LANES_PRELUDE`]).
-fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, bool) {
-    let (mut in_order, mut assume, mut store_lanes) = (false, false, false);
+/// vectors it uses (for [`vector_prelude`]) and the preludes of the lane stores it calls
+/// ([`STORE_LANES_PRELUDE`], [`STORE_TAIL_PRELUDE`]).
+fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, Vec<&'static str>) {
+    let (mut in_order, mut assume, mut store_lanes, mut store_tail) = (false, false, false, false);
     let mut widths = std::collections::BTreeSet::new();
     nest.walk(&mut |_, s, _| match s {
         lower::Stmt::Loop(l) => in_order |= l.kind == LoopKind::InOrder,
         lower::Stmt::Assume(_) => assume = true,
         lower::Stmt::Call { func, .. } => {
             store_lanes |= func.as_str() == lower::cpu_conv::STORE_LANES;
+            store_tail |= func.as_str() == lower::cpu_conv::STORE_TAIL;
         }
         lower::Stmt::Let {
             ty: lower::Ty::Vector(w),
@@ -448,5 +465,12 @@ fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, bool) {
         }
         _ => {}
     });
-    (in_order, assume, widths.into_iter().collect(), store_lanes)
+    let preludes = [
+        (store_lanes, STORE_LANES_PRELUDE),
+        (store_tail, STORE_TAIL_PRELUDE),
+    ]
+    .into_iter()
+    .filter_map(|(used, p)| used.then_some(p))
+    .collect();
+    (in_order, assume, widths.into_iter().collect(), preludes)
 }

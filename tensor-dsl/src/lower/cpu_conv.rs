@@ -23,11 +23,15 @@ use crate::codegen::{index_name, load_as_f32, strides};
 use crate::ir::{DType, Kernel};
 use crate::lower::Binding;
 use crate::template::cpu::CpuConfig;
-use crate::template::cpu_conv::{ConvShape, ConvTile, TRANSPOSE};
+use crate::template::cpu_conv::{contiguous_run, ConvShape, ConvTile, PIXEL_LANES, TRANSPOSE};
 
 /// The masked vector store the transposed output path calls ([`crate::codegen::c`] defines
 /// it where a nest calls it).
 pub const STORE_LANES: &str = "td_store16";
+
+/// The masked vector store of a run's last pixel vector ([`crate::codegen::c`] defines it
+/// where a nest calls it): the lanes from a given one on.
+pub const STORE_TAIL: &str = "td_store16_from";
 
 /// Name of the tile function.
 pub const TILE: &str = "td_conv_tile";
@@ -143,7 +147,12 @@ pub fn lower<'a>(
         name: "acc".into(),
         scope: Scope::Register,
         dtype: COMPUTE,
-        dims: vec![mr, v],
+        // A pixel-vector tile holds channel rows of pixels.
+        dims: if tile.pixel_vector {
+            vec![v, mr]
+        } else {
+            vec![mr, v]
+        },
         param: None,
         align: None,
     });
@@ -182,7 +191,15 @@ pub fn lower<'a>(
     // what is read) passed through the cache once per channel tile.
     let steps = shape.read_steps(extents);
     let compact = steps.iter().any(|&k| k > 1);
-    let scratch = tile.pad && (outside || xdtype != DType::F32 || compact);
+    // A pixel-vector tile reads the input in the scratch copy's layout: in place only where
+    // that is the input's own.
+    let own_layout = !compact
+        && ranges
+            .iter()
+            .zip(xshape)
+            .all(|(&(lo, hi), &n)| lo == 0 && hi + 1 == n as i64);
+    let scratch = tile.pad
+        && (outside || xdtype != DType::F32 || compact || (tile.pixel_vector && !own_layout));
     let steps = if scratch { steps } else { vec![1; steps.len()] };
     let xp = scratch.then(|| {
         push(Buffer {
@@ -234,6 +251,26 @@ pub fn lower<'a>(
     } else {
         None
     };
+    let run = if tile.pixel_vector {
+        let x = contiguous_run(&shape.pixels, extents, |t| xread.coef[t]);
+        let ostrides = strides(shapes[kernel.output]);
+        let spatial = kernel.spatial();
+        let out = contiguous_run(&shape.pixels, extents, |t| {
+            spatial
+                .iter()
+                .position(|&s| s == t)
+                .map_or(0, |d| ostrides[d] as i64)
+        });
+        let run = x.min(out);
+        if run < PIXEL_LANES {
+            return Err(format!(
+                "a pixel-vector tile needs runs of at least {PIXEL_LANES} pixels, these are {run}"
+            ));
+        }
+        run
+    } else {
+        0
+    };
     let l = Conv {
         kernel,
         extents,
@@ -252,9 +289,14 @@ pub fn lower<'a>(
         v,
         mr,
         transpose,
+        run,
     };
     let helpers = vec![
-        l.tile_func(&buffers),
+        if tile.pixel_vector {
+            l.pixel_tile_func(&buffers)
+        } else {
+            l.tile_func(&buffers)
+        },
         l.pack_func(),
         l.prepack_func(&buffers),
         l.run_func(&buffers, &ranges),
@@ -408,6 +450,9 @@ struct Conv<'a> {
     /// Transposed packing: the weights' stride between channels (their reduction points
     /// are contiguous), when the tile asks for it and the weights allow it.
     transpose: Option<usize>,
+    /// A pixel-vector tile's run: pixels one after another in the input read and the
+    /// output (0 for a channel-vector tile).
+    run: usize,
 }
 
 impl Conv<'_> {
@@ -612,15 +657,235 @@ impl Conv<'_> {
     /// follow the fused order from 1 (`q`, then `p`, ... of an NCHW output; 1 when the
     /// innermost pixel axis is not unit-stride).
     fn dense_run(&self) -> usize {
-        let (mut run, mut expect) = (1usize, 1i64);
+        contiguous_run(&self.shape.pixels, self.extents, |t| self.out_stride(t))
+    }
+
+    /// The pixel indices of the fused pixel `px` (a C expression), in output order.
+    fn pixel_coords(&self, px: &str) -> Vec<(usize, String)> {
+        let np = self.shape.pixel_count(self.extents);
+        let mut div = 1usize;
+        let mut coords = Vec::new();
         for &t in self.shape.pixels.iter().rev() {
-            if self.out_stride(t) != expect {
-                break;
-            }
-            run *= self.extents[t];
-            expect *= self.extents[t] as i64;
+            let e = self.extents[t];
+            let value = match (div, e) {
+                (_, 1) => "0".to_string(),
+                (1, _) => format!("{px} % {e}"),
+                _ if div * e == np => format!("{px} / {div}"),
+                _ => format!("{px} / {div} % {e}"),
+            };
+            coords.push((t, value));
+            div *= e;
         }
-        run
+        coords.reverse();
+        coords
+    }
+
+    /// `const long <pixel index>_<m> = ...` for every pixel index of the fused pixel `px`.
+    fn pixel_lets(&self, px: &str, m: usize) -> Stmt {
+        Stmt::Let {
+            ty: Ty::Int(IntType::Long),
+            konst: true,
+            defs: self
+                .pixel_coords(px)
+                .into_iter()
+                .map(|(t, v)| (self.pixel_var(t, m), Value::Code(v)))
+                .collect(),
+        }
+    }
+
+    /// Tiles of a pixel-vector schedule per run of pixels, and in all.
+    fn pixel_tiles(&self) -> (usize, usize) {
+        let per_run = self.run.div_ceil(self.mr);
+        let np = self.shape.pixel_count(self.extents);
+        (per_run, np / self.run.max(1) * per_run)
+    }
+
+    /// One pixel-vector tile ([`ConvTile::pixel_vector`]): `vector` channels from `f0` by
+    /// `pixels` pixels, tile `t` of the fused pixel axis cut in runs ([`Conv::run`]) and
+    /// each run in tiles. Per reduction point, each pixel vector is loaded from the input
+    /// and each channel's weight broadcast against them; the rows are stored as vectors.
+    /// A vector that would pass the end of its run is moved back to end there (its first
+    /// lanes repeat pixels of the vector before it, and are not stored again).
+    fn pixel_tile_func(&self, buffers: &[Buffer]) -> Func {
+        let (v, mr, run, lanes) = (self.v, self.mr, self.run, PIXEL_LANES);
+        let nvec = mr / lanes;
+        let (per_run, tiles) = self.pixel_tiles();
+        let fe = self.extents[self.shape.f];
+        let f = self.shape.f;
+        let wp = &buffers[self.wp.0].name;
+        let out = &buffers[self.kernel.output].name;
+        let tail = !run.is_multiple_of(mr);
+        let mut body = vec![
+            Stmt::Assume(format!("f0 >= 0 && f0 < {fe} && t >= 0 && t < {tiles}")),
+            let_long("pb", format!("t / {per_run} * {run}")),
+            let_long("p0", format!("pb + t % {per_run} * {mr}")),
+        ];
+        for j in 0..nvec {
+            let at = format!("p0 + {}", j * lanes);
+            let ps = format!("ps_{j}");
+            if tail {
+                body.push(let_long(
+                    &ps,
+                    format!("{at} + {lanes} <= pb + {run} ? {at} : pb + {}", run - lanes),
+                ));
+                // The lanes already stored: those before the vector's own first pixel,
+                // all of them past the run's end.
+                body.push(let_long(
+                    &format!("po_{j}"),
+                    format!("{at} + {lanes} <= pb + {run} ? 0 : {at} < pb + {run} ? {at} - {ps} : {lanes}"),
+                ));
+            } else {
+                body.push(let_long(&ps, at));
+            }
+            body.push(self.pixel_lets(&ps, j));
+            let mut terms: Vec<(i64, String)> = self
+                .shape
+                .pixels
+                .iter()
+                .map(|&t| (self.xread.coef[t], self.pixel_var(t, j)))
+                .collect();
+            terms.push((self.xread.base, "1".into()));
+            body.push(let_long(&format!("xs_{j}"), linear(&terms)));
+            let terms: Vec<(i64, String)> = self
+                .shape
+                .pixels
+                .iter()
+                .map(|&t| (self.out_stride(t), self.pixel_var(t, j)))
+                .collect();
+            body.push(let_long(&format!("os_{j}"), linear(&terms)));
+        }
+        let cvar = |fi: usize, j: usize| format!("c{fi}_{j}");
+        body.push(Stmt::Let {
+            ty: Ty::Vector(lanes),
+            konst: false,
+            defs: (0..v)
+                .flat_map(|fi| (0..nvec).map(move |j| (fi, j)))
+                .map(|(fi, j)| (cvar(fi, j), Value::Float(0.0)))
+                .collect(),
+        });
+        let mut hot = vec![let_long("wr", format!("({}) * {v}", self.point()))];
+        let terms: Vec<(i64, String)> = self
+            .shape
+            .reduction
+            .iter()
+            .map(|&r| (self.xread.coef[r], self.names[r].clone()))
+            .collect();
+        hot.push(let_long("xr", linear(&terms)));
+        hot.push(Stmt::Let {
+            ty: Ty::Vector(lanes),
+            konst: true,
+            defs: (0..nvec)
+                .map(|j| {
+                    let lanes = Target::Lanes {
+                        buf: self.xread.buf,
+                        index: vec![format!("xs_{j} + xr")],
+                        width: lanes,
+                    };
+                    (format!("xv_{j}"), Value::Read(lanes))
+                })
+                .collect(),
+        });
+        for fi in 0..v {
+            hot.push(Stmt::Let {
+                ty: Ty::Elem(COMPUTE),
+                konst: true,
+                defs: vec![(format!("w_{fi}"), Value::Code(format!("{wp}[wr + {fi}]")))],
+            });
+            for j in 0..nvec {
+                hot.push(Stmt::Compute {
+                    acc: Target::Var(cvar(fi, j)),
+                    reduce: true,
+                    value: Value::Code(format!("w_{fi} * xv_{j}")),
+                });
+            }
+        }
+        body.extend(self.reduction_loops(LoopKind::InOrder, &[], hot));
+        // The epilogue, element by element on the accumulator array.
+        let epilogue = !self.kernel.epilogue.is_empty();
+        let acc = &buffers[self.acc.0].name;
+        if epilogue {
+            body.push(Stmt::Alloc {
+                buf: self.acc,
+                init: None,
+            });
+            for fi in 0..v {
+                for j in 0..nvec {
+                    body.push(Stmt::Assign {
+                        dst: Target::Lanes {
+                            buf: self.acc,
+                            index: vec![int(fi), int(j * lanes)],
+                            width: lanes,
+                        },
+                        op: AssignOp::Set,
+                        value: Value::Read(Target::Var(cvar(fi, j))),
+                    });
+                    let mut index: Vec<String> = self.names.iter().map(|_| "0".into()).collect();
+                    for (t, e) in self.pixel_coords(&format!("(ps_{j} + l)")) {
+                        index[t] = format!("({e})");
+                    }
+                    index[f] = format!("(f0 + {fi})");
+                    let elem = Target::Elem {
+                        buf: self.acc,
+                        index: vec![int(fi), format!("{} + l", j * lanes)],
+                    };
+                    body.push(for_each(
+                        "l",
+                        lanes,
+                        LoopKind::Serial,
+                        Layout::Braced,
+                        vec![Stmt::Store {
+                            acc: elem.clone(),
+                            epilogue: self.kernel.epilogue.clone(),
+                            binding: Binding {
+                                index,
+                                reads: Vec::new(),
+                            },
+                            dst: elem,
+                        }],
+                    ));
+                }
+            }
+        }
+        let sf = self.out_stride(f);
+        for fi in 0..v {
+            let stores: Vec<Stmt> = (0..nvec)
+                .map(|j| {
+                    let value = if epilogue {
+                        format!("*(const td_f32x{lanes} *)&{acc}[{fi}][{}]", j * lanes)
+                    } else {
+                        cvar(fi, j)
+                    };
+                    let at = format!("{out}[os_{j} + {sf} * (f0 + {fi})]");
+                    if tail {
+                        Stmt::Call {
+                            func: STORE_TAIL.into(),
+                            args: vec![format!("&{at}"), value, format!("(int)po_{j}")],
+                        }
+                    } else {
+                        Stmt::Assign {
+                            dst: Target::Var(format!("*(td_f32x{lanes} *)&{at}")),
+                            op: AssignOp::Set,
+                            value: Value::Code(value),
+                        }
+                    }
+                })
+                .collect();
+            body.push(if fe.is_multiple_of(v) {
+                Stmt::Block(stores)
+            } else {
+                Stmt::If {
+                    cond: format!("f0 + {fi} < {fe}"),
+                    then: stores,
+                    els: None,
+                    braced: true,
+                }
+            });
+        }
+        Func {
+            name: TILE.into(),
+            params: self.params(&["f0", "t"]),
+            body,
+        }
     }
 
     /// The tile's stores as vectors, for an `f32` output whose channels or pixels are
@@ -832,25 +1097,7 @@ impl Conv<'_> {
                 &px,
                 format!("p0 + {m} < {np} ? p0 + {m} : {}", np - 1),
             ));
-            let mut div = 1usize;
-            let mut defs = Vec::new();
-            for &t in self.shape.pixels.iter().rev() {
-                let e = self.extents[t];
-                let value = match (div, e) {
-                    (_, 1) => "0".to_string(),
-                    (1, _) => format!("{px} % {e}"),
-                    _ if div * e == np => format!("{px} / {div}"),
-                    _ => format!("{px} / {div} % {e}"),
-                };
-                defs.push((self.pixel_var(t, m), Value::Code(value)));
-                div *= e;
-            }
-            defs.reverse();
-            body.push(Stmt::Let {
-                ty: Ty::Int(IntType::Long),
-                konst: true,
-                defs,
-            });
+            body.push(self.pixel_lets(&px, m));
             if !self.xread.guarded {
                 let mut terms: Vec<(i64, String)> = self
                     .shape
@@ -1479,7 +1726,8 @@ impl Conv<'_> {
                 func: TILE.into(),
                 args: {
                     // The tile reads the prepacked panel of this channel tile, if any.
-                    let mut args = self.args(buffers, &["f0", "p0"]);
+                    let pixel = if self.tile.pixel_vector { "t" } else { "p0" };
+                    let mut args = self.args(buffers, &["f0", pixel]);
                     let wp = &buffers[self.wp.0].name;
                     for a in args.iter_mut().filter(|a| *a == wp) {
                         *a = format!("{wall} ? {} : {wp}", self.wall_panel(wall));
@@ -1504,10 +1752,12 @@ impl Conv<'_> {
                 defs: vec![("pk_f0".into(), Value::Code("-1".into()))],
             },
         ]);
-        region.extend(band(
-            vec![tiles("f0", fe, self.v), tiles("p0", np, self.mr)],
-            work,
-        ));
+        let pixel_loop = if self.tile.pixel_vector {
+            tiles("t", self.pixel_tiles().1, 1)
+        } else {
+            tiles("p0", np, self.mr)
+        };
+        region.extend(band(vec![tiles("f0", fe, self.v), pixel_loop], work));
         region.push(Stmt::Free(self.wp));
         // One parallel region per call: the padding copy and the tiles share it.
         let mut body: Vec<Stmt> = self

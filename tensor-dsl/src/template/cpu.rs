@@ -650,7 +650,10 @@ impl CpuTemplate {
     /// the `k_block`, `simd` and `kernel` knobs existed (read as `k_block=0`,
     /// `simd=compiler`, `kernel=loops`: the schedule they measured).
     pub fn parse(&self, text: &str) -> Result<Config, String> {
-        if self.conv.is_some() || self.rows.is_some() {
+        if let Some(conv) = &self.conv {
+            return conv.parse(text);
+        }
+        if self.rows.is_some() {
             return self.space.parse(text).map_err(|e| e.to_string());
         }
         let has = |knob: &str| {

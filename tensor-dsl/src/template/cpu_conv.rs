@@ -38,7 +38,7 @@
 //! assert!(conv.pixels >= 4 && conv.pixels <= 14);
 //! ```
 
-use crate::ir::{Access, BinOp, BodyKind, Expr, Kernel};
+use crate::ir::{Access, BinOp, BodyKind, DType, Expr, Kernel};
 use crate::template::cpu::CpuConfig;
 use serde::{Deserialize, Serialize};
 use tuner::{Config, SearchSpace, Value};
@@ -64,10 +64,42 @@ pub struct ConvTile {
     /// pixels are); `false` stores one element at a time.
     #[serde(default)]
     pub vector_store: bool,
+    /// Vectorize the pixels instead of the channels: the register tile is `vector` output
+    /// channels (each weight broadcast) by `pixels` pixels (a multiple of
+    /// [`PIXEL_LANES`], loaded as vectors from the input and stored as vectors into the
+    /// output), so an output whose pixels are unit-stride (NCHW) is stored without
+    /// transposes. Needs pixels that lie one after another in the (padded) input and in the
+    /// output for at least [`PIXEL_LANES`] ([`ConvShape::pixel_run`]), an `f32` output and
+    /// the unguarded (`pad`) read.
+    #[serde(default)]
+    pub pixel_vector: bool,
 }
 
 /// Channels and reduction points of one in-register transpose of the weight packing.
 pub const TRANSPOSE: usize = 16;
+
+/// Pixels of one vector of a pixel-vector tile ([`ConvTile::pixel_vector`]).
+pub const PIXEL_LANES: usize = 16;
+
+/// Pixels of the longest run of the fused pixel axis (`pixels`, outermost first) whose
+/// elements lie one after another, given each pixel index's element stride: the product of
+/// the innermost axes whose strides follow the fused order from 1 (axes of extent 1 move
+/// nothing and are passed over).
+pub fn contiguous_run(pixels: &[usize], extents: &[usize], stride: impl Fn(usize) -> i64) -> usize {
+    let (mut run, mut expect) = (1usize, 1i64);
+    for &t in pixels.iter().rev() {
+        let e = extents[t];
+        if e == 1 {
+            continue;
+        }
+        if stride(t) != expect {
+            break;
+        }
+        run *= e;
+        expect *= e as i64;
+    }
+    run
+}
 
 /// What makes a kernel a convolution for this template.
 #[derive(Clone, Debug, PartialEq)]
@@ -141,6 +173,48 @@ impl ConvShape {
         self.reduction.iter().map(|&r| extents[r]).product()
     }
 
+    /// Per axis of `x`: the extent of the scratch copy the convolution reads ([`crate::lower::cpu_conv`]):
+    /// the coordinates read (with padding), every `read_steps` one.
+    pub fn scratch_dims(&self, extents: &[usize]) -> Vec<usize> {
+        self.x
+            .dims
+            .iter()
+            .zip(self.read_steps(extents))
+            .map(|(d, k)| {
+                let (lo, hi) = d.range(extents);
+                usize::try_from((hi - lo) / k + 1).unwrap_or(1)
+            })
+            .collect()
+    }
+
+    /// Pixels of the longest run of the fused pixel axis that lies contiguously both in the
+    /// scratch copy of `x` ([`ConvShape::scratch_dims`]) and in the output (whose shape is
+    /// the spatial extents): what a pixel-vector tile ([`ConvTile::pixel_vector`]) loads and
+    /// stores as vectors. `P·Q` for a 1×1 convolution over NCHW (of any stride), `Q` for a
+    /// padded one.
+    pub fn pixel_run(&self, kernel: &Kernel, extents: &[usize]) -> usize {
+        let dims = self.scratch_dims(extents);
+        let steps = self.read_steps(extents);
+        let mut xs = vec![0i64; extents.len()];
+        let mut stride = 1i64;
+        for d in (0..dims.len()).rev() {
+            for &(i, c) in &self.x.dims[d].terms {
+                xs[i] += stride * c / steps[d];
+            }
+            stride *= dims[d] as i64;
+        }
+        let spatial = kernel.spatial();
+        let mut os = vec![0i64; extents.len()];
+        let mut stride = 1i64;
+        for &t in spatial.iter().rev() {
+            os[t] = stride;
+            stride *= extents[t] as i64;
+        }
+        let x = contiguous_run(&self.pixels, extents, |t| xs[t]);
+        let out = contiguous_run(&self.pixels, extents, |t| os[t]);
+        x.min(out)
+    }
+
     /// Per axis of `x`: the stride of the coordinates it is read at, where a pixel index
     /// alone moves along it by more than 1 (a 1×1 convolution of stride 2: 2), else 1. The
     /// scratch copy of `x` keeps only those coordinates ([`crate::lower::cpu_conv`]).
@@ -199,8 +273,10 @@ impl Machine {
 }
 
 /// Pixel tiles the space offers.
-pub const PIXEL_CHOICES: [i64; 19] = [
-    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 28,
+/// The last three serve pixel-vector tiles ([`ConvTile::pixel_vector`]): two to four
+/// vectors of [`PIXEL_LANES`] pixels.
+pub const PIXEL_CHOICES: [i64; 22] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 28, 32, 48, 64,
 ];
 /// Output-channel tiles the space offers.
 pub const CHANNEL_CHOICES: [i64; 8] = [1, 2, 4, 8, 16, 32, 48, 64];
@@ -221,7 +297,8 @@ pub fn accumulator_registers(registers: usize) -> usize {
 /// is a multiple of [`TRANSPOSE`]; the tile stored as vectors with AVX-512; parallel when
 /// there are cores and work for them. The
 /// channel tile is one register wide where two would make a thread's weight panel larger
-/// than L2.
+/// than L2. Short reductions over an unpadded NCHW input get a pixel-vector tile instead
+/// ([`pixel_vector_default`]).
 pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option<CpuConfig> {
     let shape = ConvShape::of(kernel)?;
     let lanes = machine.lanes;
@@ -283,7 +360,10 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
         } else {
             (2 * lanes).min(vector)
         };
-        if fits(v, row) && row * 2 >= most && row > 1 {
+        // (A row the space has a tile for: an 18-wide one had none, and its default was
+        // no point of its space.)
+        let offered = PIXEL_CHOICES.contains(&(row as i64));
+        if offered && fits(v, row) && row * 2 >= most && row > 1 {
             (vector, pixels) = (v, row);
         } else if vector <= 2 * lanes {
             // A channel tile of four registers keeps its own pixel count.
@@ -301,6 +381,17 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     let strided = shape.read_steps(extents).iter().any(|&k| k > 1);
     let pad = padded || !strided || fe.div_ceil(vector) >= COMPACT_COPY_TILES;
     let base = CpuConfig::naive(kernel);
+    if let Some(tile) = pixel_vector_default(kernel, extents, &shape, machine) {
+        return Some(CpuConfig {
+            vector_axis: Some(shape.f),
+            vector: PIXEL_TILE_CHANNELS.min(fe.next_power_of_two()),
+            parallel: machine.threads > 1 && kernel.flops(extents) >= 65_536.0,
+            pack: true,
+            wide_simd: true,
+            conv: Some(tile),
+            ..base
+        });
+    }
     Some(CpuConfig {
         vector_axis: Some(shape.f),
         vector,
@@ -312,9 +403,54 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             pad,
             transpose: vector.is_multiple_of(TRANSPOSE),
             vector_store: lanes >= 16,
+            pixel_vector: false,
         }),
         ..base
     })
+}
+
+/// Output channels of the default pixel-vector tile: 8 channels by two vectors of pixels
+/// (16 accumulators; single-threaded on R1 and R3 of the bench, 8×32 ran at 264–268
+/// GFLOPS, 8×48 at 262–266, 16×16 at 235–247, 4×64 at 200–210).
+pub const PIXEL_TILE_CHANNELS: usize = 8;
+
+/// Reduction points up to which the default vectorizes the pixels of an NCHW output
+/// ([`ConvTile::pixel_vector`]): the channel-vector tile's stores transpose every 16×16
+/// block of the output in registers, a cost per output element that a short reduction does
+/// not hide. Single-threaded, with prepacked weights: 64 points (1×1 over 64 channels, R1
+/// and R3 of the bench) 264–272 GFLOPS against 237–243; 128 points (R6) 266–275 against
+/// 263–267; 256 points (R9, 196-pixel runs) 235 against 250.
+pub const PIXEL_VECTOR_POINTS: usize = 128;
+
+/// The default's pixel-vector tile, where it pays: AVX-512, an `f32` output, an input read
+/// in place (no padding to copy in, no stride to compact away: with the copy a 1×1
+/// stride-2 convolution ran 0.9 of its channel-vector tile, a padded 3×3 one 0.88), a short
+/// reduction ([`PIXEL_VECTOR_POINTS`]) and runs of pixels that two-vector tiles cover
+/// (95% of the computed pixels real ones).
+fn pixel_vector_default(
+    kernel: &Kernel,
+    extents: &[usize],
+    shape: &ConvShape,
+    machine: Machine,
+) -> Option<ConvTile> {
+    let pixels = 2 * PIXEL_LANES;
+    let run = shape.pixel_run(kernel, extents);
+    let in_place = shape.x.dims.iter().all(|d| d.range(extents).0 >= 0)
+        && shape.read_steps(extents).iter().all(|&k| k == 1);
+    let fill = run as f64 / (run.div_ceil(pixels) * pixels) as f64;
+    (machine.lanes >= PIXEL_LANES
+        && kernel.params[kernel.output].dtype == DType::F32
+        && in_place
+        && shape.points(extents) <= PIXEL_VECTOR_POINTS
+        && run >= PIXEL_LANES
+        && fill >= 0.95)
+        .then_some(ConvTile {
+            pixels,
+            pad: true,
+            transpose: false,
+            vector_store: true,
+            pixel_vector: true,
+        })
 }
 
 /// Checks a convolution config against its kernel.
@@ -330,6 +466,14 @@ pub fn validate(kernel: &Kernel, config: &CpuConfig, tile: &ConvTile) -> Result<
         return Err(format!(
             "transposed weight packing needs a channel tile that is a multiple of {TRANSPOSE}"
         ));
+    }
+    if tile.pixel_vector && (!tile.pad || !tile.pixels.is_multiple_of(PIXEL_LANES)) {
+        return Err(format!(
+            "a pixel-vector tile reads the padded input in whole vectors of {PIXEL_LANES} pixels"
+        ));
+    }
+    if tile.pixel_vector && kernel.params[kernel.output].dtype != DType::F32 {
+        return Err("a pixel-vector tile stores an f32 output".into());
     }
     if tile.pixels == 0 || config.vector == 0 || tile.pixels * config.vector > 1024 {
         return Err(format!(
@@ -347,7 +491,7 @@ pub struct ConvTemplate {
     space: SearchSpace,
     default: Config,
     base: CpuConfig,
-    knobs: [usize; 7],
+    knobs: [usize; 8],
 }
 
 impl ConvTemplate {
@@ -359,10 +503,11 @@ impl ConvTemplate {
     ) -> Option<Result<ConvTemplate, String>> {
         let shape = ConvShape::of(kernel)?;
         let heuristic = heuristic(kernel, extents, Machine::with_lanes(lanes))?;
-        Some(Self::build(extents, lanes, &shape, heuristic))
+        Some(Self::build(kernel, extents, lanes, &shape, heuristic))
     }
 
     fn build(
+        kernel: &Kernel,
         extents: &[usize],
         lanes: usize,
         shape: &ConvShape,
@@ -376,6 +521,7 @@ impl ConvTemplate {
         let simd = b.categorical("simd", &["compiler", "wide"]);
         let packing = b.categorical("conv_pack", &["loops", "transpose"]);
         let store = b.categorical("conv_store", &["scalar", "vector"]);
+        let along = b.categorical("conv_vector", &["channels", "pixels"]);
         let value = |c: &Config, k: usize, list: &[i64]| {
             c.index(k).and_then(|i| list.get(i)).map(|&v| v as usize)
         };
@@ -388,7 +534,11 @@ impl ConvTemplate {
         b.constraint("accumulators fit the registers", move |c| {
             let v = value(c, vector, &CHANNEL_CHOICES).unwrap_or(1);
             let m = value(c, pixels, &PIXEL_CHOICES).unwrap_or(1);
-            m * v.div_ceil(lanes.max(1)) <= regs
+            if c.index(along) == Some(1) {
+                v * m.div_ceil(lanes.max(1)) <= regs * 3 / 4
+            } else {
+                m * v.div_ceil(lanes.max(1)) <= regs
+            }
         });
         b.constraint("transposes need 16-channel multiples", move |c| {
             c.index(packing) == Some(0)
@@ -402,6 +552,21 @@ impl ConvTemplate {
         b.constraint("vector stores need AVX-512", move |c| {
             wide_ok || c.index(store) == Some(0)
         });
+        // Pixel vectors: whole vectors of pixels that lie in one run of the (padded) input
+        // and the output, an `f32` output, the unguarded read, AVX-512 (the masked stores
+        // of a run's last vector); the scalar store knob means nothing there.
+        let run = shape.pixel_run(kernel, extents);
+        let f32_out = kernel.params[kernel.output].dtype == DType::F32;
+        let pixel_ok = wide_ok && f32_out && run >= PIXEL_LANES;
+        b.constraint("pixel vectors need a run of pixels", move |c| {
+            c.index(along) == Some(0)
+                || (pixel_ok
+                    && c.index(pad) == Some(1)
+                    && c.index(store) == Some(1)
+                    && value(c, pixels, &PIXEL_CHOICES).is_some_and(|m| {
+                        m.is_multiple_of(PIXEL_LANES) && m <= run.next_multiple_of(PIXEL_LANES)
+                    }))
+        });
         let space = b.build().map_err(|e| e.to_string())?;
         let mut t = ConvTemplate {
             space,
@@ -411,7 +576,7 @@ impl ConvTemplate {
                 rows: None,
                 ..heuristic.clone()
             },
-            knobs: [vector, pixels, pad, parallel, simd, packing, store],
+            knobs: [vector, pixels, pad, parallel, simd, packing, store, along],
         };
         t.default = t
             .encode(&heuristic)
@@ -432,7 +597,7 @@ impl ConvTemplate {
     /// The schedule a point stands for.
     pub fn decode(&self, c: &Config) -> Result<CpuConfig, String> {
         self.space.check(c).map_err(|e| e.to_string())?;
-        let [vector, pixels, pad, parallel, simd, packing, store] = self.knobs;
+        let [vector, pixels, pad, parallel, simd, packing, store, along] = self.knobs;
         let num = |k: usize| self.space.discrete_value(c, k).map_or(1, |v| v as usize);
         let choice = |k: usize| c.index(k).unwrap_or(0) == 1;
         Ok(CpuConfig {
@@ -444,9 +609,26 @@ impl ConvTemplate {
                 pad: choice(pad),
                 transpose: choice(packing),
                 vector_store: choice(store),
+                pixel_vector: choice(along),
             }),
             ..self.base.clone()
         })
+    }
+
+    /// Reads a config's text form (a record's `config`), accepting records written before
+    /// the `conv_vector` knob existed (read as `conv_vector=channels`, the schedule they
+    /// measured).
+    pub fn parse(&self, text: &str) -> Result<Config, String> {
+        let has = text.split(';').any(|e| {
+            e.split_once('=')
+                .is_some_and(|(n, _)| n.trim() == "conv_vector")
+        });
+        let text = if has || text.trim().is_empty() {
+            text.to_string()
+        } else {
+            format!("{text};conv_vector=channels")
+        };
+        self.space.parse(&text).map_err(|e| e.to_string())
     }
 
     /// The point for a schedule, if the space has it.
@@ -464,6 +646,7 @@ impl ConvTemplate {
             Value::Categorical(usize::from(cfg.wide_simd)),
             Value::Categorical(usize::from(tile.transpose)),
             Value::Categorical(usize::from(tile.vector_store)),
+            Value::Categorical(usize::from(tile.pixel_vector)),
         ]);
         self.space.is_valid(&c).then_some(c)
     }
@@ -598,14 +781,14 @@ mod tests {
         // n f p q c r s: R0, R1, R5, R11, R12 of the bench (output extents).
         for e in [
             [1, 64, 112, 112, 3, 7, 7],
-            [1, 64, 56, 56, 64, 1, 1],
             [1, 128, 28, 28, 128, 3, 3],
             [1, 512, 7, 7, 512, 3, 3],
             [1, 2048, 7, 7, 512, 1, 1],
         ] {
             let h = heuristic(&k, &e, m).unwrap();
             assert!(h.conv.as_ref().unwrap().transpose, "{e:?}");
-            let t = ConvTemplate::build(&e, 16, &ConvShape::of(&k).unwrap(), h.clone()).unwrap();
+            let t =
+                ConvTemplate::build(&k, &e, 16, &ConvShape::of(&k).unwrap(), h.clone()).unwrap();
             assert_eq!(t.decode(&t.default_config()).unwrap(), h, "{e:?}");
         }
         // Fewer channels than a transpose: packed by the loops, and the space has no
@@ -617,8 +800,14 @@ mod tests {
         if let Some(t) = bad.conv.as_mut() {
             t.transpose = true;
         }
-        let t = ConvTemplate::build(&[1, 8, 5, 5, 3, 3, 3], 16, &ConvShape::of(&k).unwrap(), h)
-            .unwrap();
+        let t = ConvTemplate::build(
+            &k,
+            &[1, 8, 5, 5, 3, 3, 3],
+            16,
+            &ConvShape::of(&k).unwrap(),
+            h,
+        )
+        .unwrap();
         assert_eq!(t.encode(&bad), None);
         assert!(validate(&k, &bad, bad.conv.as_ref().unwrap()).is_err());
     }
