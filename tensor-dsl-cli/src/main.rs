@@ -133,6 +133,11 @@ enum Command {
         /// Also draw best-so-far GFLOPS against trials into this SVG file.
         #[arg(long, value_name = "FILE.svg")]
         svg: Option<std::path::PathBuf>,
+        /// Inputs that stay unchanged between calls (comma-separated names, e.g. a layer's
+        /// weights `w`): CPU candidates that pack one ahead of calls are timed on it packed
+        /// once, as a caller passing it as an unchanged `Tensor` runs them.
+        #[arg(long, value_name = "NAMES", default_value = "")]
+        constant: String,
     },
     /// Measure every point of the kernel's CPU space (or a uniform sample of `--max` valid
     /// points of a larger one) and append them to a records file (for offline strategy
@@ -285,8 +290,9 @@ fn main() -> ExitCode {
             records,
             json,
             svg,
+            constant,
         } => tune::run(
-            &kernel, &device, &strategy, trials, seconds, seed, records, json, svg,
+            &kernel, &device, &strategy, trials, seconds, seed, records, json, svg, &constant,
         ),
         Command::Records { action } => match action {
             RecordsAction::Show {

@@ -55,8 +55,21 @@ pub fn run(
     records_file: Option<PathBuf>,
     json: bool,
     svg: Option<PathBuf>,
+    constant: &str,
 ) -> Result<ExitCode, String> {
     let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
+    let constant_inputs = constant
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            p.kernel
+                .params
+                .iter()
+                .position(|q| q.name == n && !q.is_output)
+                .ok_or_else(|| format!("--constant `{n}`: the kernel has no input of that name"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     // `default` names the device's own strategy; the summary says which it was.
     let on = if device == "cuda" {
         tensor_dsl::Device::Cuda
@@ -69,6 +82,7 @@ pub fn run(
         trials,
         seconds,
         seed,
+        constant_inputs,
         ..TuneOptions::default()
     };
     // Progress only on a terminal: a log file gets no carriage returns.

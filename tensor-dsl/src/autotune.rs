@@ -149,6 +149,12 @@ pub struct TuneOptions {
     /// Candidates built and measured per batch.
     pub batch: usize,
     pub seed: u64,
+    /// Inputs (parameter indices) that stay unchanged between calls, as a layer's weights
+    /// do: a CPU candidate that packs one of them ahead of calls is timed on it packed once
+    /// (what a caller passing it as an unchanged [`crate::Tensor`] gets), not packing it at
+    /// every call ([`crate::measure::cpu::CpuMeasurer::with_constant_inputs`]). First-call
+    /// tuning sets it from the call: the inputs passed as tensors with a version.
+    pub constant_inputs: Vec<usize>,
 }
 
 impl Default for TuneOptions {
@@ -160,6 +166,7 @@ impl Default for TuneOptions {
             seconds: None,
             batch: 8,
             seed: 0,
+            constant_inputs: Vec::new(),
         }
     }
 }
@@ -272,7 +279,8 @@ pub fn tune_cpu(
             message: m,
         })?;
     let space = template.space().clone();
-    let mut measurer = CpuMeasurer::new(kernel, shapes, template.clone())?;
+    let mut measurer = CpuMeasurer::new(kernel, shapes, template.clone())?
+        .with_constant_inputs(&opts.constant_inputs);
     let lanes = simd_lanes();
     // Portable features, so records of other shapes and kernels teach the model.
     let features = |c: &Config| match template.decode(c) {

@@ -226,3 +226,49 @@ fn a_remeasured_point_is_not_compiled_again() {
     assert_eq!(m.timings().built, 3);
     assert_eq!(m.timings().candidates, 4);
 }
+
+/// Constant inputs are timed packed ahead: with the weights of a convolution named
+/// constant, the candidates run `td_kernel_prepacked` on weights `td_prepack` packed once
+/// (the entry that packs them at every call is planted to write a wrong result, so only
+/// the prepacked call can pass the check); without, they run that entry and are invalid,
+/// as they are with only the input no candidate packs (`x`) named constant.
+#[test]
+fn constant_inputs_are_timed_packed_ahead() {
+    let k = parse_text(
+        "conv",
+        "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
+        None,
+    )
+    .unwrap();
+    let shapes = vec![vec![1, 5, 6, 7], vec![20, 5, 3, 3], vec![1, 20, 6, 7]];
+    let template = CpuTemplate::new(&k, &[1, 20, 6, 7, 5, 3, 3], 16).unwrap();
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut batch = vec![template.default_config()];
+    while batch.len() < 4 {
+        let c = template.space().sample_uniform(&mut rng).unwrap();
+        if !batch.contains(&c) {
+            batch.push(c);
+        }
+    }
+    let wrong = "((float *)out)[0] = 12345.0f; return;";
+    let measurer = |constant: &[usize]| {
+        let mut m = CpuMeasurer::new(&k, &shapes, template.clone())
+            .unwrap()
+            .with_constant_inputs(constant)
+            .with_source_hook(Box::new(move |_, src| {
+                src.replacen(ENTRY, &format!("{ENTRY}\n    {wrong}"), 1)
+            }));
+        m.min_seconds = 0.01;
+        m
+    };
+    for o in measurer(&[1]).measure(&batch) {
+        assert!(o.is_valid(), "{o:?}");
+    }
+    for o in measurer(&[]).measure(&batch) {
+        assert!(!o.is_valid(), "{o:?}");
+    }
+    // The data input named constant: no candidate packs it, each runs its usual entry.
+    for o in measurer(&[0]).measure(&batch) {
+        assert!(!o.is_valid(), "{o:?}");
+    }
+}

@@ -76,6 +76,15 @@ impl Backend for CpuBackend {
         cpu::compiler().is_ok()
     }
 
+    fn constant_inputs(&self, buffers: &HostBuffers<'_>) -> Vec<usize> {
+        buffers
+            .versions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.map(|_| i))
+            .collect()
+    }
+
     fn tune(
         &self,
         kernel: &Kernel,

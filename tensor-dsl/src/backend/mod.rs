@@ -73,6 +73,14 @@ pub trait Backend: Sync + Send + Clone + 'static {
     /// Whether tuning can run here now (e.g. the CPU needs a C compiler).
     fn can_tune(&self) -> bool;
 
+    /// The call's inputs that stay unchanged between calls (on the CPU: those passed as
+    /// tensors with a version), which tuning then times packed ahead
+    /// ([`TuneOptions::constant_inputs`]). None by default.
+    fn constant_inputs(&self, buffers: &Self::Buffers<'_>) -> Vec<usize> {
+        let _ = buffers;
+        Vec::new()
+    }
+
     /// Tunes the call's shapes now; `progress` gets the number of trials done.
     fn tune(
         &self,
@@ -154,6 +162,10 @@ fn decide_now<B: Backend>(
         }
     }
     if policy != TunePolicy::Off && backend.can_tune() {
+        let opts = TuneOptions {
+            constant_inputs: backend.constant_inputs(buffers),
+            ..opts
+        };
         let tuned =
             first_call::tune_at_call(backend, kernel, extents, shapes, &key, policy, &opts)?;
         if let Some(decision) = tuned {

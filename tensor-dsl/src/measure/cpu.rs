@@ -92,7 +92,10 @@ static double spread_of(const double *s, int n, double *scratch) {
 }
 /* argv: nparams, then per parameter: bytes path ("-" = the output).
    stdin, one candidate per line, tab-separated:
-     object symbol output_path min_seconds max_repeats spread slow_factor best_seconds
+     object symbol output_path min_seconds max_repeats spread slow_factor best_seconds constant
+   constant: a bit mask of the inputs that stay unchanged between calls. Where the candidate
+   packs one of those ahead of calls (symbol td_kernel_N with td_prepack_input_N naming it),
+   it is packed once (td_prepack_N, untimed) and td_kernel_prepacked_N is what runs.
    stdout: "first S" (the checked call), "t S" per timed run ("reused" after the only one when
    it is the checked call's), then "done"; or "error MESSAGE". */
 int main(int argc, char **argv) {
@@ -100,7 +103,7 @@ int main(int argc, char **argv) {
     int np = atoi(argv[1]);
     if (np < 1 || argc != 2 + 2 * np) return 93;
     page = sysconf(_SC_PAGESIZE);
-    const void **args = calloc(np, sizeof(void *));
+    const void **args = calloc(np + 1, sizeof(void *));
     unsigned char *out = NULL;
     long out_len = 0;
     for (int p = 0; p < np; ++p) {
@@ -117,11 +120,16 @@ int main(int argc, char **argv) {
     }
     if (!out) return 95;
     char line[16384];
+    float *packed = NULL; /* the packed form of a constant input, for the latest candidate */
     while (fgets(line, sizeof line, stdin)) {
-        char *field[8];
+        free(packed);
+        packed = NULL;
+        args[np] = NULL;
+        char *field[9];
         int nf = 0;
-        for (char *tok = strtok(line, "\t\n"); tok && nf < 8; tok = strtok(NULL, "\t\n")) field[nf++] = tok;
-        if (nf != 8) { printf("error bad request\n"); fflush(stdout); continue; }
+        for (char *tok = strtok(line, "\t\n"); tok && nf < 9; tok = strtok(NULL, "\t\n")) field[nf++] = tok;
+        if (nf != 9) { printf("error bad request\n"); fflush(stdout); continue; }
+        unsigned long long constant = strtoull(field[8], NULL, 10);
         double min_seconds = atof(field[3]), spread = atof(field[5]), slow = atof(field[6]), best = atof(field[7]);
         int max_repeats = atoi(field[4]);
         if (max_repeats < 3) max_repeats = 3;
@@ -129,6 +137,26 @@ int main(int argc, char **argv) {
         if (!lib) { printf("error %s\n", dlerror()); fflush(stdout); continue; }
         entry_t kernel = (entry_t)dlsym(lib, field[1]);
         if (!kernel) { printf("error no symbol %s\n", field[1]); fflush(stdout); continue; }
+        /* The packed form of a constant input, where the candidate has one. */
+        const char *suffix = field[1] + strlen("td_kernel");
+        char name[256];
+        snprintf(name, sizeof name, "td_prepack_input%s", suffix);
+        const long *which = constant ? (const long *)dlsym(lib, name) : NULL;
+        if (which && *which >= 0 && *which < 64 && (constant >> *which & 1)) {
+            snprintf(name, sizeof name, "td_prepack_elems%s", suffix);
+            const long *elems = (const long *)dlsym(lib, name);
+            snprintf(name, sizeof name, "td_prepack%s", suffix);
+            entry_t fill = (entry_t)dlsym(lib, name);
+            snprintf(name, sizeof name, "td_kernel_prepacked%s", suffix);
+            entry_t on_packed = (entry_t)dlsym(lib, name);
+            if (elems && *elems > 0 && fill && on_packed) {
+                packed = malloc(*elems * sizeof(float) + 64);
+                if (!packed) return 96;
+                fill(args, packed);
+                args[np] = packed;
+                kernel = on_packed;
+            }
+        }
         memset(out, 0xff, out_len); /* NaN in every float type */
         double t = now();
         kernel(args, out);
@@ -305,6 +333,8 @@ pub struct CpuMeasurer {
     /// repeats) is killed and invalid; the next one runs in a fresh runner.
     pub timeout: Duration,
     hook: Option<SourceHook>,
+    /// Bit mask of the inputs that stay unchanged between calls ([`CpuMeasurer::with_constant_inputs`]).
+    constant: u64,
     seq: usize,
     timings: MeasureTimings,
     /// The runner, once started (and until a candidate crashes or hangs in it).
@@ -416,6 +446,7 @@ impl CpuMeasurer {
             slow_factor: 3.0,
             timeout: Duration::from_secs(20),
             hook: None,
+            constant: 0,
             runner: None,
             stale: Vec::new(),
             best: None,
@@ -426,6 +457,19 @@ impl CpuMeasurer {
                 ..MeasureTimings::default()
             },
         })
+    }
+
+    /// Says which inputs (parameter indices) stay unchanged between the caller's calls, as
+    /// a layer's weights do: a candidate that packs one of them ahead of calls
+    /// (`td_prepack`) is timed on it packed once, as a caller passing it as an unchanged
+    /// [`crate::Tensor`] runs it, not packing it at every call. Without this (and for other
+    /// inputs) every timed call packs what it packs.
+    pub fn with_constant_inputs(mut self, inputs: &[usize]) -> Self {
+        self.constant = inputs
+            .iter()
+            .filter(|&&i| i < 64)
+            .fold(0u64, |m, &i| m | 1 << i);
+        self
     }
 
     /// Installs a source hook (see [`SourceHook`]).
@@ -554,7 +598,7 @@ impl CpuMeasurer {
     fn run_one(&mut self, object: &Path, symbol: &str, out: &Path) -> Outcome {
         let invalid = |reason: String| Outcome::Invalid { reason };
         let request = format!(
-            "{}\t{symbol}\t{}\t{:e}\t{}\t{:e}\t{:e}\t{:e}\n",
+            "{}\t{symbol}\t{}\t{:e}\t{}\t{:e}\t{:e}\t{:e}\t{}\n",
             object.display(),
             out.display(),
             self.min_seconds,
@@ -562,6 +606,7 @@ impl CpuMeasurer {
             self.spread,
             self.slow_factor,
             self.best.unwrap_or(0.0),
+            self.constant,
         );
         // A runner that died between candidates (it should not) is replaced once.
         let mut sent = false;
