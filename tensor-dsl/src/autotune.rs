@@ -395,6 +395,10 @@ fn pick_record(
     Some(r)
 }
 
+/// Back-to-back remeasurements of the default and the winner after a search
+/// ([`tuner::confirm`]), each, where the trial budget has room for them.
+pub const CONFIRM_ROUNDS: usize = 3;
+
 /// The `strategy` of a zero-trial pick's record.
 pub const PICK_STRATEGY: &str = "model-pick";
 
@@ -434,7 +438,9 @@ fn strategy_of(
 /// the default where it did as well on the kernel's other shapes, else the schedule
 /// measured best there, else the default) is measured first, then the model's own pick
 /// ([`transfer::model_pick`]) and `default`
-/// (tuning never ends worse than not tuning), then the strategy of `opts` runs. With
+/// (tuning never ends worse than not tuning), then the strategy of `opts` runs; where the
+/// trial budget has room left, the winner and `default` are then measured back to back
+/// [`CONFIRM_ROUNDS`] times each ([`tuner::confirm`]) and the best is chosen again. With
 /// `opts.trials == 0` nothing is measured and the pick is the answer. With a time budget
 /// the run may stop early (`tuner::Budget::early_stop`): the user asked for "this many
 /// seconds at most", and a settled search that the model agrees with has nothing left to
@@ -490,7 +496,7 @@ pub fn search(
         });
     }
     let mut seeds: Vec<Config> = Vec::new();
-    for c in [pick.clone(), top, default].into_iter().flatten() {
+    for c in [pick.clone(), top, default.clone()].into_iter().flatten() {
         if !seeds.contains(&c) {
             seeds.push(c);
         }
@@ -499,7 +505,7 @@ pub fn search(
         .seconds
         .map(|s| (s - start.elapsed().as_secs_f64()).max(0.0));
     let mut strategy = tuner::strategy::Seeded::new(seeds, inner);
-    let result = tune(
+    let mut result = tune(
         space,
         &mut strategy,
         model.as_mut(),
@@ -509,6 +515,17 @@ pub fn search(
         opts.seed,
         on_trial,
     );
+    // The winner against the default, measured back to back, with what is left of the
+    // budgets (the whole trial budget is never exceeded).
+    if let Some(d) = &default {
+        let room = opts.trials.saturating_sub(result.trials.len()) / 2;
+        let time_left = opts
+            .seconds
+            .is_none_or(|s| start.elapsed().as_secs_f64() < 0.9 * s);
+        if time_left {
+            tuner::confirm(&mut result, d, room.min(CONFIRM_ROUNDS), measurer, on_trial);
+        }
+    }
     if let Some(a) = result.model_accuracy {
         tracing::debug!(
             target: "tensor_dsl::tune",

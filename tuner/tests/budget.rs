@@ -233,3 +233,45 @@ fn the_best_point_is_chosen_by_the_median_of_its_measurements() {
     // The first point led until its remeasurements showed it slower.
     assert_eq!(r.history, vec![Some(1.0), Some(1.0), Some(1.2), Some(1.2)]);
 }
+
+/// The confirmation after a search: the default (measured first, slow: 1.5) and the winner
+/// (1.0) measured back to back three times each (default 1.1, 1.1, 1.1; winner 1.2, 1.2,
+/// 1.2): the default is best by the upper median of its four measurements (1.1 against
+/// 1.2), the six remeasurements are trials, and the history follows them.
+#[test]
+fn confirmation_measures_the_default_and_the_winner_back_to_back() {
+    let mut b = SearchSpace::builder();
+    b.discrete("x", &[1, 2]);
+    let space = b.build().unwrap();
+    let points = space.enumerate(2).unwrap();
+    let mut strategy = TwoThenRemeasure {
+        proposed: false,
+        again: Vec::new(),
+    };
+    let mut m = Scripted(
+        [1.5, 1.0, 1.1, 1.2, 1.1, 1.2, 1.1, 1.2]
+            .into_iter()
+            .collect(),
+    );
+    let features = |c: &Config| space.to_features(c).unwrap_or_default();
+    let mut r = tune(
+        &space,
+        &mut strategy,
+        &mut tuner::Untrained,
+        &features,
+        &mut m,
+        &Budget::new(2).with_batch(2),
+        1,
+        &mut |_| {},
+    );
+    assert_eq!(r.best.as_ref().unwrap().0, points[1]);
+    let mut seen = 0;
+    tuner::confirm(&mut r, &points[0], 3, &mut m, &mut |_| seen += 1);
+    assert_eq!((seen, r.trials.len(), r.history.len()), (6, 8, 8));
+    assert_eq!(r.best, Some((points[0].clone(), 1.1)));
+    assert_eq!(tuner::judge(&r.trials), r.best);
+    // Nothing to confirm when the winner is the baseline.
+    let before = r.trials.len();
+    tuner::confirm(&mut r, &points[0], 3, &mut m, &mut |_| {});
+    assert_eq!(r.trials.len(), before);
+}
