@@ -173,8 +173,9 @@ impl ConvShape {
         self.reduction.iter().map(|&r| extents[r]).product()
     }
 
-    /// Per axis of `x`: the extent of the scratch copy the convolution reads ([`crate::lower::cpu_conv`]):
-    /// the coordinates read (with padding), every `read_steps` one.
+    /// Per axis of `x`: the extent of the scratch copy the convolution reads
+    /// ([`crate::lower::cpu_conv`]): the coordinates read (with padding), every
+    /// [`ConvShape::read_steps`] one.
     pub fn scratch_dims(&self, extents: &[usize]) -> Vec<usize> {
         self.x
             .dims
