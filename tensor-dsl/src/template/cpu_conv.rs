@@ -298,8 +298,9 @@ pub fn accumulator_registers(registers: usize) -> usize {
 /// is a multiple of [`TRANSPOSE`]; the tile stored as vectors with AVX-512; parallel when
 /// there are cores and work for them. The
 /// channel tile is one register wide where two would make a thread's weight panel larger
-/// than L2. Short reductions over an unpadded NCHW input get a pixel-vector tile instead
-/// ([`pixel_vector_default`]).
+/// than L2. Short reductions ([`PIXEL_VECTOR_POINTS`]) over an NCHW input read in place
+/// get a pixel-vector tile instead ([`ConvTile::pixel_vector`], [`PIXEL_TILE_CHANNELS`]
+/// channels by two vectors of pixels).
 pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option<CpuConfig> {
     let shape = ConvShape::of(kernel)?;
     let lanes = machine.lanes;
