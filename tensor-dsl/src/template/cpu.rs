@@ -648,7 +648,8 @@ impl CpuTemplate {
 
     /// Reads a config's text form (a record's `config`), accepting records written before
     /// the `k_block`, `simd` and `kernel` knobs existed (read as `k_block=0`,
-    /// `simd=compiler`, `kernel=loops`: the schedule they measured).
+    /// `simd=compiler`, `kernel=loops`: the schedule they measured), and convolution
+    /// records from before `conv_vector` ([`ConvTemplate::parse`](super::cpu_conv::ConvTemplate::parse)).
     pub fn parse(&self, text: &str) -> Result<Config, String> {
         if let Some(conv) = &self.conv {
             return conv.parse(text);

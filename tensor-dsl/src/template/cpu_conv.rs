@@ -745,6 +745,43 @@ mod tests {
         assert!(h.conv.unwrap().pixels <= 5);
     }
 
+    /// Records written before the `conv_vector` knob read as channel-vector tiles; the
+    /// default of a 1×1 convolution over 64 channels (runs of 3136 pixels) has pixel
+    /// vectors, one over a 7×7 plane (runs of 49) keeps channel vectors.
+    #[test]
+    fn old_records_read_as_channel_vectors_and_pixel_vectors_have_runs() {
+        let k = parse_text(
+            "conv",
+            "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]",
+            None,
+        )
+        .unwrap();
+        let r1 = [1, 64, 56, 56, 64, 1, 1];
+        let t = ConvTemplate::new(&k, &r1, 16).unwrap().unwrap();
+        let old = "conv_channels=32;conv_pixels=10;conv_border=pad;parallel=parallel;\
+                   simd=wide;conv_pack=transpose;conv_store=vector";
+        let cfg = t.decode(&t.parse(old).unwrap()).unwrap();
+        assert!(!cfg.conv.unwrap().pixel_vector);
+        let shape = ConvShape::of(&k).unwrap();
+        assert_eq!(shape.pixel_run(&k, &r1), 3136);
+        let d = t.decode(&t.default_config()).unwrap();
+        assert_eq!((d.vector, d.conv.unwrap().pixel_vector), (8, true));
+        let r12 = [1, 2048, 7, 7, 512, 1, 1];
+        assert_eq!(shape.pixel_run(&k, &r12), 49);
+        let t = ConvTemplate::new(&k, &r12, 16).unwrap().unwrap();
+        assert!(
+            !t.decode(&t.default_config())
+                .unwrap()
+                .conv
+                .unwrap()
+                .pixel_vector
+        );
+        // Padded: runs of one row of the padded copy.
+        let padded = parse_text("conv", CONV, None).unwrap();
+        let shape = ConvShape::of(&padded).unwrap();
+        assert_eq!(shape.pixel_run(&padded, &[1, 64, 28, 28, 64, 7, 7]), 1);
+    }
+
     /// A 1×1 stride-2 convolution reads every other coordinate of `x`'s plane: its input
     /// is copied compactly where enough channel tiles read the copy (R10 of the bench),
     /// read in place where few do (R4).
