@@ -103,6 +103,7 @@ fn generated_c_conv_pixel_vectors() {
             transpose: false,
             vector_store: true,
             pixel_vector: true,
+            pixels_outer: true,
         }),
         ..config
     };

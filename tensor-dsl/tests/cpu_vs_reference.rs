@@ -456,6 +456,7 @@ fn convolution_template_matches_reference() {
                         transpose: false,
                         vector_store: true,
                         pixel_vector: true,
+                        pixels_outer: true,
                     };
                 }
                 if template.encode(&c).is_some() {
@@ -483,6 +484,12 @@ fn convolution_template_matches_reference() {
                     configs.push(rows);
                 }
             }
+            // The other loop order on prepacked weights.
+            let mut order = default.clone();
+            if let Some(t) = order.conv.as_mut() {
+                t.pixels_outer = !t.pixels_outer;
+            }
+            configs.push(order);
             // And the other way of storing the tile.
             let mut stored = default.clone();
             if let Some(t) = stored.conv.as_mut() {

@@ -1752,20 +1752,24 @@ impl Conv<'_> {
                 defs: vec![("pk_f0".into(), Value::Code("-1".into()))],
             },
         ]);
-        if self.tile.pixel_vector {
-            // On prepacked weights, pixel tiles outermost: a tile's input (every reduction
-            // point of its pixels) stays in L1 while every channel tile uses it, and each
-            // thread reads its share of the input once, not once per channel tile. Timed
-            // in a C harness over 24 placements of the buffers, single-threaded: R3 of the
-            // bench (32 channel tiles over an 802 KB input) 265–278 GFLOPS against 231–264,
-            // R1 248–272 against 229–270; both cores R1 531–534 against 508–522, R3
-            // 533–548 against 517–520. Weights packed by each thread keep channel tiles
-            // outermost (one packing per channel tile).
-            let pixel_tiles = self.pixel_tiles().1;
+        let (pixel_var, pixel_loop) = if self.tile.pixel_vector {
+            ("t", tiles("t", self.pixel_tiles().1, 1))
+        } else {
+            ("p0", tiles("p0", np, self.mr))
+        };
+        if self.tile.pixels_outer {
+            // On prepacked weights, pixel tiles outermost ([`ConvTile::pixels_outer`]):
+            // a tile's input stays in L1 while every channel tile uses it, and each thread
+            // reads its share of the input once, not once per channel tile. Timed in a C
+            // harness over 24 placements of the buffers, single-threaded: R3 of the bench
+            // (a pixel-vector tile, 32 channel tiles over an 802 KB input) 265–278 GFLOPS
+            // against 231–264, R1 248–272 against 229–270; both cores R1 531–534 against
+            // 508–522, R3 533–548 against 517–520. Weights packed by each thread keep
+            // channel tiles outermost (one packing per channel tile).
             let on_packed = vec![Stmt::Call {
                 func: TILE.into(),
                 args: {
-                    let mut args = self.args(buffers, &["f0", "t"]);
+                    let mut args = self.args(buffers, &["f0", pixel_var]);
                     let wp = &buffers[self.wp.0].name;
                     for a in args.iter_mut().filter(|a| *a == wp) {
                         *a = self.wall_panel(wall);
@@ -1775,21 +1779,12 @@ impl Conv<'_> {
             }];
             region.push(Stmt::If {
                 cond: wall.clone(),
-                then: band(
-                    vec![tiles("t", pixel_tiles, 1), tiles("f0", fe, self.v)],
-                    on_packed,
-                ),
-                els: Some(band(
-                    vec![tiles("f0", fe, self.v), tiles("t", pixel_tiles, 1)],
-                    work,
-                )),
+                then: band(vec![pixel_loop.clone(), tiles("f0", fe, self.v)], on_packed),
+                els: Some(band(vec![tiles("f0", fe, self.v), pixel_loop], work)),
                 braced: true,
             });
         } else {
-            region.extend(band(
-                vec![tiles("f0", fe, self.v), tiles("p0", np, self.mr)],
-                work,
-            ));
+            region.extend(band(vec![tiles("f0", fe, self.v), pixel_loop], work));
         }
         region.push(Stmt::Free(self.wp));
         // One parallel region per call: the padding copy and the tiles share it.

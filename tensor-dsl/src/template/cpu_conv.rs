@@ -73,6 +73,13 @@ pub struct ConvTile {
     /// the unguarded (`pad`) read.
     #[serde(default)]
     pub pixel_vector: bool,
+    /// On weights packed ahead (`td_kernel_prepacked`), walk the pixel tiles outermost:
+    /// each pixel tile's input stays in L1 while every channel tile uses it, and the
+    /// weights are read again per pixel tile; `false` walks the channel tiles outermost
+    /// (the input read again per channel tile). Weights packed at the call always walk
+    /// channel tiles outermost (one packing per channel tile).
+    #[serde(default)]
+    pub pixels_outer: bool,
 }
 
 /// Channels and reduction points of one in-register transpose of the weight packing.
@@ -406,6 +413,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             transpose: vector.is_multiple_of(TRANSPOSE),
             vector_store: lanes >= 16,
             pixel_vector: false,
+            pixels_outer: pixels_outer_pays(extents, &shape, vector, pad, machine),
         }),
         ..base
     })
@@ -452,7 +460,43 @@ fn pixel_vector_default(
             transpose: false,
             vector_store: true,
             pixel_vector: true,
+            pixels_outer: true,
         })
+}
+
+/// Whether the default walks pixel tiles outermost on prepacked weights
+/// ([`ConvTile::pixels_outer`]) for a channel-vector tile: where the input the tiles read
+/// does not fit in L2 and the weights fit in half of it, so that re-reading the weights
+/// per pixel tile costs less than re-reading the input per channel tile. Single-threaded,
+/// over twelve placements of the buffers each: the 1×1 stride-2 convolution over a
+/// 3.2 MB input read in place (R4 of the bench, 128 KB of weights) ran at 251–260 GFLOPS
+/// with pixel tiles outermost against 216–247; where the input fits (R2, R5, R9, R12 of
+/// the bench) channel tiles outermost were level or up to 5% faster (R12: 4 MB of
+/// weights). Pixel-vector tiles always walk pixel tiles outermost (R1, R3: 2–10% faster).
+fn pixels_outer_pays(
+    extents: &[usize],
+    shape: &ConvShape,
+    vector: usize,
+    pad: bool,
+    machine: Machine,
+) -> bool {
+    let elem = 4usize;
+    // The input the tiles read: the scratch copy, or the coordinates read in place.
+    let read: usize = if pad {
+        shape.scratch_dims(extents).iter().product()
+    } else {
+        shape
+            .x
+            .dims
+            .iter()
+            .map(|d| {
+                let (lo, hi) = d.range(extents);
+                usize::try_from(hi - lo + 1).unwrap_or(1)
+            })
+            .product()
+    };
+    let weights = shape.points(extents) * extents[shape.f].next_multiple_of(vector.max(1));
+    read * elem > machine.l2 && weights * elem <= machine.l2 / 2
 }
 
 /// Checks a convolution config against its kernel.
@@ -493,7 +537,7 @@ pub struct ConvTemplate {
     space: SearchSpace,
     default: Config,
     base: CpuConfig,
-    knobs: [usize; 8],
+    knobs: [usize; 9],
 }
 
 impl ConvTemplate {
@@ -524,6 +568,7 @@ impl ConvTemplate {
         let packing = b.categorical("conv_pack", &["loops", "transpose"]);
         let store = b.categorical("conv_store", &["scalar", "vector"]);
         let along = b.categorical("conv_vector", &["channels", "pixels"]);
+        let order = b.categorical("conv_outer", &["channels", "pixels"]);
         let value = |c: &Config, k: usize, list: &[i64]| {
             c.index(k).and_then(|i| list.get(i)).map(|&v| v as usize)
         };
@@ -578,7 +623,9 @@ impl ConvTemplate {
                 rows: None,
                 ..heuristic.clone()
             },
-            knobs: [vector, pixels, pad, parallel, simd, packing, store, along],
+            knobs: [
+                vector, pixels, pad, parallel, simd, packing, store, along, order,
+            ],
         };
         t.default = t
             .encode(&heuristic)
@@ -599,7 +646,7 @@ impl ConvTemplate {
     /// The schedule a point stands for.
     pub fn decode(&self, c: &Config) -> Result<CpuConfig, String> {
         self.space.check(c).map_err(|e| e.to_string())?;
-        let [vector, pixels, pad, parallel, simd, packing, store, along] = self.knobs;
+        let [vector, pixels, pad, parallel, simd, packing, store, along, order] = self.knobs;
         let num = |k: usize| self.space.discrete_value(c, k).map_or(1, |v| v as usize);
         let choice = |k: usize| c.index(k).unwrap_or(0) == 1;
         Ok(CpuConfig {
@@ -612,25 +659,29 @@ impl ConvTemplate {
                 transpose: choice(packing),
                 vector_store: choice(store),
                 pixel_vector: choice(along),
+                pixels_outer: choice(order),
             }),
             ..self.base.clone()
         })
     }
 
     /// Reads a config's text form (a record's `config`), accepting records written before
-    /// the `conv_vector` knob existed (read as `conv_vector=channels`, the schedule they
-    /// measured).
+    /// the `conv_vector` and `conv_outer` knobs existed (read as `conv_vector=channels`,
+    /// `conv_outer=channels`: the schedule they measured).
     pub fn parse(&self, text: &str) -> Result<Config, String> {
-        let has = text.split(';').any(|e| {
-            e.split_once('=')
-                .is_some_and(|(n, _)| n.trim() == "conv_vector")
-        });
-        let text = if has || text.trim().is_empty() {
-            text.to_string()
-        } else {
-            format!("{text};conv_vector=channels")
+        let has = |knob: &str| {
+            text.split(';')
+                .any(|e| e.split_once('=').is_some_and(|(n, _)| n.trim() == knob))
         };
-        self.space.parse(&text).map_err(|e| e.to_string())
+        let mut full = text.to_string();
+        if !text.trim().is_empty() {
+            for knob in ["conv_vector", "conv_outer"] {
+                if !has(knob) {
+                    full = format!("{full};{knob}=channels");
+                }
+            }
+        }
+        self.space.parse(&full).map_err(|e| e.to_string())
     }
 
     /// The point for a schedule, if the space has it.
@@ -649,6 +700,7 @@ impl ConvTemplate {
             Value::Categorical(usize::from(tile.transpose)),
             Value::Categorical(usize::from(tile.vector_store)),
             Value::Categorical(usize::from(tile.pixel_vector)),
+            Value::Categorical(usize::from(tile.pixels_outer)),
         ]);
         self.space.is_valid(&c).then_some(c)
     }
@@ -760,8 +812,8 @@ mod tests {
         let t = ConvTemplate::new(&k, &r1, 16).unwrap().unwrap();
         let old = "conv_channels=32;conv_pixels=10;conv_border=pad;parallel=parallel;\
                    simd=wide;conv_pack=transpose;conv_store=vector";
-        let cfg = t.decode(&t.parse(old).unwrap()).unwrap();
-        assert!(!cfg.conv.unwrap().pixel_vector);
+        let cfg = t.decode(&t.parse(old).unwrap()).unwrap().conv.unwrap();
+        assert!(!cfg.pixel_vector && !cfg.pixels_outer);
         let shape = ConvShape::of(&k).unwrap();
         assert_eq!(shape.pixel_run(&k, &r1), 3136);
         let d = t.decode(&t.default_config()).unwrap();
@@ -780,6 +832,37 @@ mod tests {
         let padded = parse_text("conv", CONV, None).unwrap();
         let shape = ConvShape::of(&padded).unwrap();
         assert_eq!(shape.pixel_run(&padded, &[1, 64, 28, 28, 64, 7, 7]), 1);
+    }
+
+    /// Pixel tiles outermost (on prepacked weights) where the input does not fit in L2
+    /// and the weights fit in half of it: R4 of the bench (3.2 MB read in place, 128 KB of
+    /// weights), not R9 (200 KB, 1 MB) nor R2 (a padded 860 KB copy); always with pixel
+    /// vectors (R1).
+    #[test]
+    fn pixel_tiles_go_outermost_where_the_input_outgrows_l2() {
+        let m = Machine {
+            lanes: 16,
+            registers: 32,
+            l2: 1 << 20,
+            threads: 2,
+        };
+        let conv = |stride: usize, pad: usize| {
+            parse_text(
+                "conv",
+                &format!(
+                    "y[[n, f, p, q]] += x[[n, c, {stride} * p + r - {pad}, {stride} * q + s - {pad}]] \
+                     * w[[f, c, r, s]]"
+                ),
+                None,
+            )
+            .unwrap()
+        };
+        let outer =
+            |k: &Kernel, e: &[usize]| heuristic(k, e, m).unwrap().conv.unwrap().pixels_outer;
+        assert!(outer(&conv(2, 0), &[1, 128, 28, 28, 256, 1, 1]));
+        assert!(!outer(&conv(1, 0), &[1, 1024, 14, 14, 256, 1, 1]));
+        assert!(!outer(&conv(1, 1), &[1, 64, 56, 56, 64, 3, 3]));
+        assert!(outer(&conv(1, 0), &[1, 64, 56, 56, 64, 1, 1]));
     }
 
     /// A 1×1 stride-2 convolution reads every other coordinate of `x`'s plane: its input
