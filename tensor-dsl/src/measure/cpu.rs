@@ -19,6 +19,10 @@
 //!   all: the checked call is its one sample (it will not be chosen; its time, a little
 //!   pessimistic, still trains the cost model).
 //!
+//! Inputs named constant ([`CpuMeasurer::with_constant_inputs`]: a layer's weights) are
+//! packed once per candidate that packs them ahead of calls, and the call on the packed
+//! input is what is timed, as a caller passing them as an unchanged `Tensor` runs it.
+//!
 //! A candidate that fails to compile, crashes, hangs past the timeout or computes a wrong
 //! result is an [`Outcome::Invalid`]; a crash or a hang ends the runner, and the rest of the
 //! batch runs in a fresh one. The runner's inputs are read-only and every buffer lies
@@ -150,7 +154,8 @@ int main(int argc, char **argv) {
             snprintf(name, sizeof name, "td_kernel_prepacked%s", suffix);
             entry_t on_packed = (entry_t)dlsym(lib, name);
             if (elems && *elems > 0 && fill && on_packed) {
-                packed = malloc(*elems * sizeof(float) + 64);
+                /* 64-byte aligned, as the runtime keeps packed inputs. */
+                packed = aligned_alloc(64, (*elems * sizeof(float) + 63) / 64 * 64);
                 if (!packed) return 96;
                 fill(args, packed);
                 args[np] = packed;
