@@ -516,15 +516,18 @@ pub fn search(
         on_trial,
     );
     // The winner against the default, measured back to back, with what is left of the
-    // budgets (the whole trial budget is never exceeded).
+    // budgets: the trial budget is never exceeded, and with a time budget a round takes
+    // at most two of the search's average trials (remeasurements compile nothing, so
+    // they take less).
     if let Some(d) = &default {
-        let room = opts.trials.saturating_sub(result.trials.len()) / 2;
-        let time_left = opts
-            .seconds
-            .is_none_or(|s| start.elapsed().as_secs_f64() < 0.9 * s);
-        if time_left {
-            tuner::confirm(&mut result, d, room.min(CONFIRM_ROUNDS), measurer, on_trial);
+        let mut rounds = (opts.trials.saturating_sub(result.trials.len()) / 2).min(CONFIRM_ROUNDS);
+        if let Some(limit) = opts.seconds {
+            let spent = start.elapsed().as_secs_f64();
+            let per_trial = spent / result.trials.len().max(1) as f64;
+            let fit = ((limit - spent).max(0.0) / (2.0 * per_trial.max(1e-9))).floor();
+            rounds = rounds.min(fit as usize);
         }
+        tuner::confirm(&mut result, d, rounds, measurer, on_trial);
     }
     if let Some(a) = result.model_accuracy {
         tracing::debug!(

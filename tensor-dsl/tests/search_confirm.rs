@@ -1,0 +1,100 @@
+//! The search's last step (`tuner::confirm` in `autotune::search`): the winner and the
+//! default measured back to back, within the trial budget and the time budget.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+use tensor_dsl::autotune::{search, TuneOptions, CONFIRM_ROUNDS};
+use tensor_dsl::transfer::Prior;
+use tuner::{Config, SearchSpace, SyntheticMeasurer};
+
+/// One knob of 12 values, fastest at the last; each measurement sleeps `ms`.
+fn setup(ms: u64) -> (SearchSpace, SyntheticMeasurer) {
+    let mut b = SearchSpace::builder();
+    let k = b.discrete("x", &(1..=12).collect::<Vec<i64>>());
+    let space = b.build().unwrap();
+    let s2 = space.clone();
+    let m = SyntheticMeasurer::new(move |c: &Config| {
+        std::thread::sleep(Duration::from_millis(ms));
+        Some(1e-3 / s2.discrete_value(c, k).unwrap() as f64)
+    });
+    (space, m)
+}
+
+#[test]
+fn the_winner_and_the_default_are_remeasured_within_the_trial_budget() {
+    let (space, mut m) = setup(0);
+    let features = |c: &Config| space.to_features(c).unwrap_or_default();
+    let default = space.enumerate(12).unwrap().remove(0);
+    let opts = TuneOptions {
+        strategy: "random".into(),
+        trials: 10,
+        batch: 4,
+        seed: 1,
+        ..TuneOptions::default()
+    };
+    // 12 points, 10 trials: the search spends them all, nothing is left to confirm.
+    let full = search(
+        &space,
+        Some(default.clone()),
+        &Prior::default(),
+        &opts,
+        &features,
+        &mut m,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(full.result.trials.len(), 10);
+    // With room left (the random search ends after the 12 points), three rounds of two.
+    let opts = TuneOptions { trials: 30, ..opts };
+    let r = search(
+        &space,
+        Some(default.clone()),
+        &Prior::default(),
+        &opts,
+        &features,
+        &mut m,
+        &mut |_| {},
+    )
+    .unwrap()
+    .result;
+    assert_eq!(r.trials.len(), 12 + 2 * CONFIRM_ROUNDS);
+    let best = r.best.clone().unwrap().0;
+    let last: Vec<&Config> = r.trials[12..].iter().map(|t| &t.config).collect();
+    assert!(last.chunks(2).all(|p| p == [&default, &best]), "{last:?}");
+}
+
+#[test]
+fn the_confirmation_keeps_the_time_budget() {
+    // 70 ms a measurement, a 1 s budget and a random search over 12 points: the search
+    // ends after about 0.85 s; three rounds would take 0.42 s more, one fits.
+    let (space, mut m) = setup(70);
+    let features = |c: &Config| space.to_features(c).unwrap_or_default();
+    let default = space.enumerate(12).unwrap().remove(0);
+    let opts = TuneOptions {
+        strategy: "random".into(),
+        trials: 100,
+        seconds: Some(1.0),
+        batch: 4,
+        seed: 1,
+        ..TuneOptions::default()
+    };
+    let start = Instant::now();
+    let r = search(
+        &space,
+        Some(default),
+        &Prior::default(),
+        &opts,
+        &features,
+        &mut m,
+        &mut |_| {},
+    )
+    .unwrap()
+    .result;
+    let took = start.elapsed().as_secs_f64();
+    assert!(
+        took <= 1.1,
+        "took {took} s for a 1 s budget ({} trials)",
+        r.trials.len()
+    );
+    assert!((12..12 + 2 * CONFIRM_ROUNDS).contains(&r.trials.len()));
+}
