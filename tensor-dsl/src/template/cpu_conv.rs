@@ -482,8 +482,8 @@ fn pixels_outer_pays(
 ) -> bool {
     let elem = 4usize;
     // The input the tiles read: the scratch copy, or the coordinates read in place.
-    let read: usize = if pad {
-        shape.scratch_dims(extents).iter().product()
+    let dims: Vec<usize> = if pad {
+        shape.scratch_dims(extents)
     } else {
         shape
             .x
@@ -493,10 +493,11 @@ fn pixels_outer_pays(
                 let (lo, hi) = d.range(extents);
                 usize::try_from(hi - lo + 1).unwrap_or(1)
             })
-            .product()
+            .collect()
     };
-    let weights = shape.points(extents) * extents[shape.f].next_multiple_of(vector.max(1));
-    read * elem > machine.l2 && weights * elem <= machine.l2 / 2
+    let bytes = |n: &[usize]| n.iter().fold(elem, |a, &b| a.saturating_mul(b));
+    let channels = extents[shape.f].next_multiple_of(vector.max(1));
+    bytes(&dims) > machine.l2 && bytes(&[shape.points(extents), channels]) <= machine.l2 / 2
 }
 
 /// Checks a convolution config against its kernel.
