@@ -20,32 +20,20 @@ fn setup(ms: u64) -> (SearchSpace, SyntheticMeasurer) {
     (space, m)
 }
 
-#[test]
-fn the_winner_and_the_default_are_remeasured_within_the_trial_budget() {
-    let (space, mut m) = setup(0);
+/// A random search of `trials` (and `seconds`) over the space of [`setup`] from its
+/// first point, with measurements of `ms` each: the result and its default.
+fn random_search(trials: usize, seconds: Option<f64>, ms: u64) -> (tuner::TuneResult, Config) {
+    let (space, mut m) = setup(ms);
     let features = |c: &Config| space.to_features(c).unwrap_or_default();
     let default = space.enumerate(12).unwrap().remove(0);
     let opts = TuneOptions {
         strategy: "random".into(),
-        trials: 10,
+        trials,
+        seconds,
         batch: 4,
         seed: 1,
         ..TuneOptions::default()
     };
-    // 12 points, 10 trials: the search spends them all, nothing is left to confirm.
-    let full = search(
-        &space,
-        Some(default.clone()),
-        &Prior::default(),
-        &opts,
-        &features,
-        &mut m,
-        &mut |_| {},
-    )
-    .unwrap();
-    assert_eq!(full.result.trials.len(), 10);
-    // With room left (the random search ends after the 12 points), three rounds of two.
-    let opts = TuneOptions { trials: 30, ..opts };
     let r = search(
         &space,
         Some(default.clone()),
@@ -55,8 +43,16 @@ fn the_winner_and_the_default_are_remeasured_within_the_trial_budget() {
         &mut m,
         &mut |_| {},
     )
-    .unwrap()
-    .result;
+    .unwrap();
+    (r.result, default)
+}
+
+#[test]
+fn the_winner_and_the_default_are_remeasured_within_the_trial_budget() {
+    // 12 points, 10 trials: the search spends them all, nothing is left to confirm.
+    assert_eq!(random_search(10, None, 0).0.trials.len(), 10);
+    // With room left (the random search ends after the 12 points), three rounds of two.
+    let (r, default) = random_search(30, None, 0);
     assert_eq!(r.trials.len(), 12 + 2 * CONFIRM_ROUNDS);
     let best = r.best.clone().unwrap().0;
     let last: Vec<&Config> = r.trials[12..].iter().map(|t| &t.config).collect();
@@ -67,29 +63,8 @@ fn the_winner_and_the_default_are_remeasured_within_the_trial_budget() {
 fn the_confirmation_keeps_the_time_budget() {
     // 70 ms a measurement, a 1 s budget and a random search over 12 points: the search
     // ends after about 0.85 s; three rounds would take 0.42 s more, one fits.
-    let (space, mut m) = setup(70);
-    let features = |c: &Config| space.to_features(c).unwrap_or_default();
-    let default = space.enumerate(12).unwrap().remove(0);
-    let opts = TuneOptions {
-        strategy: "random".into(),
-        trials: 100,
-        seconds: Some(1.0),
-        batch: 4,
-        seed: 1,
-        ..TuneOptions::default()
-    };
     let start = Instant::now();
-    let r = search(
-        &space,
-        Some(default),
-        &Prior::default(),
-        &opts,
-        &features,
-        &mut m,
-        &mut |_| {},
-    )
-    .unwrap()
-    .result;
+    let (r, _) = random_search(100, Some(1.0), 70);
     let took = start.elapsed().as_secs_f64();
     assert!(
         took <= 1.1,

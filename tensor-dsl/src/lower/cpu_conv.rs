@@ -251,27 +251,7 @@ pub fn lower<'a>(
     } else {
         None
     };
-    let run = if tile.pixel_vector {
-        let x = contiguous_run(&shape.pixels, extents, |t| xread.coef[t]);
-        let ostrides = strides(shapes[kernel.output]);
-        let spatial = kernel.spatial();
-        let out = contiguous_run(&shape.pixels, extents, |t| {
-            spatial
-                .iter()
-                .position(|&s| s == t)
-                .map_or(0, |d| ostrides[d] as i64)
-        });
-        let run = x.min(out);
-        if run < PIXEL_LANES {
-            return Err(format!(
-                "a pixel-vector tile needs runs of at least {PIXEL_LANES} pixels, these are {run}"
-            ));
-        }
-        run
-    } else {
-        0
-    };
-    let l = Conv {
+    let mut l = Conv {
         kernel,
         extents,
         shapes,
@@ -289,8 +269,18 @@ pub fn lower<'a>(
         v,
         mr,
         transpose,
-        run,
+        run: 0,
     };
+    if tile.pixel_vector {
+        let x = contiguous_run(&l.shape.pixels, extents, |t| l.xread.coef[t]);
+        l.run = x.min(l.dense_run());
+        if l.run < PIXEL_LANES {
+            return Err(format!(
+                "a pixel-vector tile needs runs of at least {PIXEL_LANES} pixels, these are {}",
+                l.run
+            ));
+        }
+    }
     let helpers = vec![
         if tile.pixel_vector {
             l.pixel_tile_func(&buffers)
@@ -693,6 +683,58 @@ impl Conv<'_> {
         }
     }
 
+    /// `const long xs_<m> = ...`: the input's flat offset of tile pixel `m` (its pixel
+    /// indices' part; the reduction's is added in the hot loop).
+    fn x_offset(&self, m: usize) -> Stmt {
+        let mut terms: Vec<(i64, String)> = self
+            .shape
+            .pixels
+            .iter()
+            .map(|&t| (self.xread.coef[t], self.pixel_var(t, m)))
+            .collect();
+        terms.push((self.xread.base, "1".into()));
+        let_long(&format!("xs_{m}"), linear(&terms))
+    }
+
+    /// The output offset of tile pixel `m`, as terms for [`linear`] (the channel's not
+    /// included).
+    fn out_terms(&self, m: usize) -> Vec<(i64, String)> {
+        self.shape
+            .pixels
+            .iter()
+            .map(|&t| (self.out_stride(t), self.pixel_var(t, m)))
+            .collect()
+    }
+
+    /// The vector accumulators `cvar(row, j)` written into the accumulator array, row by
+    /// row, `vectors` vectors of `width` lanes each (what the stores and epilogues read).
+    fn spill(
+        &self,
+        rows: usize,
+        vectors: usize,
+        width: usize,
+        cvar: impl Fn(usize, usize) -> String,
+    ) -> Vec<Stmt> {
+        let mut out = vec![Stmt::Alloc {
+            buf: self.acc,
+            init: None,
+        }];
+        for r in 0..rows {
+            for j in 0..vectors {
+                out.push(Stmt::Assign {
+                    dst: Target::Lanes {
+                        buf: self.acc,
+                        index: vec![int(r), int(j * width)],
+                        width,
+                    },
+                    op: AssignOp::Set,
+                    value: Value::Read(Target::Var(cvar(r, j))),
+                });
+            }
+        }
+        out
+    }
+
     /// Tiles of a pixel-vector schedule per run of pixels, and in all.
     fn pixel_tiles(&self) -> (usize, usize) {
         let per_run = self.run.div_ceil(self.mr);
@@ -738,21 +780,8 @@ impl Conv<'_> {
                 body.push(let_long(&ps, at));
             }
             body.push(self.pixel_lets(&ps, j));
-            let mut terms: Vec<(i64, String)> = self
-                .shape
-                .pixels
-                .iter()
-                .map(|&t| (self.xread.coef[t], self.pixel_var(t, j)))
-                .collect();
-            terms.push((self.xread.base, "1".into()));
-            body.push(let_long(&format!("xs_{j}"), linear(&terms)));
-            let terms: Vec<(i64, String)> = self
-                .shape
-                .pixels
-                .iter()
-                .map(|&t| (self.out_stride(t), self.pixel_var(t, j)))
-                .collect();
-            body.push(let_long(&format!("os_{j}"), linear(&terms)));
+            body.push(self.x_offset(j));
+            body.push(let_long(&format!("os_{j}"), linear(&self.out_terms(j))));
         }
         let cvar = |fi: usize, j: usize| format!("c{fi}_{j}");
         body.push(Stmt::Let {
@@ -804,21 +833,9 @@ impl Conv<'_> {
         let epilogue = !self.kernel.epilogue.is_empty();
         let acc = &buffers[self.acc.0].name;
         if epilogue {
-            body.push(Stmt::Alloc {
-                buf: self.acc,
-                init: None,
-            });
+            body.extend(self.spill(v, nvec, lanes, cvar));
             for fi in 0..v {
                 for j in 0..nvec {
-                    body.push(Stmt::Assign {
-                        dst: Target::Lanes {
-                            buf: self.acc,
-                            index: vec![int(fi), int(j * lanes)],
-                            width: lanes,
-                        },
-                        op: AssignOp::Set,
-                        value: Value::Read(Target::Var(cvar(fi, j))),
-                    });
                     let mut index: Vec<String> = self.names.iter().map(|_| "0".into()).collect();
                     for (t, e) in self.pixel_coords(&format!("(ps_{j} + l)")) {
                         index[t] = format!("({e})");
@@ -920,15 +937,7 @@ impl Conv<'_> {
         let f = self.shape.f;
         let out = &buffers[self.kernel.output].name;
         let acc = &buffers[self.acc.0].name;
-        let pixel_offset = |m: usize| {
-            let terms: Vec<(i64, String)> = self
-                .shape
-                .pixels
-                .iter()
-                .map(|&p| (self.out_stride(p), self.pixel_var(p, m)))
-                .collect();
-            linear(&terms)
-        };
+        let pixel_offset = |m: usize| linear(&self.out_terms(m));
         let mut fast = Vec::new();
         let mut conds = Vec::new();
         // The epilogue, in place on the accumulators (the real channels only).
@@ -1099,14 +1108,7 @@ impl Conv<'_> {
             ));
             body.push(self.pixel_lets(&px, m));
             if !self.xread.guarded {
-                let mut terms: Vec<(i64, String)> = self
-                    .shape
-                    .pixels
-                    .iter()
-                    .map(|&t| (self.xread.coef[t], self.pixel_var(t, m)))
-                    .collect();
-                terms.push((self.xread.base, "1".into()));
-                body.push(let_long(&format!("xs_{m}"), linear(&terms)));
+                body.push(self.x_offset(m));
             }
         }
         // The hot loop: per reduction point, each pixel's input broadcast against the
@@ -1193,45 +1195,16 @@ impl Conv<'_> {
         body.extend(self.reduction_loops(LoopKind::InOrder, &taps.bounds, hot));
         if width > 0 {
             // The sums into the accumulator array that the stores read.
-            body.push(Stmt::Alloc {
-                buf: self.acc,
-                init: None,
-            });
-            for m in 0..mr {
-                for j in 0..vectors {
-                    body.push(Stmt::Assign {
-                        dst: Target::Lanes {
-                            buf: self.acc,
-                            index: vec![int(m), int(j * width)],
-                            width,
-                        },
-                        op: AssignOp::Set,
-                        value: Value::Read(Target::Var(cvar(m, j))),
-                    });
-                }
-            }
+            body.extend(self.spill(mr, vectors, width, cvar));
         }
         body.push(let_long("nv", format!("{fe} - f0 < {v} ? {fe} - f0 : {v}")));
         body.extend(self.vector_store(buffers));
 
         // One store per output element, the epilogue fused.
-        let ostrides = strides(self.shapes[self.kernel.output]);
-        let spatial = self.kernel.spatial();
-        let ostride = |t: usize| {
-            spatial
-                .iter()
-                .position(|&s| s == t)
-                .map_or(0, |d| ostrides[d] as i64)
-        };
         let f = self.shape.f;
         for m in 0..mr {
-            let mut terms: Vec<(i64, String)> = self
-                .shape
-                .pixels
-                .iter()
-                .map(|&t| (ostride(t), self.pixel_var(t, m)))
-                .collect();
-            terms.push((ostride(f), "(f0 + v)".into()));
+            let mut terms = self.out_terms(m);
+            terms.push((self.out_stride(f), "(f0 + v)".into()));
             let mut index: Vec<String> = self.names.iter().map(|_| "0".into()).collect();
             for &t in &self.shape.pixels {
                 index[t] = self.pixel_var(t, m);
@@ -1715,6 +1688,23 @@ impl Conv<'_> {
             op: AssignOp::Set,
             value: Value::Code("f0".into()),
         });
+        let (pixel_var, pixel_loop) = if self.tile.pixel_vector {
+            ("t", tiles("t", self.pixel_tiles().1, 1))
+        } else {
+            ("p0", tiles("p0", np, self.mr))
+        };
+        // The tile on channel tile `f0`'s panel: `panel` in place of this thread's.
+        let wp = &buffers[self.wp.0].name;
+        let tile_call = |panel: String| {
+            let mut args = self.args(buffers, &["f0", pixel_var]);
+            for a in args.iter_mut().filter(|a| *a == wp) {
+                a.clone_from(&panel);
+            }
+            Stmt::Call {
+                func: TILE.into(),
+                args,
+            }
+        };
         let work = vec![Stmt::Block(vec![
             Stmt::If {
                 cond: "f0 != pk_f0".into(),
@@ -1722,19 +1712,8 @@ impl Conv<'_> {
                 els: None,
                 braced: true,
             },
-            Stmt::Call {
-                func: TILE.into(),
-                args: {
-                    // The tile reads the prepacked panel of this channel tile, if any.
-                    let pixel = if self.tile.pixel_vector { "t" } else { "p0" };
-                    let mut args = self.args(buffers, &["f0", pixel]);
-                    let wp = &buffers[self.wp.0].name;
-                    for a in args.iter_mut().filter(|a| *a == wp) {
-                        *a = format!("{wall} ? {} : {wp}", self.wall_panel(wall));
-                    }
-                    args
-                },
-            },
+            // The prepacked panel of this channel tile, if any.
+            tile_call(format!("{wall} ? {} : {wp}", self.wall_panel(wall))),
         ])];
         let mut region = self.pad_input(buffers, ranges);
         region.extend([
@@ -1752,11 +1731,6 @@ impl Conv<'_> {
                 defs: vec![("pk_f0".into(), Value::Code("-1".into()))],
             },
         ]);
-        let (pixel_var, pixel_loop) = if self.tile.pixel_vector {
-            ("t", tiles("t", self.pixel_tiles().1, 1))
-        } else {
-            ("p0", tiles("p0", np, self.mr))
-        };
         if self.tile.pixels_outer {
             // On prepacked weights, pixel tiles outermost ([`ConvTile::pixels_outer`]):
             // a tile's input stays in L1 while every channel tile uses it, and each thread
@@ -1766,17 +1740,7 @@ impl Conv<'_> {
             // against 231–264, R1 248–272 against 229–270; both cores R1 531–534 against
             // 508–522, R3 533–548 against 517–520. Weights packed by each thread keep
             // channel tiles outermost (one packing per channel tile).
-            let on_packed = vec![Stmt::Call {
-                func: TILE.into(),
-                args: {
-                    let mut args = self.args(buffers, &["f0", pixel_var]);
-                    let wp = &buffers[self.wp.0].name;
-                    for a in args.iter_mut().filter(|a| *a == wp) {
-                        *a = self.wall_panel(wall);
-                    }
-                    args
-                },
-            }];
+            let on_packed = vec![tile_call(self.wall_panel(wall))];
             region.push(Stmt::If {
                 cond: wall.clone(),
                 then: band(vec![pixel_loop.clone(), tiles("f0", fe, self.v)], on_packed),
