@@ -246,14 +246,19 @@ fn cpu_default_strategy_is_the_latest_committed_studys_winner() {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let name = p.file_name().unwrap().to_string_lossy().to_string();
-            name.starts_with("strategies-") && name.ends_with("-cpu-v4") && p.is_dir()
+            // strategies-<date>-cpu-v<N>: the spaces' version (not the `-transfer` study).
+            name.starts_with("strategies-")
+                && name
+                    .rsplit_once("-cpu-v")
+                    .is_some_and(|(_, v)| v.parse::<u32>().is_ok())
+                && p.is_dir()
         })
         .map(|p| p.join("study.json"))
         .filter(|p| p.exists())
         .collect();
     studies.sort();
     let Some(latest) = studies.last() else {
-        eprintln!("no committed v4 study yet: CPU_DEFAULT_STRATEGY rests on the older replays");
+        eprintln!("no committed study yet: CPU_DEFAULT_STRATEGY rests on the older replays");
         return;
     };
     let report: serde_json::Value =

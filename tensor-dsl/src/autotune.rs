@@ -25,15 +25,16 @@ use tuner::{Config, CostModel, Forest, Measurer, SearchSpace, Trial};
 
 /// The strategy CPU tuning uses by default: Droplet (coordinate descent from the best
 /// measured point, the template's default first, moving only on a statistically better
-/// neighbour). Set only from data: the winner of `tensor-dsl study` (most landscapes
-/// passing the 32/64-trial thresholds, ties to the best worst ratio, then the smallest
-/// spread, both on a grid of 0.005, then to the incumbent) on the latest committed study of today's CPU spaces,
-/// `bench/results/strategies-<date>-cpu-v4/study.json` (`bench/landscapes.sh` records it);
-/// a test in `tensor-dsl-cli/tests/study.rs` fails when that study names another winner.
-/// The 2026-11-25 study: 7 of 7 landscapes passed, worst ratio 0.991 at 32 and 64 trials,
-/// no spread across 10 seeds (`opevo-droplet`, the default before it: 7 of 7, 0.980 and
-/// 0.991, spread 0.009); the study itself calls the landscapes too small (~110 points each)
-/// to tell the strategies apart, and on them the analytic default is already near the top.
+/// neighbour, descending again from untouched seeds at a local optimum). Set only from
+/// data: the winner of `tensor-dsl study` (most landscapes passing the 32/64-trial
+/// thresholds, ties to the best worst ratio, then the smallest spread, both on a grid of
+/// 0.005, then to the incumbent) on the latest committed cold study of today's CPU spaces,
+/// `bench/results/strategies-<date>-cpu-v<N>/study.json` (`bench/landscapes.sh` records
+/// it); a test in `tensor-dsl-cli/tests/study.rs` fails when that study names another
+/// winner. The 2026-11-26 study (v5 spaces, 135–146 points a landscape): 7 of 7 landscapes
+/// passed, worst ratio 0.985 at 32 and 64 trials, no spread across 10 seeds, and the same
+/// when every run first learns from the kernel's other shapes; the next best cold,
+/// `combined`, passed 6 of 7.
 pub const CPU_DEFAULT_STRATEGY: &str = "droplet";
 
 /// The strategy GPU tuning uses by default: explore (model-guided evolution for 60% of the

@@ -12,11 +12,11 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tuner::cost_model::{pairwise_accuracy, CostModel, Forest, Untrained};
 use tuner::strategy::{
-    by_name, Context, Droplet, SearchStrategy, DEFAULT_STRATEGY, STRATEGY_NAMES,
+    by_name, Context, Droplet, SearchStrategy, Seeded, DEFAULT_STRATEGY, STRATEGY_NAMES,
 };
 use tuner::{
-    tune, Budget, Config, Measurer, Outcome, ReplayMeasurer, StopReason, SyntheticMeasurer, Trial,
-    TuneResult,
+    tune, Budget, Config, Measurer, Outcome, ReplayMeasurer, SearchSpace, StopReason,
+    SyntheticMeasurer, Trial, TuneResult,
 };
 
 /// Wraps a strategy and checks its contract on every call: proposals are valid, new
@@ -296,6 +296,41 @@ fn droplet_stops_at_a_local_optimum() {
             );
         }
     }
+}
+
+/// Two basins along one knob: a shallow one around x = 2 and the deep one at x = 8. Seeded
+/// with a point of each (the shallow one slightly faster, as a transfer pick next to the
+/// template's default can be), Droplet descends the first, then restarts from the other
+/// seed and finds the optimum; without restarts it stops in the shallow basin.
+#[test]
+fn droplet_restarts_from_a_seed_in_another_basin() {
+    let mut b = SearchSpace::builder();
+    let x = b.discrete("x", &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    let space = b.build().unwrap();
+    let times = [1.2, 1.1, 0.99, 1.1, 1.3, 1.2, 1.0, 0.8, 0.5, 0.7, 0.9];
+    let s2 = space.clone();
+    let time = move |c: &Config| Some(times[s2.discrete_value(c, x).unwrap() as usize] * 1e-3);
+    let features = |c: &Config| space.to_features(c).unwrap_or_default();
+    let seeds = vec![space.parse("x=2").unwrap(), space.parse("x=6").unwrap()];
+    let found = |restart: bool| {
+        let mut droplet = Droplet::new();
+        droplet.restart = restart;
+        let mut strategy = Seeded::new(seeds.clone(), Box::new(droplet));
+        let r = tune(
+            &space,
+            &mut strategy,
+            &mut Untrained,
+            &features,
+            &mut SyntheticMeasurer::new(time.clone()),
+            &Budget::new(64),
+            1,
+            &mut |_| {},
+        );
+        assert_eq!(r.stopped, StopReason::Exhausted);
+        space.format(&r.best.unwrap().0).unwrap()
+    };
+    assert_eq!(found(false), "x=2");
+    assert_eq!(found(true), "x=8");
 }
 
 #[test]

@@ -69,7 +69,9 @@ impl SearchStrategy for Combined {
                 .converged_at
                 .is_none_or(|f| best_fitness(ctx.history) > f);
             if improved {
-                self.droplet = Some(Droplet::new());
+                let mut droplet = Droplet::new();
+                droplet.restart = false;
+                self.droplet = Some(droplet);
             }
         }
         if let Some(droplet) = &mut self.droplet {

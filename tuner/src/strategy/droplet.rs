@@ -32,8 +32,14 @@ use crate::Config;
 ///
 ///   If `b` is better, the point moves to `b` and stays on knob `k` (the drop keeps
 ///   rolling); otherwise the descent goes on with the next knob.
-/// * **Stop**: when every knob in a row failed to improve the point — a local optimum
-///   of the knob-neighbour topology — `propose` returns nothing.
+/// * **Restart** (with [`Droplet::restart`], the default): at a local optimum, the descent
+///   starts again from the fastest measured point that no descent has stood on or
+///   proposed — a point measured before the droplet ran, such as the template's default
+///   next to a pick transferred from other shapes, which may lie in another basin. A
+///   descent that rolls onto a point an earlier one stood on has joined that basin and
+///   restarts at once.
+/// * **Stop**: at a local optimum of the knob-neighbour topology (every knob in a row
+///   failed to improve the point) with no start left, `propose` returns nothing.
 #[derive(Debug, Clone)]
 pub struct Droplet {
     /// Relative improvement taken without a test.
@@ -46,6 +52,9 @@ pub struct Droplet {
     pub max_rounds: usize,
     /// The noise margin is at least this many times the samples' relative spread.
     pub noise_factor: f64,
+    /// Descend again from points measured by others after a local optimum (see the type's
+    /// docs); [`super::Combined`] turns it off, as it starts droplets itself.
+    pub restart: bool,
     seen: Seen,
     /// Pooled valid samples per config, from the history.
     samples: HashMap<Config, Vec<f64>>,
@@ -66,6 +75,14 @@ pub struct Droplet {
     rounds: usize,
     moves: usize,
     done: bool,
+    /// Every point a descent stood on.
+    path: HashSet<Config>,
+    /// Every point this droplet proposed.
+    proposed: HashSet<Config>,
+    /// Descents started.
+    starts: usize,
+    /// Where each finished descent stopped.
+    optima: Vec<Config>,
 }
 
 impl Default for Droplet {
@@ -76,6 +93,7 @@ impl Default for Droplet {
             min_samples: 6,
             max_rounds: 2,
             noise_factor: 3.0,
+            restart: true,
             seen: Seen::default(),
             samples: HashMap::new(),
             invalid: HashSet::new(),
@@ -91,6 +109,10 @@ impl Default for Droplet {
             rounds: 0,
             moves: 0,
             done: false,
+            path: HashSet::new(),
+            proposed: HashSet::new(),
+            starts: 0,
+            optima: Vec::new(),
         }
     }
 }
@@ -107,12 +129,14 @@ impl Droplet {
         Droplet::default()
     }
 
-    /// Whether the descent reached a local optimum.
+    /// Whether the descents are over: a local optimum with no start left (with
+    /// [`Droplet::restart`]), else the first local optimum.
     pub fn converged(&self) -> bool {
         self.done
     }
 
-    /// The current point of the descent (the local optimum once converged).
+    /// The current point of the descent (once converged, the fastest of the local optima
+    /// its descents stopped at).
     pub fn current(&self) -> Option<&Config> {
         self.current.as_ref()
     }
@@ -120,6 +144,11 @@ impl Droplet {
     /// How many times the point moved.
     pub fn moves(&self) -> usize {
         self.moves
+    }
+
+    /// How many descents started (1 plus the restarts).
+    pub fn starts(&self) -> usize {
+        self.starts
     }
 
     fn sync(&mut self, history: &[Trial]) {
@@ -157,10 +186,13 @@ impl Droplet {
         Some(s[s.len() / 2])
     }
 
-    /// The measured config with the lowest median, ties broken by the config order.
-    fn best_measured(&self, history: &[Trial]) -> Option<Config> {
+    /// The measured config with the lowest median, ties broken by the config order; after
+    /// the first descent, among the points no descent stood on or proposed.
+    fn best_start(&self, history: &[Trial]) -> Option<Config> {
+        let fresh =
+            |c: &Config| self.starts == 0 || !(self.path.contains(c) || self.proposed.contains(c));
         let mut best: Option<(f64, &Config)> = None;
-        for t in history {
+        for t in history.iter().filter(|t| fresh(&t.config)) {
             if let Some(m) = self.median(&t.config) {
                 if best.is_none_or(|(b, _)| m < b) {
                     best = Some((m, &t.config));
@@ -213,8 +245,34 @@ impl Droplet {
         self.listed = false;
         self.rounds = 0;
         if self.stale >= knobs {
-            self.done = true;
+            self.local_optimum();
         }
+    }
+
+    /// The descent ended: stop, or (with [`Droplet::restart`]) let the next step start
+    /// another from [`Droplet::best_start`].
+    fn local_optimum(&mut self) {
+        if !self.restart {
+            self.done = true;
+            return;
+        }
+        if let Some(c) = self.current.take() {
+            self.optima.push(c);
+        }
+    }
+
+    /// No start left: converged, standing on the fastest optimum.
+    fn finish(&mut self) {
+        self.done = true;
+        let mut best: Option<(f64, &Config)> = None;
+        for c in &self.optima {
+            if let Some(m) = self.median(c) {
+                if best.is_none_or(|(b, _)| m < b) {
+                    best = Some((m, c));
+                }
+            }
+        }
+        self.current = best.map(|(_, c)| c.clone());
     }
 
     /// Runs the descent as far as it can go without new measurements.
@@ -231,7 +289,7 @@ impl Droplet {
                 return;
             }
             let Some(x) = self.current.clone() else {
-                match self.best_measured(ctx.history) {
+                match self.best_start(ctx.history) {
                     Some(c) => {
                         // Cheap coordinates first: fewest neighbours at the start point.
                         let mut order: Vec<(usize, usize)> = (0..knobs)
@@ -242,11 +300,19 @@ impl Droplet {
                             .collect();
                         order.sort_unstable();
                         self.order = order.into_iter().map(|(_, k)| k).collect();
+                        self.path.insert(c.clone());
                         self.current = Some(c);
+                        self.starts += 1;
                         self.knob = 0;
                         self.stale = 0;
                         self.listed = false;
                         continue;
+                    }
+                    // Nothing left to start from after a descent; before the first, nothing
+                    // valid measured yet (`propose` samples).
+                    None if self.starts > 0 => {
+                        self.finish();
+                        return;
                     }
                     None => return,
                 }
@@ -279,10 +345,15 @@ impl Droplet {
             };
             match verdict {
                 (Verdict::Better, b) => {
+                    self.moves += 1;
+                    if !self.path.insert(b.clone()) {
+                        // An earlier descent stood here: its basin, already descended.
+                        self.local_optimum();
+                        continue;
+                    }
                     self.current = Some(b);
                     self.stale = 0;
                     self.listed = false;
-                    self.moves += 1;
                 }
                 (Verdict::NotBetter, _) => self.next_knob(knobs),
                 (Verdict::NeedMore(configs), _) => {
@@ -324,6 +395,7 @@ impl SearchStrategy for Droplet {
         let batch: Vec<Config> = self.to_propose.drain(..n).collect();
         for c in &batch {
             self.seen.insert(c.clone());
+            self.proposed.insert(c.clone());
         }
         self.awaiting.extend(batch.iter().cloned());
         batch
