@@ -6,16 +6,17 @@
 #   DATE=2026-11-24 bench/landscapes.sh
 #   SAMPLE=40 NEIGHBOURS=2 REFINE=4 bench/landscapes.sh   # a quicker, coarser run
 #   TRANSFER=1 bench/landscapes.sh     # also the study with leave-one-out transfer
+#   SPACES=cpu-v5 bench/landscapes.sh  # the tag naming the spaces' version in the paths
 #
 # For each shape below (2 matmuls, 2 batched matmuls, 3 convolutions; the families of
 # /work/shared/workloads.json at shapes the bench suites do not tune), `tensor-dsl landscape`
 # measures a uniform sample of SAMPLE valid points of the space as it is when this runs
 # (plus the template's default), then every neighbour (one knob step) of the NEIGHBOURS
 # fastest, then the REFINE fastest twice more; into
-# bench/results/landscapes-<DATE>-cpu-v4/<name>.jsonl. A rerun continues where it stopped
+# bench/results/landscapes-<DATE>-<SPACES>/<name>.jsonl. A rerun continues where it stopped
 # (recorded points are skipped). Then `tensor-dsl study` replays every strategy at 32 and
 # 64 trials over 10 seeds, with the zero-trial pick leave-one-shape-out, into
-# bench/results/strategies-<DATE>-cpu-v4.md (+ a folder with study.json and the SVGs).
+# bench/results/strategies-<DATE>-<SPACES>.md (+ a folder with study.json and the SVGs).
 #
 # Cost estimate (measured on a busy 2-core machine with 8-20 points per space, so only an
 # estimate): about 0.4-0.6 s per point (compile + 4 timed calls), ~125 points per shape,
@@ -31,8 +32,11 @@ REFINE=${REFINE:-6}
 SEEDS=${SEEDS:-10}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 BIN=${TENSOR_DSL:-$TARGET_DIR/release/tensor-dsl}
-OUT=bench/results/landscapes-$DATE-cpu-v4
-STUDY=bench/results/strategies-$DATE-cpu-v4
+# The spaces' version: v4 was recorded before the convolution template's pixel-vector and
+# loop-order knobs (2026-11-26), v5 with them.
+SPACES=${SPACES:-cpu-v5}
+OUT=bench/results/landscapes-$DATE-$SPACES
+STUDY=bench/results/strategies-$DATE-$SPACES
 
 if [ ! -x "$BIN" ]; then
   echo "landscapes.sh: $BIN not found: cargo build --release -p tensor-dsl-cli (or set TENSOR_DSL)" >&2
