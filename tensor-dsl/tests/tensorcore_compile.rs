@@ -43,6 +43,20 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "a=bf16,b=bf16",
     ),
     (
+        // Both operands m/n-major with odd leading dimensions: 2-byte loads, whose rolled
+        // loop ptxas once capped at 56 registers and spilled 12 bytes.
+        "matmul_bf16_tn_odd",
+        "c[[i, j]] += a[[k, i]] * b[[k, j]]",
+        "a=257x999 b=257x1001 c=999x1001",
+        "a=bf16,b=bf16",
+    ),
+    (
+        "matmul_bf16_tn_odd_long",
+        "c[[i, j]] += a[[k, i]] * b[[k, j]]",
+        "a=4001x333 b=4001x1000 c=333x1000",
+        "a=bf16,b=bf16",
+    ),
+    (
         "matmul_f16_nt",
         "c[[i, j]] += a[[k, i]] * b[[j, k]]",
         "a=512x768 b=1024x512 c=768x1024",

@@ -285,8 +285,11 @@ fn load_tile(
     let (ri, ki) = if op.k_major { ("r", "c") } else { ("c", "r") };
     let iterations = chunks.div_ceil(threads);
     if w == 1 && iterations > 1 {
-        // 2-byte loads: a rolled loop (unrolled, their address arithmetic spills).
-        let _ = writeln!(out, "{ind}#pragma unroll 1");
+        // 2-byte loads: a loop unrolled by 4. Fully unrolled, their address arithmetic
+        // spills; rolled, ptxas (sm_90) capped a TN GEMM of 999×1001×257 at 56 registers
+        // and spilled 12 bytes (333×1000×4001 too); by 4, no spills on 20 odd-shaped
+        // GEMMs of every operand layout, and four loads in flight.
+        let _ = writeln!(out, "{ind}#pragma unroll 4");
         let _ = writeln!(out, "{ind}for (int it = 0; it < {iterations}; ++it) {{");
     } else {
         open_unrolled(out, ind, "it", iterations);
