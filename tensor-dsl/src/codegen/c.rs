@@ -443,12 +443,26 @@ static inline void td_store16_from(float *restrict p, td_f32x16 v, int o)
 }
 ";
 
+/// Defines `TD_IN_REGISTER(x)` ([`lower::cpu_conv::IN_REGISTER`]): an empty `asm` that
+/// takes `x` in a vector register and may change it, so that the compiler loads `x` once
+/// instead of folding its load into every instruction that uses it. Only with AVX-512
+/// (the 16-float vectors it is used on) under GCC or Clang; elsewhere nothing.
+pub const IN_REGISTER_PRELUDE: &str = "\
+/* A vector kept in a register: GCC would load it again as a memory operand of each FMA. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__AVX512F__)
+#define TD_IN_REGISTER(x) __asm__(\"\" : \"+v\"(x))
+#else
+#define TD_IN_REGISTER(x) ((void)0)
+#endif
+";
+
 /// Whether the nest has an [`LoopKind::InOrder`] loop (and so needs [`IN_ORDER_PRELUDE`]),
 /// whether it has an assumption (and needs [`ASSUME_PRELUDE`]), the widths of the
-/// vectors it uses (for [`vector_prelude`]) and the preludes of the lane stores it calls
-/// ([`STORE_LANES_PRELUDE`], [`STORE_TAIL_PRELUDE`]).
+/// vectors it uses (for [`vector_prelude`]) and the preludes of the helpers it calls
+/// ([`STORE_LANES_PRELUDE`], [`STORE_TAIL_PRELUDE`], [`IN_REGISTER_PRELUDE`]).
 fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, Vec<&'static str>) {
     let (mut in_order, mut assume, mut store_lanes, mut store_tail) = (false, false, false, false);
+    let mut in_register = false;
     let mut widths = std::collections::BTreeSet::new();
     nest.walk(&mut |_, s, _| match s {
         lower::Stmt::Loop(l) => in_order |= l.kind == LoopKind::InOrder,
@@ -456,6 +470,7 @@ fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, Vec<&'static str>) {
         lower::Stmt::Call { func, .. } => {
             store_lanes |= func.as_str() == lower::cpu_conv::STORE_LANES;
             store_tail |= func.as_str() == lower::cpu_conv::STORE_TAIL;
+            in_register |= func.as_str() == lower::cpu_conv::IN_REGISTER;
         }
         lower::Stmt::Let {
             ty: lower::Ty::Vector(w),
@@ -468,6 +483,7 @@ fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, Vec<&'static str>) {
     let preludes = [
         (store_lanes, STORE_LANES_PRELUDE),
         (store_tail, STORE_TAIL_PRELUDE),
+        (in_register, IN_REGISTER_PRELUDE),
     ]
     .into_iter()
     .filter_map(|(used, p)| used.then_some(p))
