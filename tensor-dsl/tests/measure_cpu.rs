@@ -272,3 +272,24 @@ fn constant_inputs_are_timed_packed_ahead() {
         assert!(!o.is_valid(), "{o:?}");
     }
 }
+
+/// `vary` moves the runner's buffers to fresh pages before the next candidate: the inputs
+/// arrive intact (every remeasurement is checked against the expected output), in the same
+/// runner (nothing is compiled again).
+#[test]
+fn remeasurements_after_vary_run_on_moved_buffers() {
+    let (k, shapes, template, batch) = task(2, 7);
+    let mut m = CpuMeasurer::new(&k, &shapes, template).unwrap();
+    m.min_seconds = 0.005;
+    let first = m.measure(&batch);
+    assert!(first.iter().all(Outcome::is_valid), "{first:?}");
+    for round in 0..3 {
+        m.vary();
+        for c in &batch {
+            let again = m.remeasure(c);
+            assert!(again.is_valid(), "round {round}: {again:?}");
+        }
+    }
+    assert_eq!(m.timings().built, 2);
+    assert_eq!(m.timings().moves, 3);
+}

@@ -54,4 +54,9 @@ pub trait Measurer {
                 reason: "measurer returned nothing".into(),
             })
     }
+
+    /// Measures from here on with the data in other memory, where the measurer can (a CPU
+    /// measurer's buffers on fresh pages): what makes a comparison hold for more than one
+    /// placement ([`crate::confirm`] varies it each round). Defaults to nothing.
+    fn vary(&mut self) {}
 }

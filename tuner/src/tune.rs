@@ -362,8 +362,10 @@ pub fn tune(
 /// default, measured first) in a runner that had just started. On the bench's CPU suites
 /// (70 rows of two runs where they differed) the search's own measurements put its
 /// winner 0–57% ahead of the default where, timed side by side afterwards, it was 0.78–1.40
-/// of it. Measured back to back, both see the same machine. Nothing is done when the best point is the baseline, when the baseline
-/// was not measured valid, or with `rounds` 0.
+/// of it. Measured back to back, both see the same machine; each round first moves the
+/// measurer's data ([`Measurer::vary`]), so that the verdict holds over several placements
+/// of it in memory, not one. Nothing is done when the best point is the baseline, when the
+/// baseline was not measured valid, or with `rounds` 0.
 pub fn confirm(
     result: &mut TuneResult,
     baseline: &Config,
@@ -384,6 +386,8 @@ pub fn confirm(
         return;
     }
     for _ in 0..rounds {
+        // Each round with the data elsewhere: a winner by placement alone does not last.
+        measurer.vary();
         for c in [baseline, &best] {
             let trial = Trial {
                 config: c.clone(),

@@ -96,11 +96,14 @@ static double spread_of(const double *s, int n, double *scratch) {
 }
 /* argv: nparams, then per parameter: bytes path ("-" = the output).
    stdin, one candidate per line, tab-separated:
-     object symbol output_path min_seconds max_repeats spread slow_factor best_seconds constant
+     object symbol output_path min_seconds max_repeats spread slow_factor best_seconds constant place
+   place: a number naming where the buffers lie; when it differs from the latest, every
+   buffer first moves to freshly mapped pages (the old ones are released after), so that
+   a remeasurement can see another placement of the data in the caches.
    constant: a bit mask of the inputs that stay unchanged between calls. Where the candidate
    packs one of those ahead of calls (symbol td_kernel_N with td_prepack_input_N naming it),
    it is packed once (td_prepack_N, untimed) and td_kernel_prepacked_N is what runs.
-   stdout: "first S" (the checked call), "t S" per timed run ("reused" after the only one when
+   stdout: "moved" when the buffers moved first, "first S" (the checked call), "t S" per timed run ("reused" after the only one when
    it is the checked call's), then "done"; or "error MESSAGE". */
 int main(int argc, char **argv) {
     if (argc < 2) return 90;
@@ -123,17 +126,38 @@ int main(int argc, char **argv) {
         args[p] = d;
     }
     if (!out) return 95;
+    long *lens = calloc(np, sizeof(long));
+    if (!lens) return 94;
+    for (int p = 0; p < np; ++p) lens[p] = atol(argv[2 + 2 * p]);
+    unsigned long long place = 0;
     char line[16384];
     float *packed = NULL; /* the packed form of a constant input, for the latest candidate */
     while (fgets(line, sizeof line, stdin)) {
         free(packed);
         packed = NULL;
         args[np] = NULL;
-        char *field[9];
+        char *field[10];
         int nf = 0;
-        for (char *tok = strtok(line, "\t\n"); tok && nf < 9; tok = strtok(NULL, "\t\n")) field[nf++] = tok;
-        if (nf != 9) { printf("error bad request\n"); fflush(stdout); continue; }
+        for (char *tok = strtok(line, "\t\n"); tok && nf < 10; tok = strtok(NULL, "\t\n")) field[nf++] = tok;
+        if (nf != 10) { printf("error bad request\n"); fflush(stdout); continue; }
         unsigned long long constant = strtoull(field[8], NULL, 10);
+        unsigned long long want = strtoull(field[9], NULL, 10);
+        if (want != place) {
+            /* Every buffer to new pages: map, copy, protect, then release the old. */
+            for (int p = 0; p < np; ++p) {
+                int is_out = args[p] == NULL; /* the output is the one parameter not in args */
+                unsigned char *old = is_out ? out : (unsigned char *)args[p];
+                long len = lens[p] > 0 ? lens[p] : 1;
+                unsigned char *d = guarded(len);
+                if (!d) return 94;
+                memcpy(d, old, len);
+                if (!is_out && mprotect(d - OFFSET, body_of(len), PROT_READ)) return 94;
+                munmap(old - OFFSET - page, body_of(len) + 2 * page);
+                if (is_out) out = d; else args[p] = d;
+            }
+            place = want;
+            printf("moved\n");
+        }
         double min_seconds = atof(field[3]), spread = atof(field[5]), slow = atof(field[6]), best = atof(field[7]);
         int max_repeats = atoi(field[4]);
         if (max_repeats < 3) max_repeats = 3;
@@ -340,6 +364,8 @@ pub struct CpuMeasurer {
     hook: Option<SourceHook>,
     /// Bit mask of the inputs that stay unchanged between calls ([`CpuMeasurer::with_constant_inputs`]).
     constant: u64,
+    /// Where the runner's buffers lie ([`Measurer::vary`] moves them).
+    place: u64,
     seq: usize,
     timings: MeasureTimings,
     /// The runner, once started (and until a candidate crashes or hangs in it).
@@ -378,6 +404,8 @@ pub struct MeasureTimings {
     pub check: f64,
     /// Timed repeats taken.
     pub repeats: usize,
+    /// Times the runner moved its buffers to fresh pages ([`Measurer::vary`]).
+    pub moves: usize,
 }
 
 impl std::fmt::Display for MeasureTimings {
@@ -452,6 +480,7 @@ impl CpuMeasurer {
             timeout: Duration::from_secs(20),
             hook: None,
             constant: 0,
+            place: 0,
             runner: None,
             stale: Vec::new(),
             best: None,
@@ -603,7 +632,7 @@ impl CpuMeasurer {
     fn run_one(&mut self, object: &Path, symbol: &str, out: &Path) -> Outcome {
         let invalid = |reason: String| Outcome::Invalid { reason };
         let request = format!(
-            "{}\t{symbol}\t{}\t{:e}\t{}\t{:e}\t{:e}\t{:e}\t{}\n",
+            "{}\t{symbol}\t{}\t{:e}\t{}\t{:e}\t{:e}\t{:e}\t{}\t{}\n",
             object.display(),
             out.display(),
             self.min_seconds,
@@ -612,6 +641,7 @@ impl CpuMeasurer {
             self.slow_factor,
             self.best.unwrap_or(0.0),
             self.constant,
+            self.place,
         );
         // A runner that died between candidates (it should not) is replaced once.
         let mut sent = false;
@@ -649,6 +679,8 @@ impl CpuMeasurer {
                 Ok(line) => {
                     if line == "done" {
                         break None;
+                    } else if line == "moved" {
+                        self.timings.moves += 1;
                     } else if line == "reused" {
                         // The one sample is the checked call, counted once below.
                         first = 0.0;
@@ -710,6 +742,14 @@ impl CpuMeasurer {
 }
 
 impl Measurer for CpuMeasurer {
+    /// The runner moves every buffer to freshly mapped pages before its next candidate:
+    /// an unchanged kernel's time moves by up to 15% between placements of its data on
+    /// this project's development machine (which pages share cache sets), enough for one
+    /// placement to favour the wrong point of two.
+    fn vary(&mut self) {
+        self.place += 1;
+    }
+
     fn measure(&mut self, batch: &[Config]) -> Vec<Outcome> {
         let base = self.seq;
         self.seq += batch.len();
