@@ -107,6 +107,16 @@ fn task(
     (k, shapes, template, batch)
 }
 
+/// [`task`]'s batch measured once (briefly), every point valid: the measurer and the batch.
+fn measured_task(n: usize, seed: u64) -> (CpuMeasurer, Vec<tuner::Config>) {
+    let (k, shapes, template, batch) = task(n, seed);
+    let mut m = CpuMeasurer::new(&k, &shapes, template).unwrap();
+    m.min_seconds = 0.005;
+    let first = m.measure(&batch);
+    assert!(first.iter().all(Outcome::is_valid), "{first:?}");
+    (m, batch)
+}
+
 /// Candidates built together into one object and run in one runner: a crash, a hang and a
 /// wrong result (no compile error, so every share of the batch is one object) invalidate
 /// only their own candidate; every other one, before and after each of them, is timed.
@@ -215,11 +225,7 @@ fn repeats_stop_when_the_time_is_known_or_the_candidate_is_slow() {
 /// runner, instead of compiling the point again.
 #[test]
 fn a_remeasured_point_is_not_compiled_again() {
-    let (k, shapes, template, batch) = task(3, 5);
-    let mut m = CpuMeasurer::new(&k, &shapes, template).unwrap();
-    m.min_seconds = 0.005;
-    let first = m.measure(&batch);
-    assert!(first.iter().all(Outcome::is_valid), "{first:?}");
+    let (mut m, batch) = measured_task(3, 5);
     assert_eq!(m.timings().built, 3);
     let again = m.remeasure(&batch[1]);
     assert!(again.is_valid(), "{again:?}");
@@ -278,11 +284,7 @@ fn constant_inputs_are_timed_packed_ahead() {
 /// runner (nothing is compiled again).
 #[test]
 fn remeasurements_after_vary_run_on_moved_buffers() {
-    let (k, shapes, template, batch) = task(2, 7);
-    let mut m = CpuMeasurer::new(&k, &shapes, template).unwrap();
-    m.min_seconds = 0.005;
-    let first = m.measure(&batch);
-    assert!(first.iter().all(Outcome::is_valid), "{first:?}");
+    let (mut m, batch) = measured_task(2, 7);
     for round in 0..3 {
         m.vary();
         for c in &batch {

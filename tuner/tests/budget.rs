@@ -204,8 +204,9 @@ impl tuner::Measurer for Scripted {
 
 /// The winner's curse: a point whose first measurement was lucky (1.0) but whose
 /// remeasurements are slow (2.0, 2.0) is not the best over one measured at 1.2 once.
-#[test]
-fn the_best_point_is_chosen_by_the_median_of_its_measurements() {
+/// [`TwoThenRemeasure`] over the two points of one knob, measured by `m`, with a budget
+/// of `trials` in batches of 2: the space and the result.
+fn scripted_search(m: &mut Scripted, trials: usize) -> (SearchSpace, tuner::TuneResult) {
     let mut b = SearchSpace::builder();
     b.discrete("x", &[1, 2]);
     let space = b.build().unwrap();
@@ -213,18 +214,24 @@ fn the_best_point_is_chosen_by_the_median_of_its_measurements() {
         proposed: false,
         again: Vec::new(),
     };
-    let mut m = Scripted([1.0, 1.2, 2.0, 2.0].into_iter().collect());
     let features = |c: &Config| space.to_features(c).unwrap_or_default();
     let r = tune(
         &space,
         &mut strategy,
         &mut tuner::Untrained,
         &features,
-        &mut m,
-        &Budget::new(10).with_batch(2),
+        m,
+        &Budget::new(trials).with_batch(2),
         1,
         &mut |_| {},
     );
+    (space, r)
+}
+
+#[test]
+fn the_best_point_is_chosen_by_the_median_of_its_measurements() {
+    let mut m = Scripted([1.0, 1.2, 2.0, 2.0].into_iter().collect());
+    let (space, r) = scripted_search(&mut m, 10);
     assert_eq!(r.trials.len(), 4);
     let points = space.enumerate(2).unwrap();
     let (best, seconds) = r.best.unwrap();
@@ -240,30 +247,13 @@ fn the_best_point_is_chosen_by_the_median_of_its_measurements() {
 /// 1.2), the six remeasurements are trials, and the history follows them.
 #[test]
 fn confirmation_measures_the_default_and_the_winner_back_to_back() {
-    let mut b = SearchSpace::builder();
-    b.discrete("x", &[1, 2]);
-    let space = b.build().unwrap();
-    let points = space.enumerate(2).unwrap();
-    let mut strategy = TwoThenRemeasure {
-        proposed: false,
-        again: Vec::new(),
-    };
     let mut m = Scripted(
         [1.5, 1.0, 1.1, 1.2, 1.1, 1.2, 1.1, 1.2]
             .into_iter()
             .collect(),
     );
-    let features = |c: &Config| space.to_features(c).unwrap_or_default();
-    let mut r = tune(
-        &space,
-        &mut strategy,
-        &mut tuner::Untrained,
-        &features,
-        &mut m,
-        &Budget::new(2).with_batch(2),
-        1,
-        &mut |_| {},
-    );
+    let (space, mut r) = scripted_search(&mut m, 2);
+    let points = space.enumerate(2).unwrap();
     assert_eq!(r.best.as_ref().unwrap().0, points[1]);
     let mut seen = 0;
     tuner::confirm(&mut r, &points[0], 3, &mut m, &mut |_| seen += 1);

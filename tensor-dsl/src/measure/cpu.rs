@@ -111,10 +111,12 @@ int main(int argc, char **argv) {
     if (np < 1 || argc != 2 + 2 * np) return 93;
     page = sysconf(_SC_PAGESIZE);
     const void **args = calloc(np + 1, sizeof(void *));
+    long *lens = calloc(np, sizeof(long)); /* each parameter's bytes */
+    if (!args || !lens) return 94;
     unsigned char *out = NULL;
     long out_len = 0;
     for (int p = 0; p < np; ++p) {
-        long len = atol(argv[2 + 2 * p]);
+        long len = lens[p] = atol(argv[2 + 2 * p]);
         const char *path = argv[3 + 2 * p];
         unsigned char *d = guarded(len > 0 ? len : 1);
         if (!d) return 94;
@@ -126,9 +128,6 @@ int main(int argc, char **argv) {
         args[p] = d;
     }
     if (!out) return 95;
-    long *lens = calloc(np, sizeof(long));
-    if (!lens) return 94;
-    for (int p = 0; p < np; ++p) lens[p] = atol(argv[2 + 2 * p]);
     unsigned long long place = 0;
     char line[16384];
     float *packed = NULL; /* the packed form of a constant input, for the latest candidate */
