@@ -161,6 +161,27 @@ const SIMT_POINTS: &[(&str, &[usize], &str, &[&str])] = &[
             "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=0;vector=4;pipeline=0;split=8",
         ],
     ),
+    // No padding: a table without window checks (whole k-tiles with bk 8 and 16; bk 32
+    // starts with a partial tile, which is checked).
+    (
+        "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]",
+        &[2, 17, 5, 6, 16, 3, 3],
+        "",
+        &[
+            "bm=32;bn=32;tm=4;tn=4;bk=16;kfuse=1;pipeline=3;split=1;vector=4",
+            "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=1;pipeline=2;split=2;vector=1",
+            "bm=32;bn=32;tm=4;tn=4;bk=32;kfuse=1;pipeline=0;split=1;vector=1",
+        ],
+    ),
+    (
+        "y[[n, p, q, f]] += x[[n, 2 * p + r, 2 * q + s, c]] * w[[r, s, c, f]]",
+        &[1, 4, 5, 16, 3, 3, 8],
+        "",
+        &[
+            "bm=32;bn=32;tm=4;tn=4;bk=8;kfuse=1;vector=4;pipeline=3;split=2",
+            "bm=32;bn=32;tm=4;tn=4;bk=16;kfuse=1;vector=1;pipeline=0;split=1",
+        ],
+    ),
     (
         "y[[n, p, q, f]] += x[[n, 2 * p + r - 3, 2 * q + s - 3, c]] * w[[r, s, c, f]]",
         &[1, 6, 7, 16, 7, 7, 3],
@@ -249,6 +270,7 @@ struct Coverage {
     float4: usize,
     raster: usize,
     kfuse: usize,
+    kfuse_unchecked: usize,
     switches: u64,
 }
 
@@ -306,7 +328,19 @@ fn check_kernel(
                     .iter()
                     .any(|a| a.dims.iter().any(|d| d.as_var().is_none())) =>
             {
-                common::shapes_for(&kernel, extents, |hi| hi.max(1) as usize)
+                // With zero padding (a window starting below 0), as wide as the padding
+                // on both sides; without, exactly the range read (no point outside).
+                let padded = kernel
+                    .accesses()
+                    .iter()
+                    .any(|a| a.dims.iter().any(|d| d.range(extents).0 < 0));
+                common::shapes_for(&kernel, extents, |hi| {
+                    if padded {
+                        hi.max(1) as usize
+                    } else {
+                        hi as usize + 1
+                    }
+                })
             }
             Some(extents) => {
                 let shape = |p: usize| -> Vec<usize> {
@@ -432,6 +466,8 @@ fn check_kernel(
                 cov.float4 += usize::from(src.source.contains("float4"));
                 cov.raster += usize::from(t.raster > 1);
                 cov.kfuse += usize::from(src.source.contains("td_tab_"));
+                cov.kfuse_unchecked +=
+                    usize::from(src.source.contains("td_tab_") && !src.source.contains("_nm"));
             }
             cov.vthreads += usize::from(
                 kernel
@@ -622,6 +658,7 @@ fn emulated_cuda_matches_reference() {
         total.float4 += c.float4;
         total.raster += c.raster;
         total.kfuse += c.kfuse;
+        total.kfuse_unchecked += c.kfuse_unchecked;
         total.switches += c.switches;
     }
     println!(
@@ -650,6 +687,7 @@ fn emulated_cuda_matches_reference() {
         ("SIMT float4 loads", total.float4),
         ("SIMT rasterization", total.raster),
         ("SIMT fused reduction tables", total.kfuse),
+        ("SIMT tables without window checks", total.kfuse_unchecked),
     ] {
         assert!(n > 0, "no config exercised {what}: {total:?}");
     }

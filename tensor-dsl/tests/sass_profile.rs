@@ -172,6 +172,26 @@ const WORKLOADS: &[(&str, &str, &str, &str)] = &[
         "a=128x4096 b=4096x4096 c=128x4096",
         "",
     ),
+    // Below 0.85 until the fragment reads went through pointers (ptxas recomputed the
+    // address of every read of `b`): n = 32 and NHWC 1×1 convolutions (a GEMM with k 256).
+    (
+        "tall_skinny_16384x32x256",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=16384x256 b=256x32 c=16384x32",
+        "",
+    ),
+    (
+        "conv1x1_nhwc_64x64x256_to_32",
+        "y[[n, p, q, f]] += x[[n, p + r, q + s, c]] * w[[r, s, c, f]]",
+        "x=4x64x64x256 w=1x1x256x32 y=4x64x64x32",
+        "",
+    ),
+    (
+        "conv3x3_nchw_unpadded_28x28x64",
+        "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]",
+        "x=1x64x28x28 w=32x64x3x3 y=1x32x26x26",
+        "",
+    ),
     (
         "bf16_operands_512x512x512",
         "c[[i, j]] += a[[i, k]] * b[[k, j]]",

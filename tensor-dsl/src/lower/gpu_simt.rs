@@ -457,11 +457,31 @@ impl Simt<'_> {
                 }
             }
             out.push(let_int(&format!("{p}_m"), self.ity, join_sum(terms)));
-            if o.plan.table {
+            if o.plan.table && self.table_checked(o) {
                 out.extend(self.window_mask(o, &p));
             }
         }
         out
+    }
+
+    /// Whether a table operand's points need their window check: some point may lie
+    /// outside the tensor (padding, a row dimension that can leave it). Without padding
+    /// every point is inside, and the loads go unguarded but for the points before the
+    /// reduction in a partial first tile (checked by position there).
+    fn table_checked(&self, o: &Op) -> bool {
+        o.access.dims.iter().enumerate().any(|(d, m)| {
+            self.needs_check(o.access, d)
+                && (!m.terms.iter().any(|t| self.k_axes.contains(&t.0)) || m.as_var().is_none())
+        })
+    }
+
+    /// Words of a table entry: its offset, and its window bits where they are checked.
+    fn table_stride(&self, o: &Op) -> usize {
+        if self.table_checked(o) {
+            2
+        } else {
+            1
+        }
     }
 
     /// A table operand's set-up `p`: `<p>_nm`, the complement of its row's mask — bit 31
@@ -642,20 +662,31 @@ impl Simt<'_> {
             }
             if o.plan.table {
                 // Position of the point in the tiles, and its table entry.
-                let pos = format!("2 * (({t}) * {bk} + {}_kk + {})", o.tag, slot.kk);
+                let pos = format!(
+                    "{} * (({t}) * {bk} + {}_kk + {})",
+                    self.table_stride(o),
+                    o.tag,
+                    slot.kk
+                );
                 let (e, f) = (format!("{}_e{i}", o.tag), format!("{}_f{i}", o.tag));
+                let mut defs = vec![(e.clone(), Value::Code(format!("td_tab_{}[{pos}]", o.tag)))];
+                if self.table_checked(o) {
+                    defs.push((
+                        f.clone(),
+                        Value::Code(format!("td_tab_{}[{pos} + 1]", o.tag)),
+                    ));
+                    guard.push(format!("({f} & {p}_nm) == 0"));
+                } else if first && self.shift > 0 {
+                    guard.push(format!(
+                        "({t}) * {bk} + {}_kk + {} >= {}",
+                        o.tag, slot.kk, self.shift
+                    ));
+                }
                 pre.push(Stmt::Let {
                     ty: Ty::Int(IntType::Int),
                     konst: true,
-                    defs: vec![
-                        (e.clone(), Value::Code(format!("td_tab_{}[{pos}]", o.tag))),
-                        (
-                            f.clone(),
-                            Value::Code(format!("td_tab_{}[{pos} + 1]", o.tag)),
-                        ),
-                    ],
+                    defs,
                 });
-                guard.push(format!("({f} & {p}_nm) == 0"));
                 let opaque = o.dtype == DType::F32;
                 out.push(Element {
                     shared: drow + slot.kk * o.pitch,
@@ -765,12 +796,12 @@ impl Simt<'_> {
                         index: vec![(el.slot * w + el.lane).to_string()],
                     },
                     op: AssignOp::Set,
-                    value: Value::Code(format!(
-                        // `__ldg`: a global load (the opaque pointer is generic).
-                        "{} ? __ldg({}) : 0.0f",
-                        el.guard.join(" && "),
-                        el.src
-                    )),
+                    // `__ldg`: a global load (the opaque pointer is generic).
+                    value: Value::Code(if el.guard.is_empty() {
+                        format!("__ldg({})", el.src)
+                    } else {
+                        format!("{} ? __ldg({}) : 0.0f", el.guard.join(" && "), el.src)
+                    }),
                 });
                 continue;
             }
@@ -1125,8 +1156,8 @@ pub fn lower<'a>(
         }],
     ));
 
-    // The fused reduction's tables: per position of the tiles, the offset of its point and
-    // its window bits (-1 before the first point).
+    // The fused reduction's tables: per position of the tiles, the offset of its point and,
+    // where points are checked, its window bits (-1 before the first point).
     let tabled: Vec<&Op> = [&a, &b].into_iter().filter(|o| o.plan.table).collect();
     if !tabled.is_empty() {
         let positions = ktiles * s.bk;
@@ -1146,7 +1177,7 @@ pub fn lower<'a>(
                 name: format!("td_tab_{}", o.tag),
                 space: MemSpace::Shared,
                 elem: ElemKind::I32,
-                len: 2 * positions,
+                len: l.table_stride(o) * positions,
                 align: 16,
             });
             let st = strides(shapes[o.access.tensor]);
@@ -1181,11 +1212,15 @@ pub fn lower<'a>(
                 field += span;
             }
             let tab = format!("td_tab_{}", o.tag);
+            let stride = l.table_stride(o);
             fill.push(Stmt::Assign {
-                dst: Target::Var(format!("{tab}[2 * td_p]")),
+                dst: Target::Var(format!("{tab}[{stride} * td_p]")),
                 op: AssignOp::Set,
                 value: Value::Code(format!("td_p < {} ? 0 : {}", l.shift, join_sum(off))),
             });
+            if stride == 1 {
+                continue;
+            }
             fill.push(Stmt::Assign {
                 dst: Target::Var(format!("{tab}[2 * td_p + 1]")),
                 op: AssignOp::Set,
@@ -1252,7 +1287,7 @@ pub fn lower<'a>(
     };
     let trip = s.tiles_per_split(g);
 
-    // The compute of one tile from the stages at `td_ra` / `td_rb`.
+    // The compute of one tile from the stages `td_ra` / `td_rb` point at.
     let piece_m = s.bm / (s.tm / 4);
     let piece_n = s.bn / (s.tn / 4);
     let mut frag = Vec::new();
@@ -1264,7 +1299,7 @@ pub fn lower<'a>(
             },
             op: AssignOp::Set,
             value: Value::Code(format!(
-                "smem[td_ra + td_kk * {pitch_a} + {}]",
+                "td_ra[td_kk * {pitch_a} + {}]",
                 (w / 4) * piece_m + w % 4
             )),
         });
@@ -1277,7 +1312,7 @@ pub fn lower<'a>(
             },
             op: AssignOp::Set,
             value: Value::Code(format!(
-                "smem[td_rb + td_kk * {pitch_b} + {}]",
+                "td_rb[td_kk * {pitch_b} + {}]",
                 (w / 4) * piece_n + w % 4
             )),
         });
@@ -1337,19 +1372,22 @@ pub fn lower<'a>(
             frag,
         )
     };
-    let reads = |stage: &str| Stmt::Let {
-        ty: Ty::Int(IntType::Int),
-        konst: true,
-        defs: vec![
-            (
-                "td_ra".into(),
-                Value::Code(format!("{stage} * {stage_a} + t_m * 4")),
+    // Pointers, so every fragment read is the pointer plus a constant: ptxas folds that into
+    // the `LDS` (with an `int` index it recomputed the address of every read of `b`, 80
+    // instructions of a 1200-instruction hot loop).
+    let reads = |stage: &str| {
+        let ptr = |name: &str, at: String| Stmt::Let {
+            ty: Ty::Ptr(COMPUTE),
+            konst: true,
+            defs: vec![(name.into(), Value::Code(format!("smem + {at}")))],
+        };
+        [
+            ptr("td_ra", format!("{stage} * {stage_a} + t_m * 4")),
+            ptr(
+                "td_rb",
+                format!("{} + {stage} * {stage_b} + t_n * 4", b.base),
             ),
-            (
-                "td_rb".into(),
-                Value::Code(format!("{} + {stage} * {stage_b} + t_n * 4", b.base)),
-            ),
-        ],
+        ]
     };
     let hot_kind = if s.unroll > 1 {
         LoopKind::Unrolled(s.unroll)
@@ -1383,10 +1421,12 @@ pub fn lower<'a>(
         pass.extend(l.stash(&a, "0"));
         pass.extend(l.stash(&b, "0"));
         pass.push(Stmt::Barrier);
-        let mut step = vec![
-            let_int("td_cur", IntType::Int, format!("(td_kt - {t0}) & 1")),
-            reads("td_cur"),
-        ];
+        let mut step = vec![let_int(
+            "td_cur",
+            IntType::Int,
+            format!("(td_kt - {t0}) & 1"),
+        )];
+        step.extend(reads("td_cur"));
         let mut next = l.load_regs(&a, "td_kt + 1", false);
         next.extend(l.load_regs(&b, "td_kt + 1", false));
         step.push(Stmt::Comment(
@@ -1440,7 +1480,7 @@ pub fn lower<'a>(
         issue.extend(l.copy_async(&b, &nt, &format!("td_wr * {stage_b}"), false));
         step.push(if_(format!("{nt} < {t1}"), issue));
         step.push(Stmt::AsyncCommit);
-        step.push(reads("td_rd"));
+        step.extend(reads("td_rd"));
         step.push(inner);
         step.push(set_var("td_rd", advance("td_rd")));
         step.push(set_var("td_wr", advance("td_wr")));
