@@ -765,7 +765,24 @@ impl SimtGemm {
         let asynchronous = target.sm >= 80 && g.f32_operands();
         let max_shared = target.max_shared_per_block as usize;
         let mut best: Option<(f64, SimtGemm)> = None;
-        for (bm, bn) in [(128, 128), (128, 64), (64, 128), (64, 64)] {
+        let mut tiles: Vec<(usize, usize)> = vec![(128, 128), (128, 64), (64, 128), (64, 64)];
+        // A side shorter than 64 (n = 32, a convolution into 16 filters) wastes half a
+        // 64-wide tile or more: tiles 32 wide on it (two or four warps of 8 × 8 threads'
+        // tiles along the other side) are candidates too.
+        if g.n < 64 {
+            tiles.extend([(128, 32), (256, 32)]);
+        }
+        if g.m < 64 {
+            tiles.extend([(32, 128), (32, 256)]);
+        }
+        for (bm, bn) in tiles {
+            // The warp's shape: 4 × 8 threads where it tiles the block, else the nearest.
+            let Some(warp_m) = [4usize, 8, 2, 16]
+                .into_iter()
+                .find(|&w| (bm / 8).is_multiple_of(w) && (bn / 8).is_multiple_of(32 / w))
+            else {
+                continue;
+            };
             for kfuse in [false, true] {
                 if kfuse && g.fused.is_none() {
                     continue;
@@ -776,7 +793,7 @@ impl SimtGemm {
                     &[(16, 0)]
                 };
                 let Some(mut base) = pipes.iter().find_map(|&(bk, pipeline)| {
-                    let mut s = SimtGemm::tiles(bm, bn, bk, 8, 8, 4);
+                    let mut s = SimtGemm::tiles(bm, bn, bk, 8, 8, warp_m);
                     s.pipeline = pipeline;
                     s.kfuse = kfuse;
                     s.vector = 4;
@@ -790,16 +807,31 @@ impl SimtGemm {
                 // Both operands as `float4` rows (a plain GEMM): register prefetch, which
                 // measured 14–23% ahead of every `cp.async` depth with 8 × 8 thread tiles on
                 // an H100 (the implicit-GEMM convolutions' gathers stay asynchronous).
-                let mut prefetch = base.clone();
-                prefetch.pipeline = 0;
-                let wide = |s: &SimtGemm, side| {
+                // A narrow tile doubles the loads per multiply-add of the long side's
+                // operand: only where it is a plain matrix read as `float4` rows. A gathered
+                // one (a fused reduction's table, ~3.5 instructions a point; loads with
+                // window checks) takes over the hot loop (FFMA share 0.83–0.86, spills).
+                let long = if bn < 64 { Side::A } else { Side::B };
+                let plain = |s: &SimtGemm, side| {
                     let p = s.plan(g, side);
                     p.width == 4 && !p.table
                 };
+                let matrix = g.access(long).dims.iter().all(|d| d.as_var().is_some());
+                if (bm < 64 || bn < 64) && !(matrix && plain(&base, long)) {
+                    continue;
+                }
+                let mut prefetch = base.clone();
+                prefetch.pipeline = 0;
+                // A narrow tile stages more of the long side per thread: k-tiles of 8, two
+                // per iteration, keep it within the registers.
+                if prefetch.check(g).is_err() {
+                    prefetch.bk = 8;
+                    prefetch.unroll = 2;
+                }
                 if base.pipeline > 0
                     && prefetch.check(g).is_ok()
-                    && wide(&prefetch, Side::A)
-                    && wide(&prefetch, Side::B)
+                    && plain(&prefetch, Side::A)
+                    && plain(&prefetch, Side::B)
                 {
                     base = prefetch;
                 }
@@ -989,6 +1021,23 @@ mod tests {
         // A convolution's gathered operand keeps the cp.async pipeline.
         let g = form(CONV7, &[1, 64, 112, 112, 3, 7, 7], "");
         assert!(SimtGemm::analytic(&g, &h100).pipeline >= 2);
+    }
+
+    #[test]
+    fn a_short_side_of_plain_matrices_gets_a_narrow_tile() {
+        let h100 = GpuTarget::h100();
+        // n = 32: a 64-wide tile would compute as many zeros as outputs.
+        let g = form(MM, &[16384, 32, 256], "");
+        let s = SimtGemm::analytic(&g, &h100);
+        assert_eq!((s.bn, s.warp_m), (32, 8), "{s:?}");
+        assert!(s.check(&g).is_ok() && s.pipeline == 0, "{s:?}");
+        let g = form(MM, &[16, 4096, 4096], "");
+        assert_eq!(SimtGemm::analytic(&g, &h100).bm, 32);
+        // Not where the long side is gathered: a convolution into 32 filters keeps 64.
+        let conv = "y[[n, f, p, q]] += x[[n, c, p + r - 2, q + s - 2]] * w[[f, c, r, s]]";
+        let g = form(conv, &[4, 32, 32, 32, 16, 5, 5], "");
+        let s = SimtGemm::analytic(&g, &h100);
+        assert!(s.bm >= 64 && s.bn >= 64, "{s:?}");
     }
 
     #[test]
