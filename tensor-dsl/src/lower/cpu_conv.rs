@@ -1627,7 +1627,13 @@ impl Conv<'_> {
             width: 1,
             guard,
         };
-        let outer = dims.len().saturating_sub(1).clamp(1, 2);
+        // The leading dimensions shared out among the threads: enough of them for 64
+        // iterations (an NCHW first layer's 1 × 3 images and channels left one thread a
+        // third of the copy to itself), the last one kept whole for the vector loop.
+        let last = dims.len().saturating_sub(1).max(1);
+        let outer = (1..last)
+            .find(|&k| dims[..k].iter().product::<usize>() >= 64)
+            .unwrap_or(last);
         let loops: Vec<Loop> = vars
             .iter()
             .zip(&dims)
