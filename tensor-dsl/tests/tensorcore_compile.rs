@@ -57,6 +57,14 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "a=bf16,b=bf16",
     ),
     (
+        // k = 32: the default takes two k tiles of 16, so its MMAs sit in a pipelined loop
+        // (one tile of 32 was straight-line code without a hot loop).
+        "matmul_bf16_short_k",
+        "c[[i, j]] += a[[i, k]] * b[[k, j]]",
+        "a=512x32 b=32x1024 c=512x1024",
+        "a=bf16,b=bf16,c=f32",
+    ),
+    (
         "matmul_f16_nt",
         "c[[i, j]] += a[[k, i]] * b[[j, k]]",
         "a=512x768 b=1024x512 c=768x1024",
@@ -237,6 +245,8 @@ fn tensor_core_kernels_compile_assemble_and_issue_hmma() {
         let split = TcSchedule {
             split_k: 2,
             warps_n: 1,
+            // Two warp groups need two k steps of 16 per tile.
+            block_k: d.block_k.max(32),
             ..d
         };
         let c = t.encode(&split).unwrap();

@@ -241,7 +241,10 @@ impl TcTemplate {
     /// across blocks (2, 4 or 8 blocks per output tile, each with at least 4 k tiles) while
     /// half the SMs would idle; fewer stages if the target's shared memory asks for it.
     pub fn small_default(&self) -> TcSchedule {
-        let block_k = if self.gemm.k_extent <= 16 {
+        // A reduction of 32 or less in k tiles of 16: two tiles, so the second one's copy
+        // overlaps the first one's MMAs in a pipelined loop (one tile of 32 is straight-line
+        // code: nothing to overlap).
+        let block_k = if self.gemm.k_extent <= 32 {
             16
         } else if self.gemm.k_extent < 128 {
             32
@@ -266,7 +269,10 @@ impl TcTemplate {
         };
         self.split_across_blocks(&mut s);
         // Sliced K: two warp groups per stage, each with a whole k tile.
-        if self.gemm.k_extent >= 2 * s.block_k && s.warps_m * s.warps_n * 2 <= MAX_WARPS {
+        if self.gemm.k_extent >= 2 * s.block_k
+            && s.block_k >= 32
+            && s.warps_m * s.warps_n * 2 <= MAX_WARPS
+        {
             s.split_k = 2;
         }
         self.fit_stages(&mut s);
@@ -297,7 +303,8 @@ impl TcTemplate {
         };
         let (warp_m, warps_m) = shrink(self.gemm.m_extent);
         let (warp_n, warps_n) = shrink(self.gemm.n_extent);
-        let block_k = if self.gemm.k_extent <= 16 { 16 } else { 32 };
+        // As in `small_default`: k tiles of 16 for a reduction of 32 or less.
+        let block_k = if self.gemm.k_extent <= 32 { 16 } else { 32 };
         let mut s = TcSchedule {
             warp_m,
             warp_n,
@@ -321,6 +328,7 @@ impl TcTemplate {
         self.split_across_blocks(&mut s);
         if self.blocks(&s) * s.splits * 2 <= self.sm_count
             && self.gemm.k_extent >= 8 * s.block_k * s.splits
+            && s.block_k >= 32
             && s.warps_m * s.warps_n * 2 <= MAX_WARPS
         {
             s.split_k = 2;
@@ -456,6 +464,28 @@ mod tests {
                 (block.0, block.1, split_k, splits)
             );
             assert!(t.encode(&s).is_ok(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn every_short_reduction_has_a_valid_pipelined_default() {
+        let target = GpuTarget::h100();
+        let k = parse_text("k", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None)
+            .unwrap()
+            .with_dtypes("a=bf16,b=bf16")
+            .unwrap();
+        for (m, n) in [(64, 64), (256, 256), (512, 1024), (4096, 4096)] {
+            for kk in 1..=80 {
+                let shapes = [vec![m, kk], vec![kk, n], vec![m, n]];
+                let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+                let t = TcTemplate::new(&k, &[m, n, kk], &refs, &target).unwrap();
+                let s = t.default_schedule();
+                assert!(t.encode(&s).is_ok(), "{m}x{n}x{kk}: {s:?}");
+                // Beyond one MMA step, at least two k tiles: a loop to pipeline.
+                if kk > 16 {
+                    assert!(kk.div_ceil(s.block_k) >= 2, "{m}x{n}x{kk}: {s:?}");
+                }
+            }
         }
     }
 
