@@ -7,14 +7,20 @@
 //! under 16, no reduction) must still not spill. Sweeps of this kind found the defaults that
 //! were below the floor before (`bench/results/2026-11-26-gpu-static-sweep.md`).
 //!
-//! Without NVRTC, `ptxas` or `nvdisasm` the test prints why and passes, unless
+//! The half-precision GEMMs of the same generator (bf16 or f16 inputs, f32 or half
+//! outputs) take the tensor-core templates: on `sm_90` (`mma.sync`) and `sm_90a` (`wgmma`
+//! for the large ones) their code has no `#include`, assembles, spills nothing and its hot
+//! loop issues MMAs.
+//!
+//! Without NVRTC, `ptxas` or `nvdisasm` the tests print why and pass, unless
 //! `TENSOR_DSL_REQUIRE_NVRTC=1` (CI) makes that a failure.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
 use tensor_dsl::codegen::cuda;
-use tensor_dsl::ir::{bind, parse_text};
+use tensor_dsl::ir::{bind, parse_text, Kernel};
 use tensor_dsl::runtime::{nvrtc, ptxas, sass};
+use tensor_dsl::template::cuda::{self as cuda_space, CudaSchedule};
 use tensor_dsl::template::gpu::{default_schedule, GpuTarget};
 
 const MIN_FFMA_SHARE: f64 = 0.85;
@@ -135,8 +141,8 @@ fn gemm(rng: &mut StdRng) -> Option<Case> {
     Some((src, shapes))
 }
 
-#[test]
-fn unseen_defaults_do_not_spill_and_hold_the_ffma_floor() {
+/// Whether the tools are here (else the reason was printed, or CI fails).
+fn tools() -> bool {
     let tools = [
         (
             nvrtc::available(),
@@ -157,6 +163,30 @@ fn unseen_defaults_do_not_spill_and_hold_the_ffma_floor() {
             "TENSOR_DSL_REQUIRE_NVRTC=1 but {why}"
         );
         println!("skipped: {why}");
+        return false;
+    }
+    true
+}
+
+/// `src` parsed with its parameters declared (the last one the output), and its extents.
+fn kernel_of(src: &str, named: &[(String, Vec<usize>)], dtypes: &str) -> (Kernel, Vec<usize>) {
+    let decl: Vec<(String, bool)> = named
+        .iter()
+        .enumerate()
+        .map(|(i, (t, _))| (t.clone(), i + 1 == named.len()))
+        .collect();
+    let kernel = parse_text("unseen", src, Some(&decl))
+        .unwrap()
+        .with_dtypes(dtypes)
+        .unwrap();
+    let dims: Vec<&[usize]> = named.iter().map(|(_, d)| d.as_slice()).collect();
+    let extents = bind(&kernel, &dims).unwrap_or_else(|e| panic!("{src} {named:?}: {e}"));
+    (kernel, extents)
+}
+
+#[test]
+fn unseen_defaults_do_not_spill_and_hold_the_ffma_floor() {
+    if !tools() {
         return;
     }
     let target = GpuTarget::h100();
@@ -170,14 +200,8 @@ fn unseen_defaults_do_not_spill_and_hold_the_ffma_floor() {
     }
     let (mut failures, mut simt) = (Vec::new(), 0);
     for (src, named) in &cases {
-        let decl: Vec<(String, bool)> = named
-            .iter()
-            .enumerate()
-            .map(|(i, (t, _))| (t.clone(), i + 1 == named.len()))
-            .collect();
-        let kernel = parse_text("unseen", src, Some(&decl)).unwrap();
+        let (kernel, extents) = kernel_of(src, named, "");
         let dims: Vec<&[usize]> = named.iter().map(|(_, d)| d.as_slice()).collect();
-        let extents = bind(&kernel, &dims).unwrap_or_else(|e| panic!("{src} {named:?}: {e}"));
         let schedule = default_schedule(&kernel, &extents, &target);
         let source = cuda::generate(&kernel, &extents, &dims, &schedule);
         let profile = sass::profile_cuda(&source, &target)
@@ -205,5 +229,70 @@ fn unseen_defaults_do_not_spill_and_hold_the_ffma_floor() {
         "only {simt} of {} SIMT GEMMs",
         cases.len()
     );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn unseen_half_precision_gemms_issue_tensor_core_mmas_without_spills() {
+    if !tools() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(13);
+    let mut failures = Vec::new();
+    let mut n = 0;
+    while n < 12 {
+        let Some((src, named)) = gemm(&mut rng) else {
+            continue;
+        };
+        n += 1;
+        let half = *["bf16", "f16"].choose(&mut rng).unwrap_or(&"bf16");
+        let out = if rng.gen_bool(0.5) { half } else { "f32" };
+        let dtypes = format!("a={half},b={half},c={out}");
+        let (kernel, extents) = kernel_of(&src, &named, &dtypes);
+        let dims: Vec<&[usize]> = named.iter().map(|(_, d)| d.as_slice()).collect();
+        for target in [GpuTarget::h100(), GpuTarget::h100_sm90a()] {
+            let schedule = cuda_space::default_schedule(&kernel, &extents, &target);
+            let what = match &schedule {
+                CudaSchedule::Simt(_) => "SIMT",
+                CudaSchedule::TensorCore(_) => "mma.sync",
+                CudaSchedule::Wgmma(_) => "wgmma",
+            };
+            let source = cuda_space::generate(&kernel, &extents, &dims, &schedule);
+            let case = format!("{src} {named:?} {dtypes} {}: {what}", target.real_arch());
+            if source.source.contains("#include") {
+                failures.push(format!("{case}: #include"));
+            }
+            let profile = match sass::profile_cuda(&source, &target) {
+                Ok(p) => p,
+                Err(e) => {
+                    failures.push(format!("{case}: {e}"));
+                    continue;
+                }
+            };
+            // A reduction of one MMA step (k <= 16) has no loop: its whole kernel counts.
+            let k = kernel
+                .indices
+                .iter()
+                .position(|i| i.name == "k")
+                .map_or(0, |i| extents[i]);
+            let mma = if k <= 16 {
+                profile.kernel_mix.mma
+            } else {
+                profile.hot_loop.as_ref().map_or(0, |h| h.mix.mma)
+            };
+            println!(
+                "{case}, {} registers, {mma} MMAs in the hot loop",
+                profile.ptxas.registers
+            );
+            if profile.spills() > 0 || profile.ptxas.stack_bytes > 0 {
+                failures.push(format!("{case}: spills ({:?})", profile.ptxas));
+            }
+            if what == "SIMT" {
+                failures.push(format!("{case}: not a tensor-core template"));
+            } else if mma == 0 {
+                failures.push(format!("{case}: no MMA in the hot loop"));
+            }
+        }
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
