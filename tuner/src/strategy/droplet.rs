@@ -191,11 +191,16 @@ impl Droplet {
     fn best_start(&self, history: &[Trial]) -> Option<Config> {
         let fresh =
             |c: &Config| self.starts == 0 || !(self.path.contains(c) || self.proposed.contains(c));
+        self.fastest(history.iter().map(|t| &t.config).filter(|c| fresh(c)))
+    }
+
+    /// Of `configs`, the one with the lowest median (the first of equals).
+    fn fastest<'a>(&self, configs: impl Iterator<Item = &'a Config>) -> Option<Config> {
         let mut best: Option<(f64, &Config)> = None;
-        for t in history.iter().filter(|t| fresh(&t.config)) {
-            if let Some(m) = self.median(&t.config) {
+        for c in configs {
+            if let Some(m) = self.median(c) {
                 if best.is_none_or(|(b, _)| m < b) {
-                    best = Some((m, &t.config));
+                    best = Some((m, c));
                 }
             }
         }
@@ -264,15 +269,7 @@ impl Droplet {
     /// No start left: converged, standing on the fastest optimum.
     fn finish(&mut self) {
         self.done = true;
-        let mut best: Option<(f64, &Config)> = None;
-        for c in &self.optima {
-            if let Some(m) = self.median(c) {
-                if best.is_none_or(|(b, _)| m < b) {
-                    best = Some((m, c));
-                }
-            }
-        }
-        self.current = best.map(|(_, c)| c.clone());
+        self.current = self.fastest(self.optima.iter());
     }
 
     /// Runs the descent as far as it can go without new measurements.
