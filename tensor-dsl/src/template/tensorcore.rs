@@ -440,13 +440,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_default_fills_the_gpu() {
-        let target = GpuTarget::h100();
+    /// The template of an m×k · k×n bf16 GEMM on the H100.
+    fn bf16_gemm(m: usize, n: usize, kk: usize) -> TcTemplate {
         let k = parse_text("k", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None)
             .unwrap()
             .with_dtypes("a=bf16,b=bf16")
             .unwrap();
+        let shapes = [vec![m, kk], vec![kk, n], vec![m, n]];
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        TcTemplate::new(&k, &[m, n, kk], &refs, &GpuTarget::h100()).unwrap()
+    }
+
+    #[test]
+    fn the_default_fills_the_gpu() {
         for (m, n, kk, block, split_k, splits) in [
             (4096, 4096, 4096, (128, 128), 1, 1),
             (1000, 1000, 1000, (64, 64), 1, 1),
@@ -455,9 +461,7 @@ mod tests {
             (256, 256, 1024, (16, 64), 2, 2),
             (20, 24, 40, (16, 32), 1, 1),
         ] {
-            let shapes = [vec![m, kk], vec![kk, n], vec![m, n]];
-            let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-            let t = TcTemplate::new(&k, &[m, n, kk], &refs, &target).unwrap();
+            let t = bf16_gemm(m, n, kk);
             let s = t.default_schedule();
             assert_eq!(
                 (s.block_m(), s.block_n(), s.split_k, s.splits),
@@ -469,16 +473,9 @@ mod tests {
 
     #[test]
     fn every_short_reduction_has_a_valid_pipelined_default() {
-        let target = GpuTarget::h100();
-        let k = parse_text("k", "c[[i,j]] += a[[i,k]] * b[[k,j]]", None)
-            .unwrap()
-            .with_dtypes("a=bf16,b=bf16")
-            .unwrap();
         for (m, n) in [(64, 64), (256, 256), (512, 1024), (4096, 4096)] {
             for kk in 1..=80 {
-                let shapes = [vec![m, kk], vec![kk, n], vec![m, n]];
-                let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-                let t = TcTemplate::new(&k, &[m, n, kk], &refs, &target).unwrap();
+                let t = bf16_gemm(m, n, kk);
                 let s = t.default_schedule();
                 assert!(t.encode(&s).is_ok(), "{m}x{n}x{kk}: {s:?}");
                 // Beyond one MMA step, at least two k tiles: a loop to pipeline.
