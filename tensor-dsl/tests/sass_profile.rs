@@ -12,9 +12,11 @@
 //! `TENSOR_DSL_REQUIRE_NVRTC=1` (CI) makes that a failure.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use tensor_dsl::codegen::cuda;
 use tensor_dsl::ir::{bind, parse_text};
-use tensor_dsl::runtime::{nvrtc, ptxas, sass};
+use tensor_dsl::runtime::sass;
 use tensor_dsl::template::gpu::{default_schedule, GpuTarget};
 
 /// The least hot-loop FFMA share a default schedule may have.
@@ -237,31 +239,9 @@ fn shapes(text: &str) -> Vec<(String, Vec<usize>)> {
         .collect()
 }
 
-/// Why the profile cannot run here, if it cannot.
-fn missing_tools() -> Option<String> {
-    if !nvrtc::available() {
-        return Some("NVRTC (libnvrtc.so.13) is not on the library path".into());
-    }
-    if ptxas::find().is_none() {
-        return Some("ptxas is not on PATH (or TENSOR_DSL_PTXAS)".into());
-    }
-    if sass::find_nvdisasm().is_none() {
-        return Some(
-            "nvdisasm is not on PATH (or TENSOR_DSL_NVDISASM); pip install nvidia-cuda-nvdisasm"
-                .into(),
-        );
-    }
-    None
-}
-
 #[test]
 fn default_schedules_do_not_spill_and_their_hot_loops_are_ffma() {
-    if let Some(why) = missing_tools() {
-        assert!(
-            std::env::var("TENSOR_DSL_REQUIRE_NVRTC").as_deref() != Ok("1"),
-            "TENSOR_DSL_REQUIRE_NVRTC=1 but {why}"
-        );
-        println!("skipped: {why}");
+    if !common::sass_tools_present() {
         return;
     }
     let target = GpuTarget::h100();

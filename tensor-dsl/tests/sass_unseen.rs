@@ -16,10 +16,12 @@
 //! `TENSOR_DSL_REQUIRE_NVRTC=1` (CI) makes that a failure.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
 use tensor_dsl::codegen::cuda;
 use tensor_dsl::ir::{bind, parse_text, Kernel};
-use tensor_dsl::runtime::{nvrtc, ptxas, sass};
+use tensor_dsl::runtime::sass;
 use tensor_dsl::template::cuda::{self as cuda_space, CudaSchedule};
 use tensor_dsl::template::gpu::{default_schedule, GpuTarget};
 
@@ -141,33 +143,6 @@ fn gemm(rng: &mut StdRng) -> Option<Case> {
     Some((src, shapes))
 }
 
-/// Whether the tools are here (else the reason was printed, or CI fails).
-fn tools() -> bool {
-    let tools = [
-        (
-            nvrtc::available(),
-            "NVRTC (libnvrtc.so.13) is not on the library path",
-        ),
-        (
-            ptxas::find().is_some(),
-            "ptxas is not on PATH (or TENSOR_DSL_PTXAS)",
-        ),
-        (
-            sass::find_nvdisasm().is_some(),
-            "nvdisasm is not on PATH (or TENSOR_DSL_NVDISASM)",
-        ),
-    ];
-    if let Some((_, why)) = tools.iter().find(|(ok, _)| !ok) {
-        assert!(
-            std::env::var("TENSOR_DSL_REQUIRE_NVRTC").as_deref() != Ok("1"),
-            "TENSOR_DSL_REQUIRE_NVRTC=1 but {why}"
-        );
-        println!("skipped: {why}");
-        return false;
-    }
-    true
-}
-
 /// `src` parsed with its parameters declared (the last one the output), and its extents.
 fn kernel_of(src: &str, named: &[(String, Vec<usize>)], dtypes: &str) -> (Kernel, Vec<usize>) {
     let decl: Vec<(String, bool)> = named
@@ -186,7 +161,7 @@ fn kernel_of(src: &str, named: &[(String, Vec<usize>)], dtypes: &str) -> (Kernel
 
 #[test]
 fn unseen_defaults_do_not_spill_and_hold_the_ffma_floor() {
-    if !tools() {
+    if !common::sass_tools_present() {
         return;
     }
     let target = GpuTarget::h100();
@@ -234,7 +209,7 @@ fn unseen_defaults_do_not_spill_and_hold_the_ffma_floor() {
 
 #[test]
 fn unseen_half_precision_gemms_issue_tensor_core_mmas_without_spills() {
-    if !tools() {
+    if !common::sass_tools_present() {
         return;
     }
     let mut rng = StdRng::seed_from_u64(13);

@@ -171,3 +171,26 @@ pub fn emulator_tolerance(dtype: DType) -> f32 {
         other => tensor_dsl::measure::tolerance(other),
     }
 }
+
+/// Whether NVRTC, `ptxas` and `nvdisasm` are here for a static SASS profile. Without them
+/// the reason is printed and the calling test passes, unless `TENSOR_DSL_REQUIRE_NVRTC=1`
+/// (CI) makes that a failure.
+#[allow(dead_code)] // used by the SASS profile tests only
+pub fn sass_tools_present() -> bool {
+    use tensor_dsl::runtime::{nvrtc, ptxas, sass};
+    let why = if !nvrtc::available() {
+        "NVRTC (libnvrtc.so.13) is not on the library path"
+    } else if ptxas::find().is_none() {
+        "ptxas is not on PATH (or TENSOR_DSL_PTXAS)"
+    } else if sass::find_nvdisasm().is_none() {
+        "nvdisasm is not on PATH (or TENSOR_DSL_NVDISASM); pip install nvidia-cuda-nvdisasm"
+    } else {
+        return true;
+    };
+    assert!(
+        std::env::var("TENSOR_DSL_REQUIRE_NVRTC").as_deref() != Ok("1"),
+        "TENSOR_DSL_REQUIRE_NVRTC=1 but {why}"
+    );
+    println!("skipped: {why}");
+    false
+}
