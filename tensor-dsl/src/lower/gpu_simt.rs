@@ -650,6 +650,12 @@ impl Simt<'_> {
         let mut pre = Vec::new();
         let mut out = Vec::new();
         let w = o.plan.width;
+        // In a partial first tile, whether tile position `kc` of the thread is a point of
+        // the reduction (`t * bk + <tag>_kk + kc - shift >= 0`); none needed otherwise.
+        let started = |kc: usize| {
+            (first && self.shift > 0)
+                .then(|| format!("({t}) * {bk} + {}_kk + {kc} >= {}", o.tag, self.shift))
+        };
         for (i, slot) in self.slots(o).iter().enumerate() {
             let (phys, drow, dmem) = self.setup_of(o, slot.setup);
             let p = format!("{}{phys}", o.tag);
@@ -676,11 +682,8 @@ impl Simt<'_> {
                         Value::Code(format!("td_tab_{}[{pos} + 1]", o.tag)),
                     ));
                     guard.push(format!("({f} & {p}_nm) == 0"));
-                } else if first && self.shift > 0 {
-                    guard.push(format!(
-                        "({t}) * {bk} + {}_kk + {} >= {}",
-                        o.tag, slot.kk, self.shift
-                    ));
+                } else {
+                    guard.extend(started(slot.kk));
                 }
                 pre.push(Stmt::Let {
                     ty: Ty::Int(IntType::Int),
@@ -709,13 +712,7 @@ impl Simt<'_> {
             for e in 0..count {
                 let mut g = guard.clone();
                 let kc = slot.kk + e;
-                // The reduction point: t * bk + <tag>_kk + kc - shift.
-                if first && self.shift > 0 {
-                    g.push(format!(
-                        "({t}) * {bk} + {}_kk + {kc} >= {}",
-                        o.tag, self.shift
-                    ));
-                }
+                g.extend(started(kc));
                 // Checks of dimensions holding the tiled index (without fusion: a
                 // convolution tiled along a window index).
                 for (d, map) in o.access.dims.iter().enumerate() {
