@@ -473,15 +473,19 @@ fn convolution_template_matches_reference() {
                 configs.push(flipped);
             }
             // Tiles of whole rows and of parts of rows (which skip the taps that read
-            // padding: all of them, or those of whole rows of taps).
+            // padding: all of them, or those of whole rows of taps; their pixels are
+            // steps along the row from the first), on the padded copy and in place.
             let q = extents[id("q")];
             for px in (1..=q).rev().filter(|d| q % d == 0).take(2) {
-                let mut rows = default.clone();
-                if let Some(t) = rows.conv.as_mut() {
-                    t.pixels = px;
-                }
-                if template.encode(&rows).is_some() {
-                    configs.push(rows);
+                for pad in [true, false] {
+                    let mut rows = default.clone();
+                    if let Some(t) = rows.conv.as_mut() {
+                        t.pixels = px;
+                        t.pad = pad;
+                    }
+                    if template.encode(&rows).is_some() && !configs.contains(&rows) {
+                        configs.push(rows);
+                    }
                 }
             }
             // The other loop order on prepacked weights.

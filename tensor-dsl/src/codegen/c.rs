@@ -456,13 +456,27 @@ pub const IN_REGISTER_PRELUDE: &str = "\
 #endif
 ";
 
+/// Defines `TD_OPAQUE(x)` ([`lower::cpu_conv::OPAQUE`]): an empty `asm` that takes the
+/// integer `x` in a register and may change it, so that the compiler cannot relate
+/// addresses computed from it to those of another loop step. GCC or Clang; elsewhere
+/// nothing.
+pub const OPAQUE_PRELUDE: &str = "\
+/* An offset the optimizer cannot see through: reads from it are not carried across taps. */
+#if defined(__GNUC__)
+#define TD_OPAQUE(x) __asm__(\"\" : \"+r\"(x))
+#else
+#define TD_OPAQUE(x) ((void)0)
+#endif
+";
+
 /// Whether the nest has an [`LoopKind::InOrder`] loop (and so needs [`IN_ORDER_PRELUDE`]),
 /// whether it has an assumption (and needs [`ASSUME_PRELUDE`]), the widths of the
 /// vectors it uses (for [`vector_prelude`]) and the preludes of the helpers it calls
-/// ([`STORE_LANES_PRELUDE`], [`STORE_TAIL_PRELUDE`], [`IN_REGISTER_PRELUDE`]).
+/// ([`STORE_LANES_PRELUDE`], [`STORE_TAIL_PRELUDE`], [`IN_REGISTER_PRELUDE`],
+/// [`OPAQUE_PRELUDE`]).
 fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, Vec<&'static str>) {
     let (mut in_order, mut assume, mut store_lanes, mut store_tail) = (false, false, false, false);
-    let mut in_register = false;
+    let (mut in_register, mut opaque) = (false, false);
     let mut widths = std::collections::BTreeSet::new();
     nest.walk(&mut |_, s, _| match s {
         lower::Stmt::Loop(l) => in_order |= l.kind == LoopKind::InOrder,
@@ -471,6 +485,7 @@ fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, Vec<&'static str>) {
             store_lanes |= func.as_str() == lower::cpu_conv::STORE_LANES;
             store_tail |= func.as_str() == lower::cpu_conv::STORE_TAIL;
             in_register |= func.as_str() == lower::cpu_conv::IN_REGISTER;
+            opaque |= func.as_str() == lower::cpu_conv::OPAQUE;
         }
         lower::Stmt::Let {
             ty: lower::Ty::Vector(w),
@@ -484,6 +499,7 @@ fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, Vec<&'static str>) {
         (store_lanes, STORE_LANES_PRELUDE),
         (store_tail, STORE_TAIL_PRELUDE),
         (in_register, IN_REGISTER_PRELUDE),
+        (opaque, OPAQUE_PRELUDE),
     ]
     .into_iter()
     .filter_map(|(used, p)| used.then_some(p))
