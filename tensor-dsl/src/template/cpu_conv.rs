@@ -248,9 +248,11 @@ impl ConvShape {
 
 /// Channel tiles from which an unpadded input's compact copy pays for itself: a 1×1
 /// stride-2 convolution read its input in place faster with 4 tiles (R4 of the bench, 256
-/// channels over 56×56: 0.91 of that with the copy, single-threaded), and through the
-/// copy faster with 16 (R10, 1024 channels over 14×14: 248 GFLOPS against 230–237).
-pub const COMPACT_COPY_TILES: usize = 8;
+/// channels over 56×56: 0.91 of that with the copy, single-threaded) and with 8 (R7, 512
+/// channels over 28×28, 32×14 tiles: 261 GFLOPS against 244 single-threaded, 502 against
+/// 464 on two threads), and through the copy faster with 16 (R10, 1024 channels over
+/// 14×14: 248 GFLOPS against 230–237).
+pub const COMPACT_COPY_TILES: usize = 16;
 
 /// What the default reads of the machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -300,7 +302,9 @@ pub fn accumulator_registers(registers: usize) -> usize {
 /// The analytic default for a convolution: the channel tile two SIMD registers wide (one
 /// when the channels are fewer), as many pixels as [`accumulator_registers`] allows, cut
 /// so that the pixel tiles cover the pixel axis with little waste (at least 95% of the
-/// computed pixels are real ones where a tile of at least half the size achieves it); the
+/// computed pixels are real ones where a tile of at least half the size achieves it), or
+/// more, up to the register file less four, where the tile is a whole row or divides one
+/// (a row tile reads its inputs from one address, and with padding skips taps); the
 /// input padded once; the weights packed by in-register transposes where the channel tile
 /// is a multiple of [`TRANSPOSE`]; the tile stored as vectors with AVX-512; parallel when
 /// there are cores and work for them. The
@@ -376,13 +380,20 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             (vector, pixels) = (v, row);
         } else if vector <= 2 * lanes {
             // A channel tile of four registers keeps its own pixel count.
-            let part = (2..row)
-                .rev()
-                .filter(|&m| row.is_multiple_of(m) && PIXEL_CHOICES.contains(&(m as i64)))
-                .find(|&m| fits(vector, m) && m >= pixels);
-            if let Some(m) = part {
+            if let Some(m) = row_part(row, pixels, |m| fits(vector, m), 2..row) {
                 pixels = m;
             }
+        }
+    } else if let (Some(&q), true) = (shape.pixels.last(), vector <= 2 * lanes) {
+        // Unpadded: tiles within a row still read their inputs from one address
+        // (`lower::cpu_conv`), which leaves the registers for more accumulators. Two
+        // threads, 32-channel tiles, 1×1 convolutions: 32×14 against the 32×10 tile above
+        // 516 against 489 GFLOPS (R4 of the bench, rows of 28), 502 against 470 (R7,
+        // rows of 14), 522 against 500 (R9); rows of 7 (R10, R12) keep 32×10.
+        let row = extents[q];
+        let fits = |m: usize| m * vector.div_ceil(lanes) + 4 <= machine.registers;
+        if let Some(m) = row_part(row, pixels, fits, 2..row + 1) {
+            pixels = m;
         }
     }
     // An unpadded input is copied only where the copy keeps a fraction of it that enough
@@ -417,6 +428,20 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
         }),
         ..base
     })
+}
+
+/// The largest tile of `candidates` that divides a row of `row` pixels, is offered by the
+/// space ([`PIXEL_CHOICES`]), `fits` the registers and has at least `pixels` pixels.
+fn row_part(
+    row: usize,
+    pixels: usize,
+    fits: impl Fn(usize) -> bool,
+    candidates: std::ops::Range<usize>,
+) -> Option<usize> {
+    candidates
+        .rev()
+        .filter(|&m| row.is_multiple_of(m) && PIXEL_CHOICES.contains(&(m as i64)))
+        .find(|&m| fits(m) && m >= pixels)
 }
 
 /// Output channels of the default pixel-vector tile: 8 channels by two vectors of pixels
@@ -868,7 +893,7 @@ mod tests {
 
     /// A 1×1 stride-2 convolution reads every other coordinate of `x`'s plane: its input
     /// is copied compactly where enough channel tiles read the copy (R10 of the bench),
-    /// read in place where few do (R4).
+    /// read in place where few do (R4, R7).
     #[test]
     fn strided_inputs_are_copied_compactly_for_many_channel_tiles() {
         let k = parse_text(
@@ -885,11 +910,48 @@ mod tests {
             threads: 2,
         };
         let (r4, r10) = ([1, 128, 28, 28, 256, 1, 1], [1, 512, 7, 7, 1024, 1, 1]);
+        let r7 = [1, 256, 14, 14, 512, 1, 1];
         assert_eq!(shape.read_steps(&r10), vec![1, 1, 2, 2]);
         assert!(!heuristic(&k, &r4, m).unwrap().conv.unwrap().pad);
+        assert!(!heuristic(&k, &r7, m).unwrap().conv.unwrap().pad);
         assert!(heuristic(&k, &r10, m).unwrap().conv.unwrap().pad);
         // A 3×3 window moves along the same axes: nothing to drop.
         assert_eq!(shape.read_steps(&[1, 128, 28, 28, 256, 3, 3]), vec![1; 4]);
+    }
+
+    /// Unpadded convolutions whose rows a tile of up to 14 pixels divides get such tiles
+    /// (28 accumulators: their reads are one address plus constants); rows of 7 keep the
+    /// 10-pixel tile that covers 7×7 planes (R10, R12 of the bench).
+    #[test]
+    fn unpadded_rows_get_row_tiles_within_the_registers() {
+        let m = Machine {
+            lanes: 16,
+            registers: 32,
+            l2: 1 << 20,
+            threads: 2,
+        };
+        let conv = |stride: usize| {
+            parse_text(
+                "conv",
+                &format!(
+                    "y[[n, f, p, q]] += x[[n, c, {stride} * p + r, {stride} * q + s]] \
+                     * w[[f, c, r, s]]"
+                ),
+                None,
+            )
+            .unwrap()
+        };
+        let tile = |k: &Kernel, e: &[usize]| {
+            let h = heuristic(k, e, m).unwrap();
+            (h.vector, h.conv.unwrap().pixels)
+        };
+        // n f p q c r s: R4, R7, R9, R10, R12, and a 3×3 window over 28×28 outputs.
+        assert_eq!(tile(&conv(2), &[1, 128, 28, 28, 256, 1, 1]), (32, 14));
+        assert_eq!(tile(&conv(2), &[1, 256, 14, 14, 512, 1, 1]), (32, 14));
+        assert_eq!(tile(&conv(1), &[1, 1024, 14, 14, 256, 1, 1]), (32, 14));
+        assert_eq!(tile(&conv(2), &[1, 512, 7, 7, 1024, 1, 1]), (32, 10));
+        assert_eq!(tile(&conv(1), &[1, 2048, 7, 7, 512, 1, 1]), (32, 10));
+        assert_eq!(tile(&conv(1), &[2, 64, 28, 28, 32, 3, 3]), (32, 14));
     }
 
     #[test]
