@@ -249,8 +249,8 @@ impl ConvShape {
 /// Channel tiles from which an unpadded input's compact copy pays for itself: a 1×1
 /// stride-2 convolution read its input in place faster with 4 tiles (R4 of the bench, 256
 /// channels over 56×56: 0.91 of that with the copy, single-threaded) and with 8 (R7, 512
-/// channels over 28×28, 32×14 tiles: 261 GFLOPS against 244 single-threaded, 502 against
-/// 464 on two threads), and through the copy faster with 16 (R10, 1024 channels over
+/// channels over 28×28, 32×14 tiles: 261 GFLOPS against 246 single-threaded, 503 against
+/// 473 on two threads), and through the copy faster with 16 (R10, 1024 channels over
 /// 14×14: 248 GFLOPS against 230–237).
 pub const COMPACT_COPY_TILES: usize = 16;
 
@@ -387,9 +387,9 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     } else if let (Some(&q), true) = (shape.pixels.last(), vector <= 2 * lanes) {
         // Unpadded: tiles within a row still read their inputs from one address
         // (`lower::cpu_conv`), which leaves the registers for more accumulators. Two
-        // threads, 32-channel tiles, 1×1 convolutions: 32×14 against the 32×10 tile above
-        // 516 against 489 GFLOPS (R4 of the bench, rows of 28), 502 against 470 (R7,
-        // rows of 14), 522 against 500 (R9); rows of 7 (R10, R12) keep 32×10.
+        // threads, 1×1 convolutions, 32×14 against the 32×10 tile above: 516 against 489
+        // GFLOPS (R4 of the bench, rows of 28), 525 against 501 (R9, rows of 14); rows of
+        // 7 (R10, R12) keep 32×10, which covers their 7×7 planes better.
         let row = extents[q];
         let fits = |m: usize| m * vector.div_ceil(lanes) + 4 <= machine.registers;
         if let Some(m) = row_part(row, pixels, fits, 2..row + 1) {
