@@ -504,17 +504,21 @@ impl Conv<'_> {
         self.shape.reduction.last() == Some(&r) && (2..=UNROLL_SHORT).contains(&self.extents[r])
     }
 
+    /// The innermost pixel axis where every tile lies in one row of it (the tile's
+    /// pixels divide its extent): a row tile's pixels are steps along it.
+    fn row_axis(&self) -> Option<usize> {
+        let q = *self.shape.pixels.last()?;
+        self.extents[q].is_multiple_of(self.mr).then_some(q)
+    }
+
     /// The taps of the tile that read padding, to skip ([`TapSkip`]), where the tile lies
-    /// in one row of the innermost pixel axis (`pixels` divides its extent).
+    /// in one row of the innermost pixel axis ([`Conv::row_axis`]).
     fn padding_taps(&self) -> TapSkip {
         let mut skip = TapSkip::default();
-        let Some(&q) = self.shape.pixels.last() else {
+        let Some(q) = self.row_axis() else {
             return skip;
         };
         let qe = self.extents[q];
-        if !qe.is_multiple_of(self.mr) {
-            return skip;
-        }
         let xshape = self.shapes[self.shape.x.tensor];
         let is_reduction = |i: usize| self.shape.reduction.contains(&i);
         for (d, map) in self.shape.x.dims.iter().enumerate() {
@@ -1123,8 +1127,7 @@ impl Conv<'_> {
         // it: their input reads are one address plus constants (14 pointers of their own,
         // moved at every step of the reduction, took general registers from the hot loop
         // of a 14-pixel tile and spilled some of its accumulators).
-        let inner = self.shape.pixels.last().copied();
-        let in_row = inner.filter(|&t| self.extents[t].is_multiple_of(mr));
+        let in_row = self.row_axis();
         for m in 0..mr {
             let px = format!("px_{m}");
             match in_row {

@@ -365,35 +365,35 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     // 56×56 and 28×28 (R2, R5 of the bench) and level on the 7×7 stride-2 one over 224×224.
     let (mut vector, mut pixels) = (vector, pixels);
     let padded = shape.x.dims.iter().any(|d| d.range(extents).0 < 0);
-    if let (Some(&q), true) = (shape.pixels.last(), padded) {
+    let fits = |v: usize, m: usize| m * v.div_ceil(lanes) + 4 <= machine.registers;
+    if let Some(&q) = shape.pixels.last() {
         let row = extents[q];
-        let fits = |v: usize, m: usize| m * v.div_ceil(lanes) + 4 <= machine.registers;
-        let v = if fits(vector, row) {
-            vector
-        } else {
-            (2 * lanes).min(vector)
-        };
-        // (A row the space has a tile for: an 18-wide one had none, and its default was
-        // no point of its space.)
-        let offered = PIXEL_CHOICES.contains(&(row as i64));
-        if offered && fits(v, row) && row * 2 >= most && row > 1 {
-            (vector, pixels) = (v, row);
+        if padded {
+            let v = if fits(vector, row) {
+                vector
+            } else {
+                (2 * lanes).min(vector)
+            };
+            // (A row the space has a tile for: an 18-wide one had none, and its default
+            // was no point of its space.)
+            let offered = PIXEL_CHOICES.contains(&(row as i64));
+            if offered && fits(v, row) && row * 2 >= most && row > 1 {
+                (vector, pixels) = (v, row);
+            } else if vector <= 2 * lanes {
+                // A channel tile of four registers keeps its own pixel count.
+                if let Some(m) = row_part(row, pixels, |m| fits(vector, m), 2..row) {
+                    pixels = m;
+                }
+            }
         } else if vector <= 2 * lanes {
-            // A channel tile of four registers keeps its own pixel count.
-            if let Some(m) = row_part(row, pixels, |m| fits(vector, m), 2..row) {
+            // Unpadded: tiles within a row still read their inputs from one address
+            // (`lower::cpu_conv`), which leaves the registers for more accumulators. Two
+            // threads, 1×1 convolutions, 32×14 against the 32×10 tile above: 516 against
+            // 489 GFLOPS (R4 of the bench, rows of 28), 525 against 501 (R9, rows of 14);
+            // rows of 7 (R10, R12) keep 32×10, which covers their 7×7 planes better.
+            if let Some(m) = row_part(row, pixels, |m| fits(vector, m), 2..row + 1) {
                 pixels = m;
             }
-        }
-    } else if let (Some(&q), true) = (shape.pixels.last(), vector <= 2 * lanes) {
-        // Unpadded: tiles within a row still read their inputs from one address
-        // (`lower::cpu_conv`), which leaves the registers for more accumulators. Two
-        // threads, 1×1 convolutions, 32×14 against the 32×10 tile above: 516 against 489
-        // GFLOPS (R4 of the bench, rows of 28), 525 against 501 (R9, rows of 14); rows of
-        // 7 (R10, R12) keep 32×10, which covers their 7×7 planes better.
-        let row = extents[q];
-        let fits = |m: usize| m * vector.div_ceil(lanes) + 4 <= machine.registers;
-        if let Some(m) = row_part(row, pixels, fits, 2..row + 1) {
-            pixels = m;
         }
     }
     // An unpadded input is copied only where the copy keeps a fraction of it that enough
