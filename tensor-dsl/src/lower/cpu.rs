@@ -844,16 +844,42 @@ impl Lower<'_> {
                 },
             },
         };
-        let rows = self.reduction_loops(
+        let mut row = vec![Stmt::Loop(self.tile_loop(
+            true,
+            ("nv".into(), rv.min(ev)),
             LoopKind::Serial,
             Layout::Bare,
-            vec![Stmt::Loop(self.tile_loop(
-                true,
-                ("nv".into(), rv.min(ev)),
+            vec![copy],
+        ))];
+        // The edge panel's lanes past the extent, up to whole vectors, are zeros: the vector
+        // code of an edge tile computes whole vectors and stores only the extent's lanes.
+        let pad = self.edge_vector_pad();
+        if pad > 0 {
+            let zero = Stmt::Assign {
+                dst: self.elem(pk, &[&self.panel_elem()]),
+                op: AssignOp::Set,
+                value: Value::Float(0.0),
+            };
+            row.push(Stmt::Loop(lp(
+                "v",
+                "nv",
+                int(pad),
+                Step::Inc,
+                pad - ev % rv,
                 LoopKind::Serial,
+                Some(v),
                 Layout::Bare,
-                vec![copy],
-            ))],
+                vec![zero],
+            )));
+        }
+        let rows = self.reduction_loops(
+            LoopKind::Serial,
+            if row.len() > 1 {
+                Layout::Braced
+            } else {
+                Layout::Bare
+            },
+            row,
         );
         vec![
             Stmt::Let {

@@ -103,6 +103,13 @@ pub struct CpuConfig {
 /// only as far as needed to give the outer loops this many iterations.
 pub const U_BLOCK_WORK: usize = 16;
 
+/// Register tiles the analytic default wants to share each filled reduction block: with
+/// fewer, it leaves the reduction unblocked. A 64×8192·8192×64 matmul (whose panel
+/// overflows L2, and whose u-blocks are one 8-row tile each so that two tiles go to each
+/// core) ran at 242 GFLOPS with 512-point blocks and 387 without, 447 with the panels
+/// made ahead of calls (which blocks rule out); 2 cores, AVX-512.
+pub const MIN_BLOCK_TILES: usize = 8;
+
 /// The u-block of a config with reduction blocking, in rows of the unroll axis (a multiple
 /// of `unroll`, so blocks start on tile boundaries): the whole axis when the other output
 /// indices and the vector tiles already give [`U_BLOCK_WORK`] parallel iterations, else
@@ -237,20 +244,21 @@ impl CpuConfig {
     /// The analytic default on `machine` (`L` lanes, `R` vector registers, its L2):
     ///
     /// * the output's innermost axis is the vector axis, two vectors wide (`2L`) where it
-    ///   has them, else one, else its extent rounded up to a power of two; the next axis is
-    ///   unrolled;
+    ///   is longer than one (with 8 lanes or more: its last tile is then vector code over
+    ///   a zero-padded panel), else one, else its extent rounded up to a power of two; the
+    ///   next axis is unrolled;
     /// * the register tile holds `R / 2` vector accumulators (16 `zmm` of 32 with AVX-512,
     ///   8 `ymm` of 16 with AVX2) — the other half holds the panel row and the broadcasts —
     ///   in at most 8 rows (as many as a two-vector tile has where the tile is one vector
-    ///   wide), and only where the rows divide the axis (else at most 4): in single-core
-    ///   checks on a 2-core AVX-512 EPYC (packed panel, K = 1024 and 4096) 12 and 14 rows
-    ///   of two vectors ran slower than 8,
-    ///   6×64 as fast;
+    ///   wide), the last tile of the axis a function of its own size where they do not
+    ///   divide it: in single-core checks on a 2-core AVX-512 EPYC (packed panel, K = 1024
+    ///   and 4096) 12 and 14 rows of two vectors ran slower than 8, 6×64 as fast;
     /// * the vector operand is packed into a per-thread panel, and with 8 lanes or more the
     ///   packed tiles are explicit vector code ([`CpuConfig::vector_code`]); 512-bit vectors
     ///   are asked for where there are 16 lanes;
     /// * the first reduction index is blocked only when the whole panel would not fit in
-    ///   L2 (each tile would then stream it from L3): in blocks of at most half the L2;
+    ///   L2 (each tile would then stream it from L3): in blocks of at most half the L2,
+    ///   and only where [`MIN_BLOCK_TILES`] register tiles share each filled block;
     /// * the outer loops run in parallel when the work pays for the threads.
     pub fn heuristic_for(kernel: &Kernel, extents: &[usize], machine: &CpuMachine) -> CpuConfig {
         if let Ok(plan) = crate::template::rows::RowPlan::new(kernel, extents) {
@@ -266,7 +274,9 @@ impl CpuConfig {
             None => 1,
             Some(v) => {
                 let e = extents[v];
-                if e >= 2 * lanes {
+                if e > lanes && lanes >= 8 {
+                    // Also where the axis is shorter than two vectors: the edge tile is
+                    // vector code over a zero-padded panel (`lower::cpu_micro`).
                     2 * lanes
                 } else if e >= lanes {
                     lanes
@@ -279,13 +289,12 @@ impl CpuConfig {
         // A tile one vector wide (a narrow axis) keeps the height of a two-vector one.
         let vectors = vector.div_ceil(lanes).max(2);
         let rows = (machine.vector_registers / 2 / vectors).clamp(1, 8);
-        let unroll = match unroll_axis {
-            None => 1,
-            // Only where it divides: an edge tile runs with a trip count the compiler
-            // cannot unroll, and 8 on a 14-row axis made a 1×1 convolution 2× slower.
-            Some(u) if extents[u].is_multiple_of(rows) => rows,
-            Some(u) => extents[u].min(rows.min(4)),
-        };
+        // Also where the rows do not divide the axis: the edge tile is a function of its own
+        // constant size. (Before edge tiles had constant sizes, 8 rows on a 14-row axis made
+        // a 1×1 convolution 2× slower, and such axes got at most 4.)
+        // A shorter axis is one tile of its own size (the knob rounds it up to a power of
+        // two, as the space's tiles do).
+        let unroll = unroll_axis.map_or(1, |u| rows.min(extents[u].next_power_of_two()));
         let work = kernel.flops(extents);
         let mut cfg = CpuConfig {
             vector_axis,
@@ -302,6 +311,10 @@ impl CpuConfig {
             rows: None,
         };
         cfg.k_block = l2_k_block(kernel, extents, &cfg, machine.l2_bytes);
+        if cfg.k_block > 0 && u_block(kernel, extents, &cfg) / cfg.unroll.max(1) < MIN_BLOCK_TILES {
+            // Too few tiles share each filled block for the refills to pay.
+            cfg.k_block = 0;
+        }
         cfg
     }
 
