@@ -359,8 +359,9 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     // 32×14 against 262 in 64×5.
     //
     // Where a whole row does not fit, the largest part of a row that divides it, fits and
-    // is no smaller than the tile above (half a 28-wide row, a quarter of a 56-wide one):
-    // such tiles still skip the taps of the rows above and below the input.
+    // holds at least 70% of the accumulators (half a 28-wide row, a quarter of a 56-wide
+    // one, a fifth of a 35-wide one): such tiles still skip the taps of the rows above and below
+    // the input, and read it from one address.
     // Single-threaded, 32×14 tiles ran 1–3% ahead of 32×10 on the 3×3 convolutions over
     // 56×56 and 28×28 (R2, R5 of the bench) and level on the 7×7 stride-2 one over 224×224.
     let (mut vector, mut pixels) = (vector, pixels);
@@ -379,10 +380,25 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             let offered = PIXEL_CHOICES.contains(&(row as i64));
             if offered && fits(v, row) && row * 2 >= most && row > 1 {
                 (vector, pixels) = (v, row);
-            } else if vector <= 2 * lanes {
-                // A channel tile of four registers keeps its own pixel count.
-                if let Some(m) = row_part(row, pixels, |m| fits(vector, m), 2..row) {
-                    pixels = m;
+            } else {
+                // A part of the row with at least 70% of the accumulators beats a larger
+                // tile that crosses rows. Two threads, 32-channel tiles against the default before:
+                // 32×8 at 548 GFLOPS against 32×10 at 521 (3×3 over 4×16×16, 128
+                // channels), 32×7 524 against 32×10 499 (3×3 over 35×35), 32×9 570 against
+                // 64×5 527 (5×5 over 27×27, 96 → 192 channels); but 32×5 ran 2–3% behind
+                // 32×10 (3×3, stride 2, over 15×15 outputs). Not over a reduction of
+                // fewer than 64 points, whose tiles' fixed costs want the larger tile: a
+                // 3×3 convolution of 3 channels over 544×544 ran 9% slower in 32×8.
+                let v = (2 * lanes).min(vector);
+                let most =
+                    (accumulator_registers(machine.registers) / v.div_ceil(lanes)).clamp(1, 14);
+                let least = if shape.points(extents) >= 64 {
+                    (most * 7).div_ceil(10)
+                } else {
+                    pixels
+                };
+                if let Some(m) = row_part(row, least, |m| fits(v, m), 2..row) {
+                    (vector, pixels) = (v, m);
                 }
             }
         } else if vector <= 2 * lanes {
@@ -952,6 +968,40 @@ mod tests {
         assert_eq!(tile(&conv(2), &[1, 512, 7, 7, 1024, 1, 1]), (32, 10));
         assert_eq!(tile(&conv(1), &[1, 2048, 7, 7, 512, 1, 1]), (32, 10));
         assert_eq!(tile(&conv(1), &[2, 64, 28, 28, 32, 3, 3]), (32, 14));
+    }
+
+    /// Padded convolutions take a part of a row with at least 70% of the accumulators
+    /// over a larger tile that crosses rows, unless the reduction is short.
+    #[test]
+    fn padded_rows_take_a_part_of_a_row_over_a_crossing_tile() {
+        let m = Machine {
+            lanes: 16,
+            registers: 32,
+            l2: 1 << 20,
+            threads: 2,
+        };
+        let conv = |pad: usize| {
+            parse_text(
+                "conv",
+                &format!(
+                    "y[[n, f, p, q]] += x[[n, c, p + r - {pad}, q + s - {pad}]] * w[[f, c, r, s]]"
+                ),
+                None,
+            )
+            .unwrap()
+        };
+        let tile = |k: &Kernel, e: &[usize]| {
+            let h = heuristic(k, e, m).unwrap();
+            (h.vector, h.conv.unwrap().pixels)
+        };
+        // n f p q c r s.
+        assert_eq!(tile(&conv(1), &[4, 128, 16, 16, 128, 3, 3]), (32, 8));
+        assert_eq!(tile(&conv(1), &[1, 96, 35, 35, 48, 3, 3]), (32, 7));
+        // A channel tile of four registers gives way to two for a part of the row.
+        assert_eq!(tile(&conv(2), &[1, 192, 27, 27, 96, 5, 5]), (32, 9));
+        // Five pixels are too few; a 27-point reduction keeps the larger tile.
+        assert_eq!(tile(&conv(1), &[1, 64, 15, 15, 64, 3, 3]).1, 10);
+        assert_eq!(tile(&conv(1), &[1, 32, 544, 544, 3, 3, 3]), (32, 10));
     }
 
     #[test]
