@@ -304,7 +304,7 @@ impl Lower<'_> {
         )
     }
 
-    fn elem(&self, buf: BufId, index: &[&str]) -> Target {
+    pub(super) fn elem(&self, buf: BufId, index: &[&str]) -> Target {
         Target::Elem {
             buf,
             index: index.iter().map(|s| s.to_string()).collect(),
@@ -445,7 +445,7 @@ impl Lower<'_> {
     }
 
     /// The output offset of a tile element, e.g. `40 * (u0 + u) + (v0 + v)`.
-    fn out_offset(&self) -> String {
+    pub(super) fn out_offset(&self) -> String {
         self.out_offset_at(&self.tile_index())
     }
 

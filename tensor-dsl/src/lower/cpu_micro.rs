@@ -104,9 +104,9 @@ impl Lower<'_> {
 
     /// The width, in whole vectors, that the edge tile of the vector axis computes when it
     /// is vector code over a zero-padded panel: where the axis ends in a tile that is not
-    /// a whole number of vectors, the packed tiles are vector code, the reduction is not
-    /// blocked (partial sums would be reloaded as whole vectors) and the padded width stays
-    /// within the tile. 0 otherwise (the edge tile is a loop the compiler vectorizes).
+    /// a whole number of vectors, the packed tiles are vector code and the padded width
+    /// stays within the tile (a blocked reduction's partial sums of such a tile pass through
+    /// the accumulator array). 0 otherwise (the edge tile is a loop the compiler vectorizes).
     ///
     /// With 8-row tiles where the rows do not divide the axis (`CpuConfig::heuristic_for`),
     /// the untuned default went from 118 to 489 GFLOPS on a 2000×500·500×30 matmul (a
@@ -115,7 +115,7 @@ impl Lower<'_> {
     pub(super) fn edge_vector_pad(&self) -> usize {
         let lanes = self.config.vector_code;
         let edge = padded_edge(self.ext(self.config.vector_axis), self.config.vector);
-        if lanes == 0 || edge == 0 || edge.is_multiple_of(lanes) || self.plan.block.is_some() {
+        if lanes == 0 || edge == 0 || edge.is_multiple_of(lanes) {
             return 0;
         }
         let pad = edge.next_multiple_of(lanes);
@@ -127,8 +127,9 @@ impl Lower<'_> {
 
     /// The packed tile function of `size` as vector code (see the module documentation),
     /// if it has one: the config asks for vector code of `L` lanes, the tile's width is a
-    /// multiple of `L`, the kernel sums a vector-safe body whose only access along the
-    /// vector axis is the packed one, and (with a blocked reduction, whose partial sums are
+    /// multiple of `L` (or it is the axis's zero-padded last tile, [`Self::edge_vector_pad`]),
+    /// the kernel sums a vector-safe body whose only access along the vector axis is the
+    /// packed one, and (with a blocked reduction, whose partial sums of whole tiles are
     /// reloaded as vectors) the output is unit-stride along the vector axis.
     pub(super) fn micro_tile(&self, name: &str, (nu, nv): (usize, usize)) -> Option<Func> {
         let lanes = self.config.vector_code;
@@ -181,13 +182,41 @@ impl Lower<'_> {
                     .collect(),
             },
         ];
+        // A partial tile's sums pass through the accumulator array, whose rows hold whole
+        // vectors: into it from the output's lanes, out of it to them.
+        let acc_lanes = |u: usize, j: usize| Target::Lanes {
+            buf: self.acc,
+            index: vec![u.to_string(), (j * lanes).to_string()],
+            width: lanes,
+        };
+        let acc_uv = self.elem(self.acc, &["u", "v"]);
+        let out_uv = self.elem(self.out, &[&self.out_offset()]);
+        if !whole {
+            body.push(Stmt::Alloc {
+                buf: self.acc,
+                init: None,
+            });
+        }
         if self.plan.block.is_some() {
             // Later blocks continue from the partial sums the earlier ones stored.
+            let then = if whole {
+                tiles()
+                    .map(|(u, j)| set(Target::Var(acc(u, j)), Value::Read(out_lanes(u, j))))
+                    .collect()
+            } else {
+                let mut then = vec![self.tile_loops(
+                    (nu, nv),
+                    false,
+                    vec![set(acc_uv.clone(), Value::Read(out_uv.clone()))],
+                )];
+                then.extend(
+                    tiles().map(|(u, j)| set(Target::Var(acc(u, j)), Value::Read(acc_lanes(u, j)))),
+                );
+                then
+            };
             body.push(Stmt::If {
                 cond: "k0 != 0".into(),
-                then: tiles()
-                    .map(|(u, j)| set(Target::Var(acc(u, j)), Value::Read(out_lanes(u, j))))
-                    .collect(),
+                then,
                 els: None,
                 braced: true,
             });
@@ -227,9 +256,21 @@ impl Lower<'_> {
 
         // Partial sums of a block that is not the last go back to the output.
         if let Some((r0, _)) = self.plan.block {
-            let mut then: Vec<Stmt> = tiles()
-                .map(|(u, j)| set(out_lanes(u, j), Value::Read(Target::Var(acc(u, j)))))
-                .collect();
+            let mut then: Vec<Stmt> = if whole {
+                tiles()
+                    .map(|(u, j)| set(out_lanes(u, j), Value::Read(Target::Var(acc(u, j)))))
+                    .collect()
+            } else {
+                let mut then: Vec<Stmt> = tiles()
+                    .map(|(u, j)| set(acc_lanes(u, j), Value::Read(Target::Var(acc(u, j)))))
+                    .collect();
+                then.push(self.tile_loops(
+                    (nu, nv),
+                    false,
+                    vec![set(out_uv.clone(), Value::Read(acc_uv.clone()))],
+                ));
+                then
+            };
             then.push(Stmt::Return);
             body.push(Stmt::If {
                 cond: format!("k0 + nk < {}", self.extents[r0]),
@@ -244,20 +285,15 @@ impl Lower<'_> {
             );
         } else {
             // Through the accumulator array, then the epilogue and the store of each element.
-            body.push(Stmt::Alloc {
-                buf: self.acc,
-                init: None,
-            });
-            body.extend(tiles().map(|(u, j)| {
-                set(
-                    Target::Lanes {
-                        buf: self.acc,
-                        index: vec![u.to_string(), (j * lanes).to_string()],
-                        width: lanes,
-                    },
-                    Value::Read(Target::Var(acc(u, j))),
-                )
-            }));
+            if whole {
+                body.push(Stmt::Alloc {
+                    buf: self.acc,
+                    init: None,
+                });
+            }
+            body.extend(
+                tiles().map(|(u, j)| set(acc_lanes(u, j), Value::Read(Target::Var(acc(u, j))))),
+            );
             body.push(self.epilogue_stores((nu, nv)));
         }
         Some(Func {
