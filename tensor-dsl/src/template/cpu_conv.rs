@@ -360,8 +360,8 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     //
     // Where a whole row does not fit, the largest part of a row that divides it, fits and
     // holds at least 70% of the accumulators (half a 28-wide row, a quarter of a 56-wide
-    // one, a fifth of a 35-wide one): such tiles still skip the taps of the rows above and below
-    // the input, and read it from one address.
+    // one, a fifth of a 35-wide one): such tiles still skip the taps of the rows above and
+    // below the input, and read it from one address.
     // Single-threaded, 32×14 tiles ran 1–3% ahead of 32×10 on the 3×3 convolutions over
     // 56×56 and 28×28 (R2, R5 of the bench) and level on the 7×7 stride-2 one over 224×224.
     let (mut vector, mut pixels) = (vector, pixels);
@@ -382,17 +382,18 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
                 (vector, pixels) = (v, row);
             } else {
                 // A part of the row with at least 70% of the accumulators beats a larger
-                // tile that crosses rows. Two threads, 32-channel tiles against the default before:
-                // 32×8 at 548 GFLOPS against 32×10 at 521 (3×3 over 4×16×16, 128
-                // channels), 32×7 524 against 32×10 499 (3×3 over 35×35), 32×9 570 against
-                // 64×5 527 (5×5 over 27×27, 96 → 192 channels); but 32×5 ran 2–3% behind
-                // 32×10 (3×3, stride 2, over 15×15 outputs). Not over a reduction of
-                // fewer than 64 points, whose tiles' fixed costs want the larger tile: a
-                // 3×3 convolution of 3 channels over 544×544 ran 9% slower in 32×8.
+                // tile that crosses rows. Against the default before, side by side, one
+                // core: 32×9 at 285–296 GFLOPS against 64×5 at 269 (5×5 over 27×27, 96 →
+                // 192 channels; 560 against 510–523 on two), 32×8 281–289 against 32×10
+                // 271–277 (3×3 over 4×16×16, 128 channels), 32×7 266–268 against 263–266
+                // (3×3 over 35×35). But 32×5 ran 2–3% behind 32×10 (3×3, stride 2, over
+                // 15×15 outputs), and not over a reduction of fewer than 64 points, whose
+                // tiles' fixed costs want the larger tile: a 3×3 convolution of 3 channels
+                // over 544×544 ran 9% slower in 32×8.
                 let v = (2 * lanes).min(vector);
                 let most =
                     (accumulator_registers(machine.registers) / v.div_ceil(lanes)).clamp(1, 14);
-                let least = if shape.points(extents) >= 64 {
+                let least = if shape.points(extents) >= SHORT_REDUCTION {
                     (most * 7).div_ceil(10)
                 } else {
                     pixels
@@ -410,6 +411,26 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             if let Some(m) = row_part(row, pixels, |m| fits(vector, m), 2..row + 1) {
                 pixels = m;
             }
+        }
+    }
+    // A short reduction over an NCHW output whose rows are whole vectors: one transpose
+    // block per tile (L channels × L pixels), so that each channel's pixels go out as one
+    // aligned vector and every output line is written whole, once. With so few FMAs per
+    // output element the stores bound the kernel: 3×3 convolutions over 224×224 (64
+    // channels out), two threads: 3 channels in 364–380 GFLOPS against 184–188 in 32×14,
+    // 6 channels 453–463 against 293–376 in 32×10 / 16×10, and over 544×544 (3 → 32
+    // channels) 340–390 against 133. From about 100 points on it is level with 32×14 (12
+    // and 16 channels in) or behind (R0: 7×7 over 3 channels, 147 points, 0.97 of 32×14).
+    if let Some(&q) = shape.pixels.last() {
+        let nchw = kernel.spatial().last() == Some(&q);
+        if nchw
+            && lanes >= TRANSPOSE
+            && shape.points(extents) < SHORT_REDUCTION
+            && extents[q].is_multiple_of(lanes)
+            && fe >= lanes
+            && PIXEL_CHOICES.contains(&(lanes as i64))
+        {
+            (vector, pixels) = (lanes, lanes);
         }
     }
     // An unpadded input is copied only where the copy keeps a fraction of it that enough
@@ -459,6 +480,11 @@ fn row_part(
         .filter(|&m| row.is_multiple_of(m) && PIXEL_CHOICES.contains(&(m as i64)))
         .find(|&m| fits(m) && m >= pixels)
 }
+
+/// Reduction points below which the default treats a convolution as bound by its stores:
+/// it keeps tiles that cross rows rather than part-row ones, and over NCHW rows of whole
+/// vectors it takes one transpose block per tile (see [`heuristic`]).
+pub const SHORT_REDUCTION: usize = 64;
 
 /// Output channels of the default pixel-vector tile: 8 channels by two vectors of pixels
 /// (16 accumulators; single-threaded on R1 and R3 of the bench, 8×32 ran at 264–268
@@ -971,7 +997,8 @@ mod tests {
     }
 
     /// Padded convolutions take a part of a row with at least 70% of the accumulators
-    /// over a larger tile that crosses rows, unless the reduction is short.
+    /// over a larger tile that crosses rows, unless the reduction is short; short ones over
+    /// NCHW rows of whole vectors take 16×16 tiles.
     #[test]
     fn padded_rows_take_a_part_of_a_row_over_a_crossing_tile() {
         let m = Machine {
@@ -999,9 +1026,15 @@ mod tests {
         assert_eq!(tile(&conv(1), &[1, 96, 35, 35, 48, 3, 3]), (32, 7));
         // A channel tile of four registers gives way to two for a part of the row.
         assert_eq!(tile(&conv(2), &[1, 192, 27, 27, 96, 5, 5]), (32, 9));
-        // Five pixels are too few; a 27-point reduction keeps the larger tile.
+        // Five pixels are too few; a 27-point reduction keeps the larger tile (rows of 150
+        // pixels, 15 × 10)...
         assert_eq!(tile(&conv(1), &[1, 64, 15, 15, 64, 3, 3]).1, 10);
-        assert_eq!(tile(&conv(1), &[1, 32, 544, 544, 3, 3, 3]), (32, 10));
+        assert_eq!(tile(&conv(1), &[1, 32, 150, 150, 3, 3, 3]), (32, 10));
+        // ... or, over rows of whole vectors, takes one 16×16 transpose block (YOLO's Y0).
+        assert_eq!(tile(&conv(1), &[1, 32, 544, 544, 3, 3, 3]), (16, 16));
+        assert_eq!(tile(&conv(1), &[1, 64, 224, 224, 6, 3, 3]), (16, 16));
+        // 144 points: the row part.
+        assert_eq!(tile(&conv(1), &[1, 64, 224, 224, 16, 3, 3]), (32, 14));
     }
 
     #[test]
