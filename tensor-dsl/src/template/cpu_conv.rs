@@ -421,6 +421,10 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     // 6 channels 453–463 against 293–376 in 32×10 / 16×10, and over 544×544 (3 → 32
     // channels) 340–390 against 133. From about 100 points on it is level with 32×14 (12
     // and 16 channels in) or behind (R0: 7×7 over 3 channels, 147 points, 0.97 of 32×14).
+    // Channel tiles outermost: with pixel tiles outermost the 16×16 tile ran at 390–431
+    // GFLOPS on a 64-byte-aligned output but 202–225 on one 16 or 32 bytes off (as a `Vec`
+    // may be), channel tiles outermost at 340–362 and 321–353.
+    let mut store_bound = false;
     if let Some(&q) = shape.pixels.last() {
         let nchw = kernel.spatial().last() == Some(&q);
         if nchw
@@ -431,6 +435,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             && PIXEL_CHOICES.contains(&(lanes as i64))
         {
             (vector, pixels) = (lanes, lanes);
+            store_bound = true;
         }
     }
     // An unpadded input is copied only where the copy keeps a fraction of it that enough
@@ -461,7 +466,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             transpose: vector.is_multiple_of(TRANSPOSE),
             vector_store: lanes >= 16,
             pixel_vector: false,
-            pixels_outer: pixels_outer_pays(extents, &shape, vector, pad, machine),
+            pixels_outer: !store_bound && pixels_outer_pays(extents, &shape, vector, pad, machine),
         }),
         ..base
     })
@@ -1032,6 +1037,8 @@ mod tests {
         assert_eq!(tile(&conv(1), &[1, 32, 150, 150, 3, 3, 3]), (32, 10));
         // ... or, over rows of whole vectors, takes one 16×16 transpose block (YOLO's Y0).
         assert_eq!(tile(&conv(1), &[1, 32, 544, 544, 3, 3, 3]), (16, 16));
+        let y0 = heuristic(&conv(1), &[1, 32, 544, 544, 3, 3, 3], m).unwrap();
+        assert!(!y0.conv.unwrap().pixels_outer, "channel tiles outermost");
         assert_eq!(tile(&conv(1), &[1, 64, 224, 224, 6, 3, 3]), (16, 16));
         // 144 points: the row part.
         assert_eq!(tile(&conv(1), &[1, 64, 224, 224, 16, 3, 3]), (32, 14));
