@@ -311,7 +311,9 @@ pub fn accumulator_registers(registers: usize) -> usize {
 /// channel tile is one register wide where two would make a thread's weight panel larger
 /// than L2. Short reductions ([`PIXEL_VECTOR_POINTS`]) over an NCHW input read in place
 /// get a pixel-vector tile instead ([`ConvTile::pixel_vector`], [`PIXEL_TILE_CHANNELS`]
-/// channels by two vectors of pixels).
+/// channels by two vectors of pixels); elsewhere, reductions shorter than
+/// [`SHORT_REDUCTION`] over NCHW rows of whole vectors get one 16×16 transpose block per
+/// tile, channel tiles outermost (their stores bound them).
 pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option<CpuConfig> {
     let shape = ConvShape::of(kernel)?;
     let lanes = machine.lanes;
