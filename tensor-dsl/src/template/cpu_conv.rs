@@ -787,6 +787,20 @@ mod tests {
     use super::*;
     use crate::ir::parse_text;
 
+    /// The development machine: AVX-512 (16 lanes, 32 registers), 1 MB of L2, 2 cores.
+    const AVX512_TWO_CORES: Machine = Machine {
+        lanes: 16,
+        registers: 32,
+        l2: 1 << 20,
+        threads: 2,
+    };
+
+    /// The default's channel tile and pixel tile for `k` at extents `e` on `m`.
+    fn default_tile(k: &Kernel, e: &[usize], m: Machine) -> (usize, usize) {
+        let h = heuristic(k, e, m).unwrap();
+        (h.vector, h.conv.unwrap().pixels)
+    }
+
     const CONV: &str =
         "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 3, 2 * q + s - 3]] * w[[f, c, r, s]]";
 
@@ -824,12 +838,7 @@ mod tests {
         }
         // A 7x7 plane is 49 pixels: tiles that cover it with little waste, not a 7-wide
         // vector.
-        let m = Machine {
-            lanes: 16,
-            registers: 32,
-            l2: 1 << 20,
-            threads: 2,
-        };
+        let m = AVX512_TWO_CORES;
         let h = heuristic(&k, &[1, 512, 7, 7, 512, 3, 3], m).unwrap();
         assert_eq!(h.vector, 32);
         let px = h.conv.unwrap().pixels;
@@ -915,12 +924,7 @@ mod tests {
     /// vectors (R1).
     #[test]
     fn pixel_tiles_go_outermost_where_the_input_outgrows_l2() {
-        let m = Machine {
-            lanes: 16,
-            registers: 32,
-            l2: 1 << 20,
-            threads: 2,
-        };
+        let m = AVX512_TWO_CORES;
         let conv = |stride: usize, pad: usize| {
             parse_text(
                 "conv",
@@ -952,12 +956,7 @@ mod tests {
         )
         .unwrap();
         let shape = ConvShape::of(&k).unwrap();
-        let m = Machine {
-            lanes: 16,
-            registers: 32,
-            l2: 1 << 20,
-            threads: 2,
-        };
+        let m = AVX512_TWO_CORES;
         let (r4, r10) = ([1, 128, 28, 28, 256, 1, 1], [1, 512, 7, 7, 1024, 1, 1]);
         let r7 = [1, 256, 14, 14, 512, 1, 1];
         assert_eq!(shape.read_steps(&r10), vec![1, 1, 2, 2]);
@@ -973,12 +972,7 @@ mod tests {
     /// 10-pixel tile that covers 7×7 planes (R10, R12 of the bench).
     #[test]
     fn unpadded_rows_get_row_tiles_within_the_registers() {
-        let m = Machine {
-            lanes: 16,
-            registers: 32,
-            l2: 1 << 20,
-            threads: 2,
-        };
+        let m = AVX512_TWO_CORES;
         let conv = |stride: usize| {
             parse_text(
                 "conv",
@@ -990,10 +984,7 @@ mod tests {
             )
             .unwrap()
         };
-        let tile = |k: &Kernel, e: &[usize]| {
-            let h = heuristic(k, e, m).unwrap();
-            (h.vector, h.conv.unwrap().pixels)
-        };
+        let tile = |k: &Kernel, e: &[usize]| default_tile(k, e, m);
         // n f p q c r s: R4, R7, R9, R10, R12, and a 3×3 window over 28×28 outputs.
         assert_eq!(tile(&conv(2), &[1, 128, 28, 28, 256, 1, 1]), (32, 14));
         assert_eq!(tile(&conv(2), &[1, 256, 14, 14, 512, 1, 1]), (32, 14));
@@ -1008,12 +999,7 @@ mod tests {
     /// NCHW rows of whole vectors take 16×16 tiles.
     #[test]
     fn padded_rows_take_a_part_of_a_row_over_a_crossing_tile() {
-        let m = Machine {
-            lanes: 16,
-            registers: 32,
-            l2: 1 << 20,
-            threads: 2,
-        };
+        let m = AVX512_TWO_CORES;
         let conv = |pad: usize| {
             parse_text(
                 "conv",
@@ -1024,10 +1010,7 @@ mod tests {
             )
             .unwrap()
         };
-        let tile = |k: &Kernel, e: &[usize]| {
-            let h = heuristic(k, e, m).unwrap();
-            (h.vector, h.conv.unwrap().pixels)
-        };
+        let tile = |k: &Kernel, e: &[usize]| default_tile(k, e, m);
         // n f p q c r s.
         assert_eq!(tile(&conv(1), &[4, 128, 16, 16, 128, 3, 3]), (32, 8));
         assert_eq!(tile(&conv(1), &[1, 96, 35, 35, 48, 3, 3]), (32, 7));
@@ -1049,12 +1032,7 @@ mod tests {
     #[test]
     fn resnet_defaults_pack_by_transposes_and_round_trip() {
         let k = parse_text("conv", CONV, None).unwrap();
-        let m = Machine {
-            lanes: 16,
-            registers: 32,
-            l2: 1 << 20,
-            threads: 2,
-        };
+        let m = AVX512_TWO_CORES;
         // n f p q c r s: R0, R1, R5, R11, R12 of the bench (output extents).
         for e in [
             [1, 64, 112, 112, 3, 7, 7],
