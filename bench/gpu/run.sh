@@ -79,6 +79,8 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
         case "$t" in
             cli) args+=(--exact tune_on_cuda_records_the_gpu_or_says_why_not) ;;
             smoke) args+=(--exact cuda_runs_the_smoke_suite_or_says_why_not) ;;
+            # Prints each case as it ends: a run stopped at TEST_SECONDS still shows how far it got.
+            tensorcore_gpu) args+=(--nocapture) ;;
         esac
         echo "== test $t ${args[*]}"
         {
