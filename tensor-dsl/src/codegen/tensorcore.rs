@@ -730,6 +730,9 @@ fn source(
     }
     src.push_str(&dtype_prelude(kernel, "__device__ "));
     src.push_str(&ptx_helpers(&g, s));
+    if paired_stores(kernel, extents, &g) {
+        src.push_str(&pair_store_helper(kernel.params[kernel.output].dtype));
+    }
     if let Some(p) = &split {
         src.push_str(&p.globals());
     }
@@ -1135,10 +1138,48 @@ pub(super) fn finish(mut src: String) -> String {
     src
 }
 
+/// Whether the epilogue stores each pair of adjacent accumulators (`e` and `e + 1`, columns
+/// `n` and `n + 1` of one row) with one 8-byte (`f32`) or 4-byte (half) store: where the
+/// innermost index of `n` is contiguous in the output and of even extent, every pair that
+/// starts inside the output ends inside it, in the same row, at an even element offset.
+pub(super) fn paired_stores(kernel: &Kernel, extents: &[usize], g: &Gemm) -> bool {
+    g.n.last().is_some_and(|&l| {
+        g.out_strides[l] == 1
+            && extents[l].is_multiple_of(2)
+            && kernel
+                .spatial()
+                .iter()
+                .all(|&sp| sp == l || g.out_strides[sp].is_multiple_of(2))
+    })
+}
+
+/// The store of a pair of adjacent output elements, aligned to the pair's size (see
+/// [`paired_stores`]): one vector store on a GPU, two plain ones in the emulator.
+pub(super) fn pair_store_helper(out_dtype: DType) -> String {
+    let (ty, bytes) = match out_dtype {
+        DType::F32 => ("float", 8),
+        DType::F16 | DType::BF16 => ("unsigned short", 4),
+    };
+    format!(
+        "/* Two adjacent output elements in one {bytes}-byte store (p is {bytes}-byte aligned). */\n\
+         static __device__ __forceinline__ void td_store_pair({ty} *p, {ty} x, {ty} y) {{\n\
+         #ifdef __CUDA_ARCH__\n\
+         \x20   struct __align__({bytes}) pair {{ {ty} x, y; }};\n\
+         \x20   pair v; v.x = x; v.y = y;\n\
+         \x20   *reinterpret_cast<pair *>(p) = v;\n\
+         #else\n\
+         \x20   p[0] = x; p[1] = y;\n\
+         #endif\n}}\n"
+    )
+}
+
 /// The epilogue over an accumulator array `acc[mi][ni][e]` (`counts` = the `mi` and `ni`
 /// extents, `e` < 4): `row` and `col` are the C expressions of an accumulator's output row
-/// (`m`) and column (`n`) in `mi`, `ni`, `e`; the kernel's later statements run on the
-/// `f32` value, which is rounded once and stored if inside the output.
+/// (`m`) and column (`n`) in `mi`, `ni`, `e`, where `e` and `e | 1` share a row and an
+/// even `e` has an even column, one less than `e + 1`'s (the MMA fragments' layout); the
+/// kernel's later statements run on the `f32` value, which is rounded once and stored if
+/// inside the output, a pair of adjacent columns in one store where [`paired_stores`] holds
+/// (the source must then hold [`pair_store_helper`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn epilogue(
     src: &mut String,
@@ -1182,6 +1223,53 @@ pub(super) fn epilogue(
         output: "x".into(),
         packed: None,
     };
+    if paired_stores(kernel, extents, g) {
+        let _ = writeln!(
+            src,
+            "{i}/* epilogue on the f32 accumulators, one rounding, predicated stores of column pairs */"
+        );
+        let _ = writeln!(src, "{i}#pragma unroll");
+        let _ = writeln!(src, "{i}for (int mi = 0; mi < {mi_n}; ++mi)");
+        let _ = writeln!(src, "{i}    #pragma unroll");
+        let _ = writeln!(src, "{i}    for (int ni = 0; ni < {ni_n}; ++ni)");
+        let _ = writeln!(src, "{i}        #pragma unroll");
+        let _ = writeln!(src, "{i}        for (int ep = 0; ep < 4; ep += 2) {{");
+        let _ = writeln!(src, "{i}            const int e = ep, {gm} = {row}, gn0 = {col};");
+        let _ = writeln!(
+            src,
+            "{i}            if ({gm} < {} && gn0 < {}) {{",
+            g.m_extent, g.n_extent
+        );
+        let _ = writeln!(
+            src,
+            "{i}                {} v[2];\n{i}                long long off = 0;",
+            storage_type(out_dtype)
+        );
+        let _ = writeln!(src, "{i}                #pragma unroll");
+        let _ = writeln!(src, "{i}                for (int h = 0; h < 2; ++h) {{");
+        let _ = writeln!(src, "{i}                    const int {gn} = gn0 + h;");
+        for p in &parts {
+            let _ = writeln!(src, "{i}                    {p}");
+        }
+        let _ = writeln!(src, "{i}                    float x = acc[mi][ni][ep + h];");
+        for e in &kernel.epilogue {
+            let _ = writeln!(src, "{i}                    x = {};", printer.expr(e));
+        }
+        let _ = writeln!(
+            src,
+            "{i}                    v[h] = {};",
+            store_from_f32(out_dtype, "x")
+        );
+        let _ = writeln!(
+            src,
+            "{i}                    if (h == 0) off = {store_offset};"
+        );
+        let _ = writeln!(src, "{i}                }}");
+        let _ = writeln!(src, "{i}                td_store_pair(&out[off], v[0], v[1]);");
+        let _ = writeln!(src, "{i}            }}");
+        let _ = writeln!(src, "{i}        }}");
+        return;
+    }
     let _ = writeln!(
         src,
         "{i}/* epilogue on the f32 accumulators, one rounding, predicated store */"

@@ -59,7 +59,9 @@
 
 use super::cuda::CudaSource;
 use super::cuda_async::{cp_async_commit, cp_async_copy, cp_async_wait};
-use super::tensorcore::{batch_coordinates, epilogue, finish, k_pad_of, Context};
+use super::tensorcore::{
+    batch_coordinates, epilogue, finish, k_pad_of, pair_store_helper, paired_stores, Context,
+};
 use super::{builtin_prelude, dtype_prelude, storage_type, used_builtins_prelude};
 use crate::ir::{DType, Kernel};
 use crate::lower::tensorcore::{Gemm, Operand};
@@ -801,6 +803,9 @@ fn source(
     }
     src.push_str(&dtype_prelude(kernel, "__device__ "));
     src.push_str(&ptx_helpers(&g, s, &staging));
+    if paired_stores(kernel, extents, &g) {
+        src.push_str(&pair_store_helper(out_dtype));
+    }
     if let Some(p) = &split {
         src.push_str(&p.globals());
     }
