@@ -137,12 +137,19 @@ fn tensor_core_kernels_match_the_reference_on_the_gpu() {
                         .map(|e| format!("element {e} differs from the reference")),
                 };
                 if let Some(e) = error {
-                    failures.push(format!("{src} {dtypes} {s:?} (run {run}): {e}"));
+                    // Printed at once: a run stopped by a time limit still shows it.
+                    let failure = format!("{src} {dtypes} {s:?} (run {run}): {e}");
+                    println!("MISMATCH {failure}");
+                    failures.push(failure);
                     break;
                 }
             }
         }
-        println!("{src} {dtypes}: {} points", points.len());
+        println!(
+            "{src} {dtypes}: {} points, {} mismatches so far",
+            points.len(),
+            failures.len()
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
