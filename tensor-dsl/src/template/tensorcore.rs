@@ -237,9 +237,14 @@ impl TcTemplate {
     /// of the 15), mostly one warp along `m` and four along `n` (a 16×64 block), k tiles
     /// of 64 and two warp groups splitting each stage (sliced K); 16×16 warps in 1×4, k
     /// tiles of 64, 4 stages and sliced K of 2 is this default, where
-    /// [`TcTemplate::cutlass_default`] ran at 0.07–0.65 of the best. The reduction is split
-    /// across blocks (2, 4 or 8 blocks per output tile, each with at least 4 k tiles) while
-    /// half the SMs would idle; fewer stages if the target's shared memory asks for it.
+    /// [`TcTemplate::cutlass_default`] ran at 0.07–0.65 of the best. While half the SMs
+    /// would idle, a plain GEMM takes fewer warps along `n` (more, narrower blocks: on an
+    /// H200, `bench/results/2026-11-26-cuda-h200/tc-half-points.json`, the 512×64 outputs
+    /// measured 0.97–0.98 of their best with 1×1 warps, 0.85–0.86 with 1×4, and 0.40–0.45
+    /// with 1×4 split across 2–4 blocks); then the reduction is split across blocks (2, 4
+    /// or 8 blocks per output tile, each with at least 4 k tiles) while half the SMs would
+    /// still idle, as the convolutions measured on the H100; fewer stages if the target's
+    /// shared memory asks for it.
     pub fn small_default(&self) -> TcSchedule {
         // A reduction of 32 or less in k tiles of 16: two tiles, so the second one's copy
         // overlaps the first one's MMAs in a pipelined loop (one tile of 32 is straight-line
@@ -267,6 +272,11 @@ impl TcTemplate {
             split_k: 1,
             splits: 1,
         };
+        if self.gemm.a.linear && self.gemm.b.linear {
+            while s.warps_n > 1 && self.blocks(&s) * 2 <= self.sm_count {
+                s.warps_n /= 2;
+            }
+        }
         self.split_across_blocks(&mut s);
         // Sliced K: two warp groups per stage, each with a whole k tile.
         if self.gemm.k_extent >= 2 * s.block_k
@@ -456,10 +466,11 @@ mod tests {
         for (m, n, kk, block, split_k, splits) in [
             (4096, 4096, 4096, (128, 128), 1, 1),
             (1000, 1000, 1000, (64, 64), 1, 1),
-            // Outputs of at most 64 Ki elements: the small default the H100 measured.
-            (128, 128, 8192, (16, 64), 2, 8),
-            (256, 256, 1024, (16, 64), 2, 2),
-            (20, 24, 40, (16, 32), 1, 1),
+            // Outputs of at most 64 Ki elements: the small default the H100 and H200
+            // measured, narrower blocks before a split across blocks.
+            (128, 128, 8192, (16, 16), 2, 2),
+            (256, 256, 1024, (16, 32), 2, 1),
+            (20, 24, 40, (16, 16), 1, 1),
         ] {
             let t = bf16_gemm(m, n, kk);
             let s = t.default_schedule();
