@@ -1234,7 +1234,10 @@ pub(super) fn epilogue(
         let _ = writeln!(src, "{i}    for (int ni = 0; ni < {ni_n}; ++ni)");
         let _ = writeln!(src, "{i}        #pragma unroll");
         let _ = writeln!(src, "{i}        for (int ep = 0; ep < 4; ep += 2) {{");
-        let _ = writeln!(src, "{i}            const int e = ep, {gm} = {row}, gn0 = {col};");
+        let _ = writeln!(
+            src,
+            "{i}            const int e = ep, {gm} = {row}, gn0 = {col};"
+        );
         let _ = writeln!(
             src,
             "{i}            if ({gm} < {} && gn0 < {}) {{",
@@ -1265,7 +1268,10 @@ pub(super) fn epilogue(
             "{i}                    if (h == 0) off = {store_offset};"
         );
         let _ = writeln!(src, "{i}                }}");
-        let _ = writeln!(src, "{i}                td_store_pair(&out[off], v[0], v[1]);");
+        let _ = writeln!(
+            src,
+            "{i}                td_store_pair(&out[off], v[0], v[1]);"
+        );
         let _ = writeln!(src, "{i}            }}");
         let _ = writeln!(src, "{i}        }}");
         return;
