@@ -55,30 +55,59 @@ fn tensor_core_kernels_match_the_reference_on_the_gpu() {
     };
     let target = info.target();
     let mut rng = StdRng::seed_from_u64(1);
-    let mut failures = Vec::new();
-    for (n, &(src, shapes, dtypes)) in CASES.iter().enumerate() {
-        let case = common::Case::new(&format!("k{n}"), src, shapes, dtypes);
-        let (kernel, extents, refs) = (&case.kernel, case.extents(), case.shape_refs());
-        let data: Vec<Buffer> = case
-            .shapes
+    let cases: Vec<(common::Case, Vec<Buffer>)> = CASES
+        .iter()
+        .enumerate()
+        .map(|(n, &(src, shapes, dtypes))| {
+            let case = common::Case::new(&format!("k{n}"), src, shapes, dtypes);
+            let kernel = &case.kernel;
+            let data: Vec<Buffer> = case
+                .shapes
+                .iter()
+                .enumerate()
+                .map(|(p, s)| {
+                    let count = if p == kernel.output {
+                        0
+                    } else {
+                        s.iter().product()
+                    };
+                    let values: Vec<f32> = (0..count).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                    Buffer::from_f32(kernel.params[p].dtype, &values)
+                })
+                .collect();
+            (case, data)
+        })
+        .collect();
+    // The reference interpreter takes most of this test's time (1000^3 and 512x3072x768
+    // multiply-adds): every case's at once, a thread each.
+    let wants: Vec<Vec<f32>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = cases
             .iter()
-            .enumerate()
-            .map(|(p, s)| {
-                let count = if p == kernel.output {
-                    0
-                } else {
-                    s.iter().product()
-                };
-                let values: Vec<f32> = (0..count).map(|_| rng.gen_range(-1.0..1.0)).collect();
-                Buffer::from_f32(kernel.params[p].dtype, &values)
+            .map(|(case, data)| {
+                scope.spawn(move || {
+                    let kernel = &case.kernel;
+                    let views: Vec<tensor_dsl::Data> = data.iter().map(Buffer::view).collect();
+                    let n_out: usize = case.shapes[kernel.output].iter().product();
+                    let mut want = Buffer::zeros(kernel.params[kernel.output].dtype, n_out);
+                    tensor_dsl::reference::run(
+                        kernel,
+                        &case.extents(),
+                        &case.shape_refs(),
+                        &views,
+                        want.view_mut(),
+                    );
+                    want.to_f32()
+                })
             })
             .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut failures = Vec::new();
+    for (((case, data), want), &(src, _, dtypes)) in cases.iter().zip(&wants).zip(CASES) {
+        let (kernel, extents, refs) = (&case.kernel, case.extents(), case.shape_refs());
         let views: Vec<tensor_dsl::Data> = data.iter().map(Buffer::view).collect();
         let out_dtype = kernel.params[kernel.output].dtype;
         let n_out: usize = case.shapes[kernel.output].iter().product();
-        let mut want = Buffer::zeros(out_dtype, n_out);
-        tensor_dsl::reference::run(kernel, &extents, &refs, &views, want.view_mut());
-        let want = want.to_f32();
 
         let mut points: Vec<CudaSchedule> = Vec::new();
         if let Ok(t) = TcTemplate::new(kernel, &extents, &refs, &target) {
@@ -129,7 +158,7 @@ fn tensor_core_kernels_match_the_reference_on_the_gpu() {
                     Ok(()) => got
                         .to_f32()
                         .iter()
-                        .zip(&want)
+                        .zip(want)
                         .position(|(g, w)| {
                             let tol = common::emulator_tolerance(out_dtype);
                             (g - w).abs() > tol * (1.0 + w.abs()) || g.is_nan()
