@@ -1307,3 +1307,46 @@ pub(super) fn epilogue(
     let _ = writeln!(src, "{i}            }}");
     let _ = writeln!(src, "{i}        }}");
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::ir::{bind, parse_text};
+
+    /// Whether the epilogue of `src` over `shapes` (bf16 operands) pairs its stores.
+    fn pairs(src: &str, shapes: &[&[usize]], dtypes: &str) -> bool {
+        let k = parse_text("k", src, None)
+            .unwrap()
+            .with_dtypes(dtypes)
+            .unwrap();
+        let extents = bind(&k, shapes).unwrap();
+        let g = Gemm::analyze(&k, &extents, shapes).unwrap();
+        paired_stores(&k, &extents, &g)
+    }
+
+    #[test]
+    fn pairs_only_where_a_pair_stays_in_one_row_at_an_even_offset() {
+        let mm = "c[[i, j]] += a[[i, k]] * b[[k, j]]";
+        let bf16 = "a=bf16,b=bf16";
+        // n contiguous and even: pairs, whatever the output's element type.
+        assert!(pairs(mm, &[&[64, 32], &[32, 128], &[64, 128]], bf16));
+        assert!(pairs(
+            mm,
+            &[&[64, 32], &[32, 128], &[64, 128]],
+            "a=f16,b=f16,c=f16"
+        ));
+        // An odd n: a pair would cross into the next row.
+        assert!(!pairs(mm, &[&[64, 32], &[32, 45], &[64, 45]], bf16));
+        // The output transposed: n is not the contiguous index.
+        let t = "c[[j, i]] += a[[i, k]] * b[[k, j]]";
+        assert!(!pairs(t, &[&[64, 32], &[32, 128], &[128, 64]], bf16));
+        // Batched, every stride even: pairs.
+        let bmm = "z[[b, m, n]] += x[[b, m, k]] * y[[b, k, n]]";
+        assert!(pairs(
+            bmm,
+            &[&[3, 16, 32], &[3, 32, 64], &[3, 16, 64]],
+            "x=bf16,y=bf16"
+        ));
+    }
+}
