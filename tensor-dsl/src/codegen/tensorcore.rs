@@ -39,8 +39,9 @@
 //! let src = generate(&k, &[256, 128, 64], &shapes, &t.default_schedule());
 //! assert!(src.source.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
 //! assert!(!src.source.contains("#include"));
-//! // A small output: 16×64 blocks of 1×4 warps, two warp groups per stage (sliced K).
-//! assert_eq!((src.grid, src.block), ([32, 1, 1], [256, 1, 1]));
+//! // A small output: 16×16 blocks of one warp (128 of them for 132 SMs), two warp groups
+//! // per stage (sliced K).
+//! assert_eq!((src.grid, src.block), ([128, 1, 1], [64, 1, 1]));
 //! ```
 
 use super::cuda::CudaSource;
