@@ -804,6 +804,7 @@ mod tests {
             vector_registers: if lanes >= 16 { 32 } else { 16 },
             l1d_bytes: 32 << 10,
             l2_bytes: l2,
+            l3_bytes: 32 << 20,
         };
         // AVX-512: 16 of 32 zmm as accumulators, 8 rows of two vectors, vector code.
         let avx512 = CpuConfig::heuristic_for(&k, &[512, 512, 512], &m(16, 1 << 20));

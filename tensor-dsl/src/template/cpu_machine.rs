@@ -1,6 +1,6 @@
 //! What the CPU schedule's analytic default ([`super::cpu::CpuConfig::heuristic_for`])
-//! knows about the machine: the SIMD width, the vector register count, and the L1 data and
-//! L2 cache sizes, read from `/sys/devices/system/cpu/cpu0/cache/index*/` where Linux has
+//! knows about the machine: the SIMD width, the vector register count, and the L1 data, L2
+//! and L3 cache sizes, read from `/sys/devices/system/cpu/cpu0/cache/index*/` where Linux has
 //! it, with common sizes as fallbacks.
 //!
 //! ```
@@ -18,6 +18,8 @@ use std::sync::OnceLock;
 pub const FALLBACK_L1D_BYTES: usize = 32 << 10;
 /// L2 cache size assumed where the system does not say.
 pub const FALLBACK_L2_BYTES: usize = 1 << 20;
+/// L3 cache size assumed where the system does not say.
+pub const FALLBACK_L3_BYTES: usize = 8 << 20;
 
 /// The machine facts the CPU schedule's default is computed from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,22 +32,25 @@ pub struct CpuMachine {
     pub l1d_bytes: usize,
     /// L2 cache per core, bytes.
     pub l2_bytes: usize,
+    /// L3 cache (as the first core sees it: shared by several cores), bytes.
+    pub l3_bytes: usize,
 }
 
 impl CpuMachine {
     /// This machine's caches with `lanes` SIMD lanes (the register count follows from
     /// them: AVX-512, the only ISA here with 16 lanes, has 32 vector registers).
     pub fn with_lanes(lanes: usize) -> CpuMachine {
-        static CACHES: OnceLock<(usize, usize)> = OnceLock::new();
-        let &(l1d_bytes, l2_bytes) = CACHES.get_or_init(|| {
+        static CACHES: OnceLock<(usize, usize, usize)> = OnceLock::new();
+        let &(l1d_bytes, l2_bytes, l3_bytes) = CACHES.get_or_init(|| {
             let m = CpuMachine::from_sysfs(Path::new("/sys/devices/system/cpu/cpu0/cache"), 4);
-            (m.l1d_bytes, m.l2_bytes)
+            (m.l1d_bytes, m.l2_bytes, m.l3_bytes)
         });
         CpuMachine {
             lanes: lanes.max(1),
             vector_registers: if lanes >= 16 { 32 } else { 16 },
             l1d_bytes,
             l2_bytes,
+            l3_bytes,
         }
     }
 
@@ -53,7 +58,7 @@ impl CpuMachine {
     /// Linux's `/sys/devices/system/cpu/cpu0/cache`: `index*/{level,type,size}`, sizes as
     /// `32K`); a cache it does not describe gets the fallback size.
     pub fn from_sysfs(dir: &Path, lanes: usize) -> CpuMachine {
-        let (mut l1d, mut l2) = (None, None);
+        let (mut l1d, mut l2, mut l3) = (None, None, None);
         if let Ok(entries) = std::fs::read_dir(dir) {
             for e in entries.flatten() {
                 let read = |f: &str| std::fs::read_to_string(e.path().join(f)).unwrap_or_default();
@@ -64,6 +69,7 @@ impl CpuMachine {
                 match (level.trim(), kind.trim()) {
                     ("1", "Data" | "Unified") => l1d = Some(bytes),
                     ("2", "Data" | "Unified") => l2 = Some(bytes),
+                    ("3", "Data" | "Unified") => l3 = Some(bytes),
                     _ => {}
                 }
             }
@@ -73,6 +79,7 @@ impl CpuMachine {
             vector_registers: if lanes >= 16 { 32 } else { 16 },
             l1d_bytes: l1d.unwrap_or(FALLBACK_L1D_BYTES),
             l2_bytes: l2.unwrap_or(FALLBACK_L2_BYTES),
+            l3_bytes: l3.unwrap_or(FALLBACK_L3_BYTES),
         }
     }
 }
@@ -123,13 +130,21 @@ mod tests {
             std::fs::write(d.join("size"), format!("{size}\n")).unwrap();
         }
         let m = CpuMachine::from_sysfs(&dir, 16);
-        assert_eq!((m.l1d_bytes, m.l2_bytes), (48 << 10, 2 << 20));
+        assert_eq!(
+            (m.l1d_bytes, m.l2_bytes, m.l3_bytes),
+            (48 << 10, 2 << 20, 32 << 20)
+        );
         assert_eq!(m.vector_registers, 32);
         std::fs::remove_dir_all(&dir).unwrap();
         let none = CpuMachine::from_sysfs(&dir, 8);
         assert_eq!(
-            (none.l1d_bytes, none.l2_bytes, none.vector_registers),
-            (FALLBACK_L1D_BYTES, FALLBACK_L2_BYTES, 16)
+            (
+                none.l1d_bytes,
+                none.l2_bytes,
+                none.l3_bytes,
+                none.vector_registers
+            ),
+            (FALLBACK_L1D_BYTES, FALLBACK_L2_BYTES, FALLBACK_L3_BYTES, 16)
         );
     }
 }
