@@ -133,12 +133,6 @@ impl Lower<'_> {
         pad
     }
 
-    /// The packed tile function of `size` as vector code (see the module documentation),
-    /// if it has one: the config asks for vector code of `L` lanes, the tile's width is a
-    /// multiple of `L` (or it is the axis's zero-padded last tile, [`Self::edge_vector_pad`]),
-    /// the kernel sums a vector-safe body whose only access along the vector axis is the
-    /// packed one, and (with a blocked reduction, whose partial sums of whole tiles are
-    /// reloaded as vectors) the output is unit-stride along the vector axis.
     /// Software prefetches of the rows a tile broadcasts from, [`PREFETCH_AHEAD`] reduction
     /// points ahead, once per cache line: for each broadcast access whose last coordinate is
     /// the innermost reduction index (a row read along it), whose tensor outgrows the L3
@@ -146,7 +140,7 @@ impl Lower<'_> {
     /// [`PREFETCH_MIN_ROW_BYTES`] long (a tile's rows pages apart: the hardware prefetcher
     /// follows rows of 4 KiB, which a tile reads as one contiguous block). Alone it left
     /// 4096×4096·4096×64 at 360–410 GFLOPS on two cores, 455–470 with these; with the operand
-    /// in L3 they cost 1–2.5%, with 4 KiB rows 3%
+    /// in L3 they cost 1–2.5%, with 4 KiB rows 3–5%
     /// (`bench/results/2026-11-26-cpu-stream-prefetch.md`). `at(u, 0)` gives the index
     /// strings of row `u` of the tile.
     fn stream_prefetch(
@@ -211,6 +205,12 @@ impl Lower<'_> {
         })
     }
 
+    /// The packed tile function of `size` as vector code (see the module documentation),
+    /// if it has one: the config asks for vector code of `L` lanes, the tile's width is a
+    /// multiple of `L` (or it is the axis's zero-padded last tile, [`Self::edge_vector_pad`]),
+    /// the kernel sums a vector-safe body whose only access along the vector axis is the
+    /// packed one, and (with a blocked reduction, whose partial sums of whole tiles are
+    /// reloaded as vectors) the output is unit-stride along the vector axis.
     pub(super) fn micro_tile(&self, name: &str, (nu, nv): (usize, usize)) -> Option<Func> {
         let lanes = self.config.vector_code;
         let packed = self.plan.packed.clone()?;
