@@ -1224,16 +1224,33 @@ pub(super) fn epilogue(
         output: "x".into(),
         packed: None,
     };
-    if paired_stores(kernel, extents, g) {
-        let _ = writeln!(
-            src,
-            "{i}/* epilogue on the f32 accumulators, one rounding, predicated stores of column pairs */"
-        );
-        let _ = writeln!(src, "{i}#pragma unroll");
-        let _ = writeln!(src, "{i}for (int mi = 0; mi < {mi_n}; ++mi)");
-        let _ = writeln!(src, "{i}    #pragma unroll");
-        let _ = writeln!(src, "{i}    for (int ni = 0; ni < {ni_n}; ++ni)");
-        let _ = writeln!(src, "{i}        #pragma unroll");
+    let pairs = paired_stores(kernel, extents, g);
+    let _ = writeln!(
+        src,
+        "{i}/* epilogue on the f32 accumulators, one rounding, predicated {} */",
+        if pairs {
+            "stores of column pairs"
+        } else {
+            "store"
+        }
+    );
+    let _ = writeln!(src, "{i}#pragma unroll");
+    let _ = writeln!(src, "{i}for (int mi = 0; mi < {mi_n}; ++mi)");
+    let _ = writeln!(src, "{i}    #pragma unroll");
+    let _ = writeln!(src, "{i}    for (int ni = 0; ni < {ni_n}; ++ni)");
+    let _ = writeln!(src, "{i}        #pragma unroll");
+    // One element's value in `x` at indentation `ind`: the fused groups' indices, the
+    // accumulator `acc`, the kernel's later statements.
+    let value = |src: &mut String, ind: &str, acc: &str| {
+        for p in &parts {
+            let _ = writeln!(src, "{ind}{p}");
+        }
+        let _ = writeln!(src, "{ind}float x = {acc};");
+        for e in &kernel.epilogue {
+            let _ = writeln!(src, "{ind}x = {};", printer.expr(e));
+        }
+    };
+    if pairs {
         let _ = writeln!(src, "{i}        for (int ep = 0; ep < 4; ep += 2) {{");
         let _ = writeln!(
             src,
@@ -1252,13 +1269,11 @@ pub(super) fn epilogue(
         let _ = writeln!(src, "{i}                #pragma unroll");
         let _ = writeln!(src, "{i}                for (int h = 0; h < 2; ++h) {{");
         let _ = writeln!(src, "{i}                    const int {gn} = gn0 + h;");
-        for p in &parts {
-            let _ = writeln!(src, "{i}                    {p}");
-        }
-        let _ = writeln!(src, "{i}                    float x = acc[mi][ni][ep + h];");
-        for e in &kernel.epilogue {
-            let _ = writeln!(src, "{i}                    x = {};", printer.expr(e));
-        }
+        value(
+            src,
+            &format!("{i}                    "),
+            "acc[mi][ni][ep + h]",
+        );
         let _ = writeln!(
             src,
             "{i}                    v[h] = {};",
@@ -1273,38 +1288,21 @@ pub(super) fn epilogue(
             src,
             "{i}                td_store_pair(&out[off], v[0], v[1]);"
         );
-        let _ = writeln!(src, "{i}            }}");
-        let _ = writeln!(src, "{i}        }}");
-        return;
+    } else {
+        let _ = writeln!(src, "{i}        for (int e = 0; e < 4; ++e) {{");
+        let _ = writeln!(src, "{i}            const int {gm} = {row}, {gn} = {col};");
+        let _ = writeln!(
+            src,
+            "{i}            if ({gm} < {} && {gn} < {}) {{",
+            g.m_extent, g.n_extent
+        );
+        value(src, &format!("{i}                "), "acc[mi][ni][e]");
+        let _ = writeln!(
+            src,
+            "{i}                out[{store_offset}] = {};",
+            store_from_f32(out_dtype, "x")
+        );
     }
-    let _ = writeln!(
-        src,
-        "{i}/* epilogue on the f32 accumulators, one rounding, predicated store */"
-    );
-    let _ = writeln!(src, "{i}#pragma unroll");
-    let _ = writeln!(src, "{i}for (int mi = 0; mi < {mi_n}; ++mi)");
-    let _ = writeln!(src, "{i}    #pragma unroll");
-    let _ = writeln!(src, "{i}    for (int ni = 0; ni < {ni_n}; ++ni)");
-    let _ = writeln!(src, "{i}        #pragma unroll");
-    let _ = writeln!(src, "{i}        for (int e = 0; e < 4; ++e) {{");
-    let _ = writeln!(src, "{i}            const int {gm} = {row}, {gn} = {col};");
-    let _ = writeln!(
-        src,
-        "{i}            if ({gm} < {} && {gn} < {}) {{",
-        g.m_extent, g.n_extent
-    );
-    for p in &parts {
-        let _ = writeln!(src, "{i}                {p}");
-    }
-    let _ = writeln!(src, "{i}                float x = acc[mi][ni][e];");
-    for e in &kernel.epilogue {
-        let _ = writeln!(src, "{i}                x = {};", printer.expr(e));
-    }
-    let _ = writeln!(
-        src,
-        "{i}                out[{store_offset}] = {};",
-        store_from_f32(out_dtype, "x")
-    );
     let _ = writeln!(src, "{i}            }}");
     let _ = writeln!(src, "{i}        }}");
 }
