@@ -364,25 +364,8 @@ fn check_kernel(
         let Some((extents, shapes)) = case else {
             continue;
         };
-        let data: Vec<Buffer> = shapes
-            .iter()
-            .enumerate()
-            .map(|(p, s)| {
-                let n = if p == kernel.output {
-                    0
-                } else {
-                    s.iter().product()
-                };
-                let values: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
-                Buffer::from_f32(kernel.params[p].dtype, &values)
-            })
-            .collect();
-        let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-        let data_refs: Vec<tensor_dsl::Data> = data.iter().map(Buffer::view).collect();
-        let n_out: usize = shapes[kernel.output].iter().product();
-        let mut want = Buffer::zeros(out_dtype, n_out);
-        tensor_dsl::reference::run(&kernel, &extents, &shape_refs, &data_refs, want.view_mut());
-        let want = want.to_f32();
+        let data = common::random_inputs(&kernel, &shapes, &mut rng);
+        let want = common::reference_output(&kernel, &extents, &shapes, &data);
         let template = GpuTemplate::new(&kernel, &extents, &target).unwrap();
         let default = default_schedule(&kernel, &extents, &target);
         let config = template.default_config().unwrap();

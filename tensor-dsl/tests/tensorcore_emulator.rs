@@ -9,7 +9,7 @@
 
 mod common;
 
-use rand::{rngs::StdRng, Rng, SeedableRng};
+use rand::{rngs::StdRng, SeedableRng};
 use std::fmt::Write as _;
 use std::process::Command;
 use tensor_dsl::codegen::cuda::CudaSource;
@@ -121,29 +121,12 @@ impl Problem {
         let case = common::Case::new(&format!("k{n}"), src, shapes, dtypes);
         let (kernel, shapes) = (case.kernel.clone(), case.shapes.clone());
         let extents = case.extents();
-        let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-        let data: Vec<Buffer> = shapes
-            .iter()
-            .enumerate()
-            .map(|(p, s)| {
-                let count = if p == kernel.output {
-                    0
-                } else {
-                    s.iter().product()
-                };
-                let values: Vec<f32> = (0..count).map(|_| rng.gen_range(-1.0..1.0)).collect();
-                Buffer::from_f32(kernel.params[p].dtype, &values)
-            })
-            .collect();
-        let views: Vec<tensor_dsl::Data> = data.iter().map(Buffer::view).collect();
-        let out_dtype = kernel.params[kernel.output].dtype;
-        let n_out: usize = shapes[kernel.output].iter().product();
-        let mut want = Buffer::zeros(out_dtype, n_out);
-        tensor_dsl::reference::run(&kernel, &extents, &refs, &views, want.view_mut());
+        let data = common::random_inputs(&kernel, &shapes, rng);
+        let want = common::reference_output(&kernel, &extents, &shapes, &data);
         Problem {
             src: src.into(),
             dtypes: dtypes.into(),
-            want: want.to_f32(),
+            want,
             kernel,
             shapes,
             extents,

@@ -9,7 +9,7 @@
 
 mod common;
 
-use rand::{rngs::StdRng, Rng, SeedableRng};
+use rand::{rngs::StdRng, SeedableRng};
 use tensor_dsl::lower::tensorcore::TcSchedule;
 use tensor_dsl::lower::wgmma::WgSchedule;
 use tensor_dsl::runtime::cuda;
@@ -60,21 +60,7 @@ fn tensor_core_kernels_match_the_reference_on_the_gpu() {
         .enumerate()
         .map(|(n, &(src, shapes, dtypes))| {
             let case = common::Case::new(&format!("k{n}"), src, shapes, dtypes);
-            let kernel = &case.kernel;
-            let data: Vec<Buffer> = case
-                .shapes
-                .iter()
-                .enumerate()
-                .map(|(p, s)| {
-                    let count = if p == kernel.output {
-                        0
-                    } else {
-                        s.iter().product()
-                    };
-                    let values: Vec<f32> = (0..count).map(|_| rng.gen_range(-1.0..1.0)).collect();
-                    Buffer::from_f32(kernel.params[p].dtype, &values)
-                })
-                .collect();
+            let data = common::random_inputs(&case.kernel, &case.shapes, &mut rng);
             (case, data)
         })
         .collect();
@@ -85,18 +71,7 @@ fn tensor_core_kernels_match_the_reference_on_the_gpu() {
             .iter()
             .map(|(case, data)| {
                 scope.spawn(move || {
-                    let kernel = &case.kernel;
-                    let views: Vec<tensor_dsl::Data> = data.iter().map(Buffer::view).collect();
-                    let n_out: usize = case.shapes[kernel.output].iter().product();
-                    let mut want = Buffer::zeros(kernel.params[kernel.output].dtype, n_out);
-                    tensor_dsl::reference::run(
-                        kernel,
-                        &case.extents(),
-                        &case.shape_refs(),
-                        &views,
-                        want.view_mut(),
-                    );
-                    want.to_f32()
+                    common::reference_output(&case.kernel, &case.extents(), &case.shapes, data)
                 })
             })
             .collect();

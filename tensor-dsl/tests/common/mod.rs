@@ -1,8 +1,10 @@
 //! Helpers shared by the backend-vs-reference tests.
 
+use rand::Rng;
 use std::path::PathBuf;
 use std::process::Command;
 use tensor_dsl::ir::{bind, DType, Kernel};
+use tensor_dsl::Buffer;
 
 /// Kernels covering the language: many inputs, diagonals, scalars, outer products,
 /// transposes, affine (padded) accesses, epilogues with every built-in: every backend is
@@ -193,4 +195,39 @@ pub fn sass_tools_present() -> bool {
     );
     println!("skipped: {why}");
     false
+}
+
+/// Random inputs of `kernel` at `shapes`, uniform in [-1, 1) and stored in each parameter's
+/// element type; the output's buffer is empty.
+#[allow(dead_code)]
+pub fn random_inputs(kernel: &Kernel, shapes: &[Vec<usize>], rng: &mut impl Rng) -> Vec<Buffer> {
+    shapes
+        .iter()
+        .enumerate()
+        .map(|(p, s)| {
+            let count = if p == kernel.output {
+                0
+            } else {
+                s.iter().product()
+            };
+            let values: Vec<f32> = (0..count).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            Buffer::from_f32(kernel.params[p].dtype, &values)
+        })
+        .collect()
+}
+
+/// The reference interpreter's output of `kernel` on `data`, widened to `f32`.
+#[allow(dead_code)]
+pub fn reference_output(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[Vec<usize>],
+    data: &[Buffer],
+) -> Vec<f32> {
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    let views: Vec<tensor_dsl::Data> = data.iter().map(Buffer::view).collect();
+    let n_out: usize = shapes[kernel.output].iter().product();
+    let mut want = Buffer::zeros(kernel.params[kernel.output].dtype, n_out);
+    tensor_dsl::reference::run(kernel, extents, &refs, &views, want.view_mut());
+    want.to_f32()
 }
