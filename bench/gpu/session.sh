@@ -6,6 +6,8 @@
 # most 8 files). Example, with build.sh's carry:
 #   run(command="DEADLINE=400 PLAN='bert_matmul bert_matmul:bf16' bash bench/gpu/session.sh",
 #       carry=[".gpu-carry"], timeout_s=460)
+# A step is `suite`, `suite:dtypes` or `suite:dtypes:W1,W2` (only those workloads; dtypes may
+# be empty: `resnet50_conv2d::R7,R8`).
 # TESTS (names, as run.sh takes them; `none` skips the tests), TEST_SECONDS (default 60),
 # TRIALS, SEED and BENCH_ARGS pass on to run.sh.
 set -uo pipefail
@@ -27,16 +29,15 @@ if [ "${TESTS:-}" != none ]; then
         timeout "$(left)" bash bench/gpu/run.sh || status=1
 fi
 for step in ${PLAN:-}; do
-    suite="${step%%:*}"
-    dtypes=""
-    [ "$suite" != "$step" ] && dtypes="${step#*:}"
+    IFS=: read -r suite dtypes only <<<"$step"
     secs=$(left)
     if [ "$secs" -lt 20 ]; then
         echo "session.sh: no time left for $step" | tee -a "$work/skipped.txt"
         continue
     fi
-    dir="$work/$suite${dtypes:+-$dtypes}"
+    dir="$work/$suite${dtypes:+-$dtypes}${only:+-${only//,/-}}"
     OUT="$dir" SKIP_TESTS=1 SUITES="$suite" DTYPES="$dtypes" SUITE_SECONDS=$((secs - 10)) \
+        BENCH_ARGS="${BENCH_ARGS:-}${only:+ --filter $only}" \
         timeout "$secs" bash bench/gpu/run.sh || status=1
 done
 exit $status
