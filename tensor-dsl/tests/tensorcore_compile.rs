@@ -83,6 +83,14 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "x=bf16,w=bf16,y=bf16",
     ),
     (
+        // Many output pixels over a short reduction: the default widens its warp tiles
+        // (16×32, 2×2 warps, k tiles of 32).
+        "conv_stem_f16",
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 3, 2 * q + s - 3]] * w[[f, c, r, s]]",
+        "x=1x3x224x224 w=64x3x7x7 y=1x64x112x112",
+        "x=f16,w=f16",
+    ),
+    (
         "conv_nhwc_f16",
         "y[[n, p, q, f]] += x[[n, p + r - 1, q + s - 1, c]] * w[[f, r, s, c]]",
         "x=4x56x56x64 w=64x3x3x64 y=4x56x56x64",

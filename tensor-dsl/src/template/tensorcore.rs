@@ -57,6 +57,12 @@ pub const MAX_WARPS: usize = 8;
 
 /// Outputs (batch × m × n) up to which a GEMM takes [`TcTemplate::small_default`].
 pub const SMALL_OUTPUT: usize = 64 * 1024;
+/// Waves (blocks per SM) of 16×64 blocks from which a convolution's default widens its
+/// warp tiles ([`TcTemplate::small_default`]).
+pub const LARGE_CONV_WAVES: usize = 2;
+/// Longest reduction for which a convolution's default widens its warp tiles (what was
+/// measured: 64–147; longer ones keep the measured 16×16 default).
+pub const LARGE_CONV_MAX_K: usize = 256;
 
 const KNOBS: [(&str, &[i64]); 9] = [
     ("warp_m", &WARP_TILES),
@@ -272,21 +278,51 @@ impl TcTemplate {
             split_k: 1,
             splits: 1,
         };
+        let mut wide = false;
         if self.gemm.a.linear && self.gemm.b.linear {
             while s.warps_n > 1 && self.blocks(&s) * 2 <= self.sm_count {
                 s.warps_n /= 2;
             }
+        } else if self.blocks(&s) >= LARGE_CONV_WAVES * self.sm_count
+            && self.gemm.k_extent <= LARGE_CONV_MAX_K
+        {
+            self.widen_for_large_outputs(&mut s);
+            wide = true;
         }
         self.split_across_blocks(&mut s);
-        // Sliced K: two warp groups per stage, each with a whole k tile.
+        // Sliced K: two warp groups per stage, each with a whole k tile (not for 16×32 warps
+        // on k tiles of 64: ptxas spills there).
         if self.gemm.k_extent >= 2 * s.block_k
             && s.block_k >= 32
+            && !(wide && s.block_k >= 64)
             && s.warps_m * s.warps_n * 2 <= MAX_WARPS
         {
             s.split_k = 2;
         }
         self.fit_stages(&mut s);
         s
+    }
+
+    /// A convolution with at least [`LARGE_CONV_WAVES`] waves of the small default's 16×64
+    /// blocks and a reduction of at most [`LARGE_CONV_MAX_K`] (many output pixels, the
+    /// GEMM's `m`, against few channels in and out, such as ResNet-50's
+    /// 1×1 layers on 56×56 and 28×28 planes and its 7×7 stem) takes warp tiles twice as wide
+    /// along the channels (16×32), 2 stages, k tiles of 64 (32 where a tile of 64 would leave
+    /// the last one at most half full) and, for at most 64 channels, 2×2 warps (a 32×64 block)
+    /// rather than 1×4; sliced K only on k tiles of 32. On an H200 (2026-11-26,
+    /// `tc-half-points.json`) that measured 0.88–0.90 of the best point on the stem (the
+    /// 16×16 default 0.60–0.62), 0.96–0.98 on 64 to 256 channels over 56×56 (0.66–0.69) and
+    /// 0.99–1.00 on 128 to 512 over 28×28 (0.97–0.98); on the H100, 1.00 and 0.84 on the
+    /// latter two (there sliced K measured 1.00 on 128 to 512, but it spills a register).
+    fn widen_for_large_outputs(&self, s: &mut TcSchedule) {
+        let k = self.gemm.k_extent;
+        s.warp_n = 32;
+        s.stages = 2;
+        s.block_k = if (1..=32).contains(&(k % 64)) { 32 } else { 64 };
+        if self.gemm.n_extent <= 64 {
+            s.warps_m = 2;
+            s.warps_n = 2;
+        }
     }
 
     /// The default for large outputs (unmeasured on a GPU so far): CUTLASS's 128×128×32
@@ -480,6 +516,39 @@ mod tests {
             );
             assert!(t.encode(&s).is_ok(), "{s:?}");
         }
+    }
+
+    #[test]
+    fn a_convolution_with_many_pixels_widens_its_warp_tiles() {
+        // A 1×1 convolution, c → f channels on an hw×hw plane.
+        let conv = |c: usize, f: usize, hw: usize| {
+            let k = parse_text("c", "y[[n,f,p,q]] += x[[n,c,p+r,q+s]] * w[[f,c,r,s]]", None)
+                .unwrap()
+                .with_dtypes("x=f16,w=f16")
+                .unwrap();
+            let shapes = [vec![1, c, hw, hw], vec![f, c, 1, 1], vec![1, f, hw, hw]];
+            let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+            let extents = crate::ir::bind(&k, &refs).unwrap();
+            let t = TcTemplate::new(&k, &extents, &refs, &GpuTarget::h100()).unwrap();
+            let s = t.default_schedule();
+            assert!(t.encode(&s).is_ok(), "{s:?}");
+            s
+        };
+        // 1×1, 64 → 256 channels on 56×56: 16×32 warps in 1×4, one k tile of 64, 2 stages.
+        let s = conv(64, 256, 56);
+        assert_eq!(
+            (s.warp_m, s.warp_n, s.warps_m, s.warps_n, s.block_k, s.stages),
+            (16, 32, 1, 4, 64, 2)
+        );
+        // 128 → 512 on 28×28: the same, two k tiles of 64 and no sliced K.
+        let s = conv(128, 512, 28);
+        assert_eq!((s.warp_n, s.block_k, s.split_k), (32, 64, 1));
+        // 64 → 64: 2×2 of them, a 32×64 block.
+        let s = conv(64, 64, 112);
+        assert_eq!((s.warp_n, s.warps_m, s.warps_n), (32, 2, 2));
+        // 1×1, 256 → 1024 on 14×14: too few pixels, the 16×16 warps stay.
+        let s = conv(256, 1024, 14);
+        assert_eq!((s.warp_n, s.warps_n), (16, 4));
     }
 
     #[test]
