@@ -109,6 +109,17 @@ for s in ${SUITES:-smoke}; do
     echo "== bench $s ${DTYPES:-}"
     echo "bench $s: ${cmd[*]#$CARRY/}" >>"$OUT/environment.txt"
     timeout "${SUITE_SECONDS:-540}" "${cmd[@]}" 2>&1 | tee "$OUT/$date-cuda-$s$tag.log" | tail -60 || status=1
+    # The stages suite's other GPU library: PyTorch (cuDNN has no layer norm outside its
+    # graph API), timed the same way in the same call.
+    if [ "$s" = stages ]; then
+        py=python3
+        for p in /opt/torch/.venv/bin/python "$(command -v python3)"; do
+            [ -x "$p" ] && "$p" -c 'import torch' 2>/dev/null && py="$p" && break
+        done
+        echo "== PyTorch stages ($py)"
+        timeout 120 "$py" bench/gpu/torch_stages.py --out "$OUT/$date-cuda-stages-torch.json" 2>&1 |
+            tee "$OUT/$date-cuda-stages-torch.log" || status=1
+    fi
 done
 # Landscapes travel back as one archive ($OUT is copied at most two folders deep).
 if [ -d "$OUT/landscapes" ]; then

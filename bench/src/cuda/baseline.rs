@@ -55,7 +55,7 @@ pub fn name(op: &Op, dtype: DType) -> String {
         (Op::Conv2d(_), _) => format!(
             "cuDNN convolution forward ({dtype} in and out, f32 compute, tensor ops, fastest algorithm)"
         ),
-        (Op::Stage(_), _) => "none (no GPU baseline for row kernels yet)".into(),
+        (Op::Stage(stage), _) => super::dnn_rows::name(stage).unwrap_or_else(|why| format!("none ({why})")),
     }
 }
 
@@ -99,7 +99,7 @@ pub fn blas_type(dtype: DType) -> Option<blas_sys::cudaDataType> {
 }
 
 /// cuDNN's name for an element type.
-fn dnn_type(dtype: DType) -> dnn_sys::cudnnDataType_t {
+pub(super) fn dnn_type(dtype: DType) -> dnn_sys::cudnnDataType_t {
     match dtype {
         DType::F32 => dnn_sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
         DType::F16 => dnn_sys::cudnnDataType_t::CUDNN_DATA_HALF,
@@ -119,6 +119,8 @@ enum Kind {
         epilogue: Option<Epilogue>,
     },
     Conv(Box<ConvState>),
+    /// Softmax or max pooling (one input).
+    Rows(Box<super::dnn_rows::RowState>),
 }
 
 /// The separate bias + ReLU pass after the GEMM: the GEMM writes `t`, the kernel reads it
@@ -165,6 +167,21 @@ impl Drop for ConvState {
     }
 }
 
+/// An error (what to do) where cuDNN cannot be loaded.
+pub(super) fn require_cudnn() -> Result<(), String> {
+    // SAFETY: only tries to dlopen the library.
+    if unsafe { dnn_sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(
+            "cuDNN (libcudnn.so.9) is not on the library path: on the GPU machines it \
+             comes inside PyTorch's environment (the nvidia-cudnn-cu13 wheel's \
+             nvidia/cudnn/lib); put that folder on LD_LIBRARY_PATH"
+                .into(),
+        )
+    }
+}
+
 /// A baseline ready to run on given device buffers.
 pub struct Baseline {
     kind: Kind,
@@ -172,7 +189,7 @@ pub struct Baseline {
     pub description: String,
 }
 
-fn dim(v: usize, what: &str) -> Result<i32, String> {
+pub(super) fn dim(v: usize, what: &str) -> Result<i32, String> {
     i32::try_from(v).map_err(|_| format!("{what} = {v} does not fit cuBLAS/cuDNN's int"))
 }
 
@@ -186,6 +203,14 @@ impl Baseline {
         inputs: &[&DeviceBuffer],
         out: &mut DeviceBuffer,
     ) -> Result<Baseline, String> {
+        if let Op::Stage(stage) = op {
+            let x = inputs.first().ok_or("a stage kernel needs an input")?;
+            let state = super::dnn_rows::RowState::new(stage, x.dtype())?;
+            return Ok(Baseline {
+                kind: Kind::Rows(state),
+                description: name(op, x.dtype()),
+            });
+        }
         let dtype = match inputs {
             [a, b, ..] => operand_dtype(a.dtype(), b.dtype())?,
             _ => return Err("the baseline needs two inputs".into()),
@@ -268,7 +293,7 @@ impl Baseline {
                 )
             }
             Op::Conv2d(cv) => Self::conv(cv, dtype, inputs, out),
-            Op::Stage(_) => Err("no GPU baseline for row kernels yet".into()),
+            Op::Stage(_) => Err("a stage kernel's baseline is cuDNN's (dnn_rows)".into()),
         }
     }
 
@@ -330,15 +355,7 @@ impl Baseline {
         inputs: &[&DeviceBuffer],
         out: &mut DeviceBuffer,
     ) -> Result<Baseline, String> {
-        // SAFETY: only tries to dlopen the library.
-        if !unsafe { dnn_sys::is_culib_present() } {
-            return Err(
-                "cuDNN (libcudnn.so.9) is not on the library path: on the GPU machines it \
-                 comes inside PyTorch's environment (the nvidia-cudnn-cu13 wheel's \
-                 nvidia/cudnn/lib); put that folder on LD_LIBRARY_PATH"
-                    .into(),
-            );
-        }
+        require_cudnn()?;
         let (x_buf, w_buf) = match inputs {
             [x, w, ..] => (*x, *w),
             _ => return Err("a convolution needs two inputs".into()),
@@ -477,9 +494,9 @@ impl Baseline {
         inputs: &[&DeviceBuffer],
         out: &mut DeviceBuffer,
     ) -> Result<(), String> {
-        let (a, b) = match inputs {
-            [a, b, ..] => (*a, *b),
-            _ => return Err("the baseline needs two inputs".into()),
+        let two = || match inputs {
+            [a, b, ..] => Ok((*a, *b)),
+            _ => Err("the baseline needs two inputs".to_string()),
         };
         match &mut self.kind {
             Kind::Gemm {
@@ -488,6 +505,7 @@ impl Baseline {
                 half,
                 epilogue,
             } => {
+                let (a, b) = two()?;
                 let (l, r) = if plan.swap { (b, a) } else { (a, b) };
                 let y = match epilogue {
                     Some(e) => &mut e.t,
@@ -507,7 +525,14 @@ impl Baseline {
                 }
                 Ok(())
             }
-            Kind::Conv(state) => state.launch(a, b, out),
+            Kind::Conv(state) => {
+                let (a, b) = two()?;
+                state.launch(a, b, out)
+            }
+            Kind::Rows(state) => {
+                let x = inputs.first().ok_or("a stage kernel needs an input")?;
+                state.launch(x, out)
+            }
         }
     }
 }
@@ -652,7 +677,7 @@ fn gemm_ex(
 }
 
 /// The device address of a buffer of either element type, for reading on `stream`.
-fn read_ptr<'a>(
+pub(super) fn read_ptr<'a>(
     buf: &'a DeviceBuffer,
     stream: &'a CudaStream,
 ) -> Result<(u64, cudarc::driver::SyncOnDrop<'a>), String> {
@@ -664,7 +689,7 @@ fn read_ptr<'a>(
 }
 
 /// [`read_ptr`], for writing.
-fn write_ptr<'a>(
+pub(super) fn write_ptr<'a>(
     buf: &'a mut DeviceBuffer,
     stream: &'a CudaStream,
 ) -> Result<(u64, cudarc::driver::SyncOnDrop<'a>), String> {

@@ -13,6 +13,7 @@
 //! stream, from this one thread.
 
 mod baseline;
+mod dnn_rows;
 mod epilogue;
 mod gemm_plan;
 
@@ -32,12 +33,14 @@ use crate::workloads::{Problem, Workload};
 
 pub use baseline::name as baseline_name;
 
-/// The one element type of the contraction's two operands (the first two inputs).
+/// The one element type of the contraction's two operands (the first two inputs), or of a
+/// stage kernel's input.
 fn operand_dtype(problem: &Problem) -> Result<tensor_dsl::ir::DType, String> {
     let k = &problem.kernel;
     match k.inputs()[..] {
+        [x] => Ok(k.params[x].dtype),
         [a, b, ..] => baseline::operand_dtype(k.params[a].dtype, k.params[b].dtype),
-        _ => Err("the kernel has fewer than two inputs".into()),
+        _ => Err("the kernel has no input".into()),
     }
 }
 
