@@ -25,9 +25,7 @@ pub fn name(stage: &Stage) -> Result<String, String> {
     match stage {
         Stage::Softmax { .. } => Ok("cuDNN softmax forward (accurate, per row)".into()),
         Stage::MaxPool { .. } => Ok("cuDNN max pooling forward".into()),
-        Stage::LayerNorm { .. } => {
-            Err("cuDNN has no layer norm outside its graph API: no GPU baseline".into())
-        }
+        Stage::LayerNorm { .. } => Err(NO_LAYER_NORM.into()),
     }
 }
 

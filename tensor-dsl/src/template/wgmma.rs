@@ -288,7 +288,7 @@ impl WgTemplate {
     /// only one measured 0.89–0.91. A reduction of at most [`SHORT_REDUCTION`] takes k
     /// tiles of 32 in 3 stages rather than two tiles of 64 in 4 (where the second copy has
     /// nothing to overlap and half the buffers stay empty): on an H200 (2026-11-26) 960
-    /// batched 64×64 outputs over 128 ran at 0.99 of the best point so, at 0.85 with 64.
+    /// batched 64×64 outputs over 128 ran at 0.99 of the best point so, 0.85 with tiles of 64.
     pub fn default_schedule(&self) -> WgSchedule {
         let g = &self.gemm;
         let mut s = WgSchedule {
