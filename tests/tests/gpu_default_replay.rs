@@ -144,8 +144,8 @@ fn the_simt_default_lands_on_points_the_h100_measured_fast() {
 
 #[test]
 fn the_simt_default_lands_on_points_the_h200_measured_fast() {
-    // Every 2026-11-26 default of the BERT and OpEvo GEMMs and of R0-R6 was measured (seven
-    // GEMMs with more than TINY_OUTPUT outputs).
+    // Every 2026-11-26 default of the BERT and OpEvo GEMMs (seven with more than
+    // TINY_OUTPUT outputs) and of the ResNet-50, OpEvo and YOLO convolutions run was measured.
     simt_defaults_reach(H200, 10, 7);
 }
 
