@@ -30,6 +30,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use tensor_dsl::ir::DType;
 use tensor_dsl::runtime::cuda::{self, guarded, CompiledKernel, DeviceBuffer};
 
+use super::dnn::{nchw_tensor, Handle, Owned};
 use super::epilogue;
 use super::gemm_plan::{self, Operand};
 use crate::workloads::{Conv, Op};
@@ -131,55 +132,15 @@ struct Epilogue {
 }
 
 /// cuDNN through its C API (`cudarc::cudnn::result`): the safe wrappers do not list every
-/// algorithm, and these handles are few and owned here.
+/// algorithm. Descriptors before the handle: fields drop in this order.
 struct ConvState {
-    handle: dnn_sys::cudnnHandle_t,
-    x: dnn_sys::cudnnTensorDescriptor_t,
-    w: dnn_sys::cudnnFilterDescriptor_t,
-    y: dnn_sys::cudnnTensorDescriptor_t,
-    conv: dnn_sys::cudnnConvolutionDescriptor_t,
+    x: Owned<dnn_sys::cudnnTensorDescriptor_t>,
+    w: Owned<dnn_sys::cudnnFilterDescriptor_t>,
+    y: Owned<dnn_sys::cudnnTensorDescriptor_t>,
+    conv: Owned<dnn_sys::cudnnConvolutionDescriptor_t>,
     algo: dnn_sys::cudnnConvolutionFwdAlgo_t,
     workspace: Option<CudaSlice<u8>>,
-    stream: Arc<CudaStream>,
-}
-
-impl Drop for ConvState {
-    fn drop(&mut self) {
-        // SAFETY: each was created by this struct and is destroyed once; null ones (a
-        // half-built state) are skipped. Errors on teardown are ignored.
-        unsafe {
-            if !self.conv.is_null() {
-                let _ = dnn::destroy_convolution_descriptor(self.conv);
-            }
-            if !self.y.is_null() {
-                let _ = dnn::destroy_tensor_descriptor(self.y);
-            }
-            if !self.w.is_null() {
-                let _ = dnn::destroy_filter_descriptor(self.w);
-            }
-            if !self.x.is_null() {
-                let _ = dnn::destroy_tensor_descriptor(self.x);
-            }
-            if !self.handle.is_null() {
-                let _ = dnn::destroy_handle(self.handle);
-            }
-        }
-    }
-}
-
-/// An error (what to do) where cuDNN cannot be loaded.
-pub(super) fn require_cudnn() -> Result<(), String> {
-    // SAFETY: only tries to dlopen the library.
-    if unsafe { dnn_sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(
-            "cuDNN (libcudnn.so.9) is not on the library path: on the GPU machines it \
-             comes inside PyTorch's environment (the nvidia-cudnn-cu13 wheel's \
-             nvidia/cudnn/lib); put that folder on LD_LIBRARY_PATH"
-                .into(),
-        )
-    }
+    dnn: Handle,
 }
 
 /// A baseline ready to run on given device buffers.
@@ -355,7 +316,6 @@ impl Baseline {
         inputs: &[&DeviceBuffer],
         out: &mut DeviceBuffer,
     ) -> Result<Baseline, String> {
-        require_cudnn()?;
         let (x_buf, w_buf) = match inputs {
             [x, w, ..] => (*x, *w),
             _ => return Err("a convolution needs two inputs".into()),
@@ -373,26 +333,9 @@ impl Baseline {
         let w_dims = dims([(cv.f, "F"), (cv.c, "C"), (cv.r, "R"), (cv.s, "S")])?;
         let y_dims = dims([(cv.n, "N"), (cv.f, "F"), (p, "P"), (q, "Q")])?;
         let (pad, stride) = (dim(cv.pad, "pad")?, dim(cv.stride, "stride")?);
-        let stream = cuda::stream().map_err(|e| e.to_string())?;
-        let mut state = Box::new(ConvState {
-            handle: std::ptr::null_mut(),
-            x: std::ptr::null_mut(),
-            w: std::ptr::null_mut(),
-            y: std::ptr::null_mut(),
-            conv: std::ptr::null_mut(),
-            algo: dnn_sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
-            workspace: None,
-            stream,
-        });
-        let candidates = guarded("setting up cuDNN", || {
+        let (mut state, candidates) = guarded("setting up cuDNN", || {
             let err = |what: &'static str| move |e: dnn::CudnnError| format!("{what}: {e:?}");
-            let s = &mut *state;
-            // cuDNN works on the calling thread's current context: make it the runtime's.
-            s.stream
-                .context()
-                .bind_to_thread()
-                .map_err(|e| format!("binding the CUDA context: {e:?}"))?;
-            s.handle = dnn::create_handle().map_err(err("cudnnCreate"))?;
+            let dnn = Handle::new()?;
             let nchw = dnn_sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
             let f32_t = dnn_sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
             // The tensors' type; the convolution computes in f32 whatever they are.
@@ -402,10 +345,18 @@ impl Baseline {
             } else {
                 dnn_sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
             };
-            s.x = dnn::create_tensor_descriptor().map_err(err("the input descriptor"))?;
-            s.w = dnn::create_filter_descriptor().map_err(err("the filter descriptor"))?;
-            s.y = dnn::create_tensor_descriptor().map_err(err("the output descriptor"))?;
-            s.conv = dnn::create_convolution_descriptor().map_err(err("the convolution"))?;
+            let x = nchw_tensor(data_t, x_dims, "the input descriptor")?;
+            let w = Owned::new(
+                dnn::create_filter_descriptor(),
+                dnn::destroy_filter_descriptor,
+                "the filter descriptor",
+            )?;
+            let y = nchw_tensor(data_t, y_dims, "the output descriptor")?;
+            let conv = Owned::new(
+                dnn::create_convolution_descriptor(),
+                dnn::destroy_convolution_descriptor,
+                "the convolution descriptor",
+            )?;
             let mut count: std::ffi::c_int = 0;
             // SAFETY: zeroed plain-data structs for cuDNN to fill.
             let mut perf: [dnn_sys::cudnnConvolutionFwdAlgoPerf_t; ALGOS] =
@@ -413,16 +364,10 @@ impl Baseline {
             // SAFETY: every handle and descriptor was just created; `perf` holds ALGOS
             // entries, the count passed.
             unsafe {
-                dnn::set_stream(s.handle, s.stream.cu_stream() as dnn_sys::cudaStream_t)
-                    .map_err(err("cudnnSetStream"))?;
-                dnn::set_tensor4d_descriptor(s.x, nchw, data_t, x_dims)
-                    .map_err(err("the input descriptor"))?;
-                dnn::set_filter4d_descriptor(s.w, data_t, nchw, w_dims)
+                dnn::set_filter4d_descriptor(w.raw(), data_t, nchw, w_dims)
                     .map_err(err("the filter descriptor"))?;
-                dnn::set_tensor4d_descriptor(s.y, nchw, data_t, y_dims)
-                    .map_err(err("the output descriptor"))?;
                 dnn::set_convolution2d_descriptor(
-                    s.conv,
+                    conv.raw(),
                     pad,
                     pad,
                     stride,
@@ -433,26 +378,36 @@ impl Baseline {
                     f32_t,
                 )
                 .map_err(err("the convolution descriptor"))?;
-                dnn::set_convolution_math_type(s.conv, math)
+                dnn::set_convolution_math_type(conv.raw(), math)
                     .map_err(err("cudnnSetConvolutionMathType"))?;
                 dnn::get_convolution_forward_algorithm(
-                    s.handle,
-                    s.x,
-                    s.w,
-                    s.conv,
-                    s.y,
+                    dnn.raw(),
+                    x.raw(),
+                    w.raw(),
+                    conv.raw(),
+                    y.raw(),
                     ALGOS as std::ffi::c_int,
                     &mut count,
                     perf.as_mut_ptr(),
                 )
                 .map_err(err("cudnnGetConvolutionForwardAlgorithm_v7"))?;
             }
-            Ok(perf
+            let candidates = perf
                 .iter()
                 .take(count.clamp(0, ALGOS as std::ffi::c_int) as usize)
                 .filter(|p| p.status == dnn_sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
                 .map(|p| p.algo)
-                .collect::<Vec<_>>())
+                .collect::<Vec<_>>();
+            let state = Box::new(ConvState {
+                x,
+                w,
+                y,
+                conv,
+                algo: dnn_sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                workspace: None,
+                dnn,
+            });
+            Ok((state, candidates))
         })?;
         if candidates.is_empty() {
             return Err("cuDNN lists no forward algorithm for this convolution".into());
@@ -707,11 +662,11 @@ impl ConvState {
         // SAFETY: live handle and descriptors; cuDNN writes one size_t.
         unsafe {
             dnn_sys::cudnnGetConvolutionForwardWorkspaceSize(
-                self.handle,
-                self.x,
-                self.w,
-                self.conv,
-                self.y,
+                self.dnn.raw(),
+                self.x.raw(),
+                self.w.raw(),
+                self.conv.raw(),
+                self.y.raw(),
                 self.algo,
                 &mut bytes,
             )
@@ -722,7 +677,8 @@ impl ConvState {
             None
         } else {
             Some(
-                self.stream
+                self.dnn
+                    .stream()
                     .alloc_zeros::<u8>(bytes)
                     .map_err(|e| format!("allocating {bytes} B of cuDNN workspace: {e:?}"))?,
             )
@@ -737,7 +693,7 @@ impl ConvState {
         y: &mut DeviceBuffer,
     ) -> Result<(), String> {
         let (alpha, beta) = (1.0f32, 0.0f32);
-        let stream = &self.stream;
+        let stream = self.dnn.stream();
         let (xp, _x) = read_ptr(x, stream)?;
         let (wp, _w) = read_ptr(w, stream)?;
         let (yp, _y) = write_ptr(y, stream)?;
@@ -754,18 +710,18 @@ impl ConvState {
         // cuDNN asked for this algorithm; everything is ordered on the runtime's one stream.
         unsafe {
             dnn::convolution_forward(
-                self.handle,
+                self.dnn.raw(),
                 (&alpha as *const f32).cast(),
-                self.x,
+                self.x.raw(),
                 xp as *const std::ffi::c_void,
-                self.w,
+                self.w.raw(),
                 wp as *const std::ffi::c_void,
-                self.conv,
+                self.conv.raw(),
                 self.algo,
                 ws,
                 ws_bytes,
                 (&beta as *const f32).cast(),
-                self.y,
+                self.y.raw(),
                 yp as *mut std::ffi::c_void,
             )
         }

@@ -6,15 +6,13 @@
 //! (the reduction's identity, as in ours). cuDNN has no layer norm outside its graph API, so
 //! that row has no GPU baseline here.
 
-use std::sync::Arc;
-
 use cudarc::cudnn::result as dnn;
 use cudarc::cudnn::sys as dnn_sys;
-use cudarc::driver::CudaStream;
 use tensor_dsl::ir::DType;
-use tensor_dsl::runtime::cuda::{self, guarded, DeviceBuffer};
+use tensor_dsl::runtime::cuda::{guarded, DeviceBuffer};
 
-use super::baseline::{dim, dnn_type, read_ptr, require_cudnn, write_ptr};
+use super::baseline::{dim, dnn_type, read_ptr, write_ptr};
+use super::dnn::{nchw_tensor, Handle, Owned};
 use crate::stages::Stage;
 
 /// Why layer norm has no GPU baseline.
@@ -29,42 +27,27 @@ pub fn name(stage: &Stage) -> Result<String, String> {
     }
 }
 
-/// A prepared cuDNN softmax or max pooling, with its handle and descriptors.
+/// A prepared cuDNN softmax or max pooling, with its handle and descriptors (which drop
+/// before the handle, in field order).
 pub struct RowState {
-    handle: dnn_sys::cudnnHandle_t,
-    x: dnn_sys::cudnnTensorDescriptor_t,
-    y: dnn_sys::cudnnTensorDescriptor_t,
-    /// Max pooling's window; null for softmax.
-    pool: dnn_sys::cudnnPoolingDescriptor_t,
-    stream: Arc<CudaStream>,
+    x: Owned<dnn_sys::cudnnTensorDescriptor_t>,
+    y: Owned<dnn_sys::cudnnTensorDescriptor_t>,
+    /// Max pooling's window; `None` for softmax.
+    pool: Option<Owned<dnn_sys::cudnnPoolingDescriptor_t>>,
+    dnn: Handle,
 }
 
-impl Drop for RowState {
-    fn drop(&mut self) {
-        // SAFETY: each was created by this struct and is destroyed once; null ones (a
-        // half-built state) are skipped. Errors on teardown are ignored.
-        unsafe {
-            if !self.pool.is_null() {
-                let _ = dnn_sys::cudnnDestroyPoolingDescriptor(self.pool);
-            }
-            if !self.y.is_null() {
-                let _ = dnn::destroy_tensor_descriptor(self.y);
-            }
-            if !self.x.is_null() {
-                let _ = dnn::destroy_tensor_descriptor(self.x);
-            }
-            if !self.handle.is_null() {
-                let _ = dnn::destroy_handle(self.handle);
-            }
-        }
-    }
+/// `cudnnDestroyPoolingDescriptor`, in the form [`Owned`] takes (cudarc's `result` module has
+/// no wrapper for it).
+unsafe fn destroy_pooling(p: dnn_sys::cudnnPoolingDescriptor_t) -> Result<(), dnn::CudnnError> {
+    // SAFETY: the caller's: `p` is a live pooling descriptor, destroyed once.
+    unsafe { dnn_sys::cudnnDestroyPoolingDescriptor(p) }.result()
 }
 
 impl RowState {
     /// The baseline of `stage` on tensors of type `dtype`, on the runtime's stream; an error
     /// (why) for a stage cuDNN does not have.
     pub fn new(stage: &Stage, dtype: DType) -> Result<Box<RowState>, String> {
-        require_cudnn()?;
         // The input's and the output's NCHW extents.
         let (x_dims, y_dims) = match *stage {
             Stage::Softmax { rows, cols } => {
@@ -92,62 +75,44 @@ impl RowState {
             }
             Stage::LayerNorm { .. } => return Err(NO_LAYER_NORM.into()),
         };
-        let stream = cuda::stream().map_err(|e| e.to_string())?;
-        let mut state = Box::new(RowState {
-            handle: std::ptr::null_mut(),
-            x: std::ptr::null_mut(),
-            y: std::ptr::null_mut(),
-            pool: std::ptr::null_mut(),
-            stream,
-        });
         guarded("setting up cuDNN", || {
-            let err = |what: &'static str| move |e: dnn::CudnnError| format!("{what}: {e:?}");
-            let s = &mut *state;
-            // cuDNN works on the calling thread's current context: make it the runtime's.
-            s.stream
-                .context()
-                .bind_to_thread()
-                .map_err(|e| format!("binding the CUDA context: {e:?}"))?;
-            s.handle = dnn::create_handle().map_err(err("cudnnCreate"))?;
-            s.x = dnn::create_tensor_descriptor().map_err(err("the input descriptor"))?;
-            s.y = dnn::create_tensor_descriptor().map_err(err("the output descriptor"))?;
-            let nchw = dnn_sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+            let dnn = Handle::new()?;
             let data_t = dnn_type(dtype);
-            // SAFETY: the handle and descriptors were just created.
-            unsafe {
-                dnn::set_stream(s.handle, s.stream.cu_stream() as dnn_sys::cudaStream_t)
-                    .map_err(err("cudnnSetStream"))?;
-                dnn::set_tensor4d_descriptor(s.x, nchw, data_t, x_dims)
-                    .map_err(err("the input descriptor"))?;
-                dnn::set_tensor4d_descriptor(s.y, nchw, data_t, y_dims)
-                    .map_err(err("the output descriptor"))?;
-            }
-            if let Stage::MaxPool { k, stride, pad, .. } = *stage {
-                let (k, stride, pad) = (dim(k, "K")?, dim(stride, "stride")?, dim(pad, "pad")?);
-                s.pool = dnn::create_pooling_descriptor().map_err(err("the pooling descriptor"))?;
-                // SAFETY: a live descriptor; each array holds the 2 entries passed.
-                unsafe {
-                    dnn::set_pooling_descriptor(
-                        s.pool,
-                        dnn_sys::cudnnPoolingMode_t::CUDNN_POOLING_MAX,
-                        dnn_sys::cudnnNanPropagation_t::CUDNN_NOT_PROPAGATE_NAN,
-                        2,
-                        &[k, k],
-                        &[pad, pad],
-                        &[stride, stride],
-                    )
-                    .map_err(err("the pooling descriptor"))?;
+            let x = nchw_tensor(data_t, x_dims, "the input descriptor")?;
+            let y = nchw_tensor(data_t, y_dims, "the output descriptor")?;
+            let pool = match *stage {
+                Stage::MaxPool { k, stride, pad, .. } => {
+                    let (k, stride, pad) = (dim(k, "K")?, dim(stride, "stride")?, dim(pad, "pad")?);
+                    let pool = Owned::new(
+                        dnn::create_pooling_descriptor(),
+                        destroy_pooling,
+                        "the pooling descriptor",
+                    )?;
+                    // SAFETY: a live descriptor; each array holds the 2 entries passed.
+                    unsafe {
+                        dnn::set_pooling_descriptor(
+                            pool.raw(),
+                            dnn_sys::cudnnPoolingMode_t::CUDNN_POOLING_MAX,
+                            dnn_sys::cudnnNanPropagation_t::CUDNN_NOT_PROPAGATE_NAN,
+                            2,
+                            &[k, k],
+                            &[pad, pad],
+                            &[stride, stride],
+                        )
+                    }
+                    .map_err(|e| format!("the pooling descriptor: {e:?}"))?;
+                    Some(pool)
                 }
-            }
-            Ok(())
-        })?;
-        Ok(state)
+                _ => None,
+            };
+            Ok(Box::new(RowState { x, y, pool, dnn }))
+        })
     }
 
     /// Queues one run on the runtime's stream: `x` in, `y` out.
     pub fn launch(&mut self, x: &DeviceBuffer, y: &mut DeviceBuffer) -> Result<(), String> {
         let (alpha, beta) = (1.0f32, 0.0f32);
-        let stream = &self.stream;
+        let stream = self.dnn.stream();
         let (xp, _x) = read_ptr(x, stream)?;
         let (yp, _y) = write_ptr(y, stream)?;
         let (a, b) = (
@@ -158,20 +123,28 @@ impl RowState {
         // SAFETY: the descriptors describe the buffers' extents and type (set from the
         // workload the buffers were made for), alpha and beta outlive the call.
         let result = unsafe {
-            if self.pool.is_null() {
-                dnn::softmax_forward(
-                    self.handle,
+            match &self.pool {
+                None => dnn::softmax_forward(
+                    self.dnn.raw(),
                     dnn_sys::cudnnSoftmaxAlgorithm_t::CUDNN_SOFTMAX_ACCURATE,
                     dnn_sys::cudnnSoftmaxMode_t::CUDNN_SOFTMAX_MODE_INSTANCE,
                     a,
-                    self.x,
+                    self.x.raw(),
                     xv,
                     b,
-                    self.y,
+                    self.y.raw(),
                     yv,
-                )
-            } else {
-                dnn::pooling_forward(self.handle, self.pool, a, self.x, xv, b, self.y, yv)
+                ),
+                Some(pool) => dnn::pooling_forward(
+                    self.dnn.raw(),
+                    pool.raw(),
+                    a,
+                    self.x.raw(),
+                    xv,
+                    b,
+                    self.y.raw(),
+                    yv,
+                ),
             }
         };
         result.map_err(|e| format!("cuDNN: {e:?}"))

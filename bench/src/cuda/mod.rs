@@ -13,6 +13,7 @@
 //! stream, from this one thread.
 
 mod baseline;
+mod dnn;
 mod dnn_rows;
 mod epilogue;
 mod gemm_plan;
