@@ -186,6 +186,7 @@ fn cpu_vector_utilisation_is_one_exactly_when_the_tile_divides() {
         // Explicit vector code changes the packed tile's text, not the tile the features
         // read (the loop tile without the panel comes first).
         vector_code: 16,
+        pairs: false,
     };
     let f = cpu_features(&k, &[64, 64, 64], &[], &cfg, 16);
     assert_eq!(f.vector_utilisation, 1.0);

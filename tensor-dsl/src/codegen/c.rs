@@ -243,6 +243,8 @@ fn source(
             "serial"
         },
         match &plan.packed {
+            Some(a) if lower::cpu_pairs::active(kernel, extents, shapes, config) =>
+                format!("packing `{}` in bf16 pairs", kernel.params[a.tensor].name),
             Some(a) => format!("packing `{}`", kernel.params[a.tensor].name),
             None => "no packing".into(),
         },
@@ -308,6 +310,13 @@ fn source(
     }
     if !widths.is_empty() {
         s.push_str(&vector_prelude(&widths));
+        s.push('\n');
+    }
+    if lower::cpu_pairs::active(kernel, extents, shapes, config) {
+        if !widths.contains(&lower::cpu_pairs::LANES) {
+            s.push_str(&vector_prelude(&[lower::cpu_pairs::LANES]));
+        }
+        s.push_str(lower::cpu_pairs::PRELUDE);
         s.push('\n');
     }
     for prelude in lane_stores {

@@ -355,6 +355,28 @@ impl ExprPrinter<'_> {
         }
     }
 
+    /// The element of `a` as stored (`t0[...]`, not widened), where no coordinate can fall
+    /// outside the tensor (`None` where one can: such a read needs a guard).
+    pub fn stored(&self, a: &Access) -> Option<String> {
+        let shape = self.shapes[a.tensor];
+        let coords: Vec<Coord> = a
+            .dims
+            .iter()
+            .map(|map| {
+                let (lo, hi) = map.range(self.extents);
+                Coord {
+                    expr: self.affine(map),
+                    simple: map.as_var().is_some() || map.terms.is_empty(),
+                    lo,
+                    hi,
+                }
+            })
+            .collect();
+        bound_checks(shape, &coords)
+            .is_empty()
+            .then(|| format!("{}[{}]", self.tensor[a.tensor], offset_expr(shape, &coords)))
+    }
+
     pub fn expr(&self, e: &Expr) -> String {
         self.expr_with(e, &|_| None)
     }

@@ -112,16 +112,23 @@ pub fn lower<'a>(
         param: None,
         align: None,
     });
-    // The panel holds loaded (converted) values, in the compute type.
+    // The panel holds loaded (converted) values, in the compute type, or with `bf16`
+    // pairs the raw values, in an even number of rows.
+    let pairs = super::cpu_pairs::active(kernel, extents, shapes, config);
+    let (panel_dtype, rows) = if pairs {
+        (
+            crate::ir::DType::BF16,
+            panel_points(kernel, extents, config).next_multiple_of(2),
+        )
+    } else {
+        (COMPUTE, panel_points(kernel, extents, config))
+    };
     let pk = plan.packed.as_ref().map(|_| {
         buffers.push(Buffer {
             name: "pk".into(),
             scope: Scope::Panel,
-            dtype: COMPUTE,
-            dims: vec![
-                panel_points(kernel, extents, config),
-                pack_stride(config.vector),
-            ],
+            dtype: panel_dtype,
+            dims: vec![rows, pack_stride(config.vector)],
             param: None,
             align: None,
         });
@@ -142,11 +149,8 @@ pub fn lower<'a>(
             buffers.push(Buffer {
                 name: "wall".into(),
                 scope: Scope::Global,
-                dtype: COMPUTE,
-                dims: vec![
-                    panels * panel_points(kernel, extents, config),
-                    pack_stride(config.vector),
-                ],
+                dtype: panel_dtype,
+                dims: vec![panels * rows, pack_stride(config.vector)],
                 param: None,
                 align: None,
             });
@@ -168,6 +172,7 @@ pub fn lower<'a>(
         acc,
         pk,
         plan,
+        pairs,
     };
     // The full tile first: features read the tile from the first helper.
     let mut helpers = Vec::new();
@@ -234,6 +239,8 @@ pub(super) struct Lower<'a> {
     pub(super) acc: BufId,
     pub(super) pk: Option<BufId>,
     pub(super) plan: Plan,
+    /// The packed tiles are `bf16` pairs ([`super::cpu_pairs`]): the panel holds raw pairs.
+    pub(super) pairs: bool,
 }
 
 fn int(v: usize) -> String {
@@ -348,6 +355,17 @@ impl Lower<'_> {
             self.reduction_point(),
             pack_stride(self.config.vector)
         )
+    }
+
+    /// Rows of a panel: the reduction points it holds, rounded up to pairs with `bf16`
+    /// pairs.
+    fn panel_rows(&self) -> usize {
+        let points = panel_points(self.kernel, self.extents, self.config);
+        if self.pairs {
+            points.next_multiple_of(2)
+        } else {
+            points
+        }
     }
 
     /// Nested loops of `kind` over every reduction index, each flat around the next, the
@@ -872,15 +890,19 @@ impl Lower<'_> {
                 vec![zero],
             )));
         }
-        let rows = self.reduction_loops(
-            LoopKind::Serial,
-            if row.len() > 1 {
-                Layout::Braced
-            } else {
-                Layout::Bare
-            },
-            row,
-        );
+        let rows = if self.pairs {
+            self.pair_panel_rows(pk, access, v)
+        } else {
+            self.reduction_loops(
+                LoopKind::Serial,
+                if row.len() > 1 {
+                    Layout::Braced
+                } else {
+                    Layout::Bare
+                },
+                row,
+            )
+        };
         vec![
             Stmt::Let {
                 ty: Ty::Int(IntType::Long),
@@ -923,8 +945,7 @@ impl Lower<'_> {
     /// after another, the vector tiles innermost, then the other indices the packed access
     /// reads with, in order.
     fn wall_panel(&self, wall: BufId, access: &Access) -> String {
-        let size =
-            panel_points(self.kernel, self.extents, self.config) * pack_stride(self.config.vector);
+        let size = self.panel_rows() * pack_stride(self.config.vector);
         let tiles = self
             .ext(self.config.vector_axis)
             .div_ceil(self.config.vector);
@@ -966,7 +987,7 @@ impl Lower<'_> {
         }
         // The copy writes `pk`: here, the panel's place in `wall`.
         let mut body = vec![Stmt::Let {
-            ty: Ty::Ptr(COMPUTE),
+            ty: Ty::Ptr(self.buffers[pk.0].dtype),
             konst: false,
             defs: vec![(
                 self.name(pk).into(),
@@ -986,7 +1007,7 @@ impl Lower<'_> {
         // entry keep the places they have without a prepacked form (on this machine a
         // batched matmul's hot loop ran up to 15% slower at another code address).
         let mut fill_body = vec![Stmt::Let {
-            ty: Ty::Ptr(COMPUTE),
+            ty: Ty::Ptr(self.buffers[wall.0].dtype),
             konst: false,
             defs: vec![(self.name(wall).into(), Value::Code(out))],
         }];
@@ -1006,7 +1027,7 @@ impl Lower<'_> {
             body: fill_body,
         };
         let mut run_body = vec![Stmt::Let {
-            ty: Ty::Ptr(COMPUTE),
+            ty: Ty::Ptr(self.buffers[wall.0].dtype),
             konst: true,
             defs: vec![(
                 self.name(wall).into(),
@@ -1016,7 +1037,12 @@ impl Lower<'_> {
         run_body.extend(self.body(Some(p)));
         super::Prepack {
             input: packed,
-            elems: self.buffers[wall.0].dims.iter().product(),
+            // In elements of the compute type (`f32`): half as many for `bf16` pairs.
+            elems: {
+                let b = &self.buffers[wall.0];
+                let n: usize = b.dims.iter().product();
+                (n * b.dtype.size()).div_ceil(COMPUTE.size())
+            },
             fill,
             run: Func {
                 name: PREPACK_ENTRY.into(),

@@ -143,7 +143,7 @@ impl Lower<'_> {
     /// in L3 they cost 1–2.5%, with 4 KiB rows 3–5%
     /// (`bench/results/2026-11-26-cpu-stream-prefetch.md`). `at(u, 0)` gives the index
     /// strings of row `u` of the tile.
-    fn stream_prefetch(
+    pub(super) fn stream_prefetch(
         &self,
         nu: usize,
         at: &dyn Fn(usize, usize) -> Vec<String>,
@@ -302,38 +302,11 @@ impl Lower<'_> {
             });
         }
 
-        // One reduction point: the panel row as vectors, then every accumulator.
-        let row = self.reduction_point();
-        let stride = pack_stride(self.config.vector);
-        let mut step = vec![Stmt::Let {
-            ty: Ty::Vector(lanes),
-            konst: true,
-            defs: (0..vectors)
-                .map(|j| {
-                    let b = Target::Lanes {
-                        buf: pk,
-                        index: vec![format!("({row}) * {stride} + {}", j * lanes)],
-                        width: lanes,
-                    };
-                    (format!("b{j}"), Value::Read(b))
-                })
-                .collect(),
-        }];
-        step.extend(self.stream_prefetch(nu, &at, &packed));
-        for (u, j) in tiles() {
-            step.push(Stmt::Compute {
-                acc: Target::Var(acc(u, j)),
-                reduce: true,
-                value: Value::Kernel {
-                    expr: self.kernel.body.clone(),
-                    binding: Binding {
-                        index: at(u, j),
-                        reads: vec![(packed.clone(), format!("b{j}"))],
-                    },
-                },
-            });
+        if self.pairs {
+            body.extend(self.pair_steps(nu, vectors, &packed, pk, &at));
+        } else {
+            body.extend(self.point_steps(nu, vectors, &packed, pk, &at));
         }
-        body.extend(self.reduction_loops(LoopKind::InOrder, Layout::Flat, vec![Stmt::Block(step)]));
 
         // Partial sums of a block that is not the last go back to the output.
         if let Some((r0, _)) = self.plan.block {
@@ -382,6 +355,51 @@ impl Lower<'_> {
             params: self.tile_params(true),
             body,
         })
+    }
+
+    /// The reduction loops of a plain vector tile of `nu` rows and `vectors` vectors: per
+    /// reduction point, the panel row as vectors, then every accumulator.
+    fn point_steps(
+        &self,
+        nu: usize,
+        vectors: usize,
+        packed: &Access,
+        pk: super::BufId,
+        at: &dyn Fn(usize, usize) -> Vec<String>,
+    ) -> Vec<Stmt> {
+        let lanes = self.config.vector_code;
+        let tiles = || (0..nu).flat_map(move |u| (0..vectors).map(move |j| (u, j)));
+        let row = self.reduction_point();
+        let stride = pack_stride(self.config.vector);
+        let mut step = vec![Stmt::Let {
+            ty: Ty::Vector(lanes),
+            konst: true,
+            defs: (0..vectors)
+                .map(|j| {
+                    let b = Target::Lanes {
+                        buf: pk,
+                        index: vec![format!("({row}) * {stride} + {}", j * lanes)],
+                        width: lanes,
+                    };
+                    (format!("b{j}"), Value::Read(b))
+                })
+                .collect(),
+        }];
+        step.extend(self.stream_prefetch(nu, at, packed));
+        for (u, j) in tiles() {
+            step.push(Stmt::Compute {
+                acc: Target::Var(format!("c{u}_{j}")),
+                reduce: true,
+                value: Value::Kernel {
+                    expr: self.kernel.body.clone(),
+                    binding: Binding {
+                        index: at(u, j),
+                        reads: vec![(packed.clone(), format!("b{j}"))],
+                    },
+                },
+            });
+        }
+        self.reduction_loops(LoopKind::InOrder, Layout::Flat, vec![Stmt::Block(step)])
     }
 }
 

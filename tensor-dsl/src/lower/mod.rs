@@ -49,6 +49,7 @@
 pub mod cpu;
 pub mod cpu_conv;
 pub mod cpu_micro;
+pub mod cpu_pairs;
 pub mod gpu;
 pub mod gpu_simt;
 pub mod tensorcore;

@@ -97,6 +97,15 @@ pub struct CpuConfig {
     /// compiler must vectorize.
     #[serde(default)]
     pub vector_code: usize,
+    /// `bf16` pairs (the space's `kernel=pairs`): for a kernel that sums the product of two
+    /// `bf16` inputs over one reduction index, with 16-lane vector code, the panel holds the
+    /// packed operand as raw `bf16` pairs of consecutive reduction points and the micro-kernel
+    /// multiplies two points per instruction (AVX-512 BF16's `vdpbf16ps`; where the compiler
+    /// targets a CPU without it, shifts and FMAs on the same layout; see
+    /// [`crate::lower::cpu_pairs`]). Where the kernel or the rest of the config does not
+    /// fit, the tiles are the plain vector code.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pairs: bool,
 }
 
 /// Parallel work items a blocked reduction aims for: the unroll axis is cut into u-blocks
@@ -309,7 +318,9 @@ impl CpuConfig {
             vector_code: if lanes >= 8 { lanes } else { 0 },
             conv: None,
             rows: None,
+            pairs: false,
         };
+        cfg.pairs = machine.bf16_dot && pairs_fit_space(kernel, &cfg, lanes);
         cfg.k_block = l2_k_block(kernel, extents, &cfg, machine.l2_bytes);
         if cfg.k_block > 0 && u_block(kernel, extents, &cfg) / cfg.unroll.max(1) < MIN_BLOCK_TILES {
             // Too few tiles share each filled block for the refills to pay.
@@ -334,6 +345,7 @@ impl CpuConfig {
             vector_code: 0,
             conv: None,
             rows: None,
+            pairs: false,
         }
     }
 
@@ -429,6 +441,17 @@ fn l2_k_block(kernel: &Kernel, extents: &[usize], cfg: &CpuConfig, l2: usize) ->
         .filter(|&b| b.saturating_mul(others).saturating_mul(row) <= l2 / 2)
         .max()
         .unwrap_or(0)
+}
+
+/// Whether `cfg` is a point of the space with `kernel=pairs` on a machine of `lanes`: the
+/// kernel sums `bf16` products, vectors are AVX-512's and the config's vector code covers a
+/// packed panel in whole vectors.
+fn pairs_fit_space(kernel: &Kernel, cfg: &CpuConfig, lanes: usize) -> bool {
+    lanes >= 16
+        && cfg.vector_code == lanes
+        && cfg.pack
+        && cfg.vector.is_multiple_of(16)
+        && crate::lower::cpu_pairs::pair_product(kernel).is_some()
 }
 
 /// Whether the kernel's output holds `f32` (partial sums may then be stored in it).
@@ -533,7 +556,13 @@ impl CpuTemplate {
         let order = b.categorical("order", &["unroll_inner", "unroll_outer"]);
         let k_block = b.discrete("k_block", &K_BLOCK_CHOICES);
         let simd = b.categorical("simd", &["compiler", "wide"]);
-        let code = b.categorical("kernel", &["loops", "vectors"]);
+        // `pairs` only where the kernel is a sum of `bf16` products and vectors are AVX-512's.
+        let pairs_ok = lanes >= 16 && crate::lower::cpu_pairs::pair_product(kernel).is_some();
+        let code = if pairs_ok {
+            b.categorical("kernel", &["loops", "vectors", "pairs"])
+        } else {
+            b.categorical("kernel", &["loops", "vectors"])
+        };
         let knobs = [
             vaxis, vector, uaxis, unroll, parallel, pack, order, k_block, simd, code,
         ];
@@ -574,7 +603,7 @@ impl CpuTemplate {
         b.constraint("register tile is bounded", move |c| {
             let v = value(c, vector, &VECTOR_CHOICES).unwrap_or(1);
             let u = value(c, unroll, &UNROLL_CHOICES).unwrap_or(1);
-            if c.index(code) == Some(1) {
+            if matches!(c.index(code), Some(1 | 2)) {
                 vector_tile_fits(u, v, lanes, registers)
             } else {
                 v * u <= MAX_TILE
@@ -594,6 +623,11 @@ impl CpuTemplate {
             "a blocked reduction walks the unroll axis innermost",
             move |c| value(c, k_block, &K_BLOCK_CHOICES) == Some(0) || c.index(order) == Some(0),
         );
+        b.constraint("bf16 pairs are whole vectors of a packed panel", move |c| {
+            c.index(code) != Some(2)
+                || c.index(pack) == Some(1)
+                    && value(c, vector, &VECTOR_CHOICES).is_some_and(|v| v % 16 == 0)
+        });
         // Without AVX-512 the request changes nothing: one point, not two.
         let wide_ok = lanes >= 16;
         b.constraint("wide vectors need AVX-512", move |c| {
@@ -653,9 +687,14 @@ impl CpuTemplate {
                 .discrete_value(c, k_block)
                 .map_or(0, |v| v as usize),
             wide_simd: choice(simd),
-            vector_code: if choice(code) { self.lanes } else { 0 },
+            vector_code: if c.index(code).unwrap_or(0) >= 1 {
+                self.lanes
+            } else {
+                0
+            },
             conv: None,
             rows: None,
+            pairs: c.index(code) == Some(2),
         })
     }
 
@@ -705,9 +744,10 @@ impl CpuTemplate {
             tuner::Value::Categorical(usize::from(cfg.unroll_outer)),
             tuner::Value::Discrete(idx(&K_BLOCK_CHOICES, cfg.k_block)?),
             tuner::Value::Categorical(usize::from(cfg.wide_simd)),
-            tuner::Value::Categorical(match cfg.vector_code {
-                0 => 0,
-                l if l == self.lanes => 1,
+            tuner::Value::Categorical(match (cfg.vector_code, cfg.pairs) {
+                (0, false) => 0,
+                (l, false) if l == self.lanes => 1,
+                (l, true) if l == self.lanes => 2,
                 _ => return None,
             }),
         ]);
@@ -805,6 +845,7 @@ mod tests {
             l1d_bytes: 32 << 10,
             l2_bytes: l2,
             l3_bytes: 32 << 20,
+            bf16_dot: false,
         };
         // AVX-512: 16 of 32 zmm as accumulators, 8 rows of two vectors, vector code.
         let avx512 = CpuConfig::heuristic_for(&k, &[512, 512, 512], &m(16, 1 << 20));

@@ -34,11 +34,28 @@ pub struct CpuMachine {
     pub l2_bytes: usize,
     /// L3 cache (as the first core sees it: shared by several cores), bytes.
     pub l3_bytes: usize,
+    /// A `bf16` pair dot product into `f32` lanes (AVX-512 BF16's `vdpbf16ps`: two
+    /// multiply-adds per lane and instruction, on half the bytes): the default of a `bf16`
+    /// matmul then packs its panel in pairs ([`super::cpu::CpuConfig::pairs`]).
+    pub bf16_dot: bool,
+}
+
+/// Whether this CPU has AVX-512 BF16 (`vdpbf16ps`).
+pub fn has_bf16_dot() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 impl CpuMachine {
     /// This machine's caches with `lanes` SIMD lanes (the register count follows from
-    /// them: AVX-512, the only ISA here with 16 lanes, has 32 vector registers).
+    /// them: AVX-512, the only ISA here with 16 lanes, has 32 vector registers); the `bf16`
+    /// dot product where the CPU has it and `lanes` is AVX-512's.
     pub fn with_lanes(lanes: usize) -> CpuMachine {
         static CACHES: OnceLock<(usize, usize, usize)> = OnceLock::new();
         let &(l1d_bytes, l2_bytes, l3_bytes) = CACHES.get_or_init(|| {
@@ -51,12 +68,13 @@ impl CpuMachine {
             l1d_bytes,
             l2_bytes,
             l3_bytes,
+            bf16_dot: lanes >= 16 && has_bf16_dot(),
         }
     }
 
     /// The machine with `lanes` lanes whose caches are described in `dir` (laid out like
     /// Linux's `/sys/devices/system/cpu/cpu0/cache`: `index*/{level,type,size}`, sizes as
-    /// `32K`); a cache it does not describe gets the fallback size.
+    /// `32K`); a cache it does not describe gets the fallback size. No `bf16` dot product.
     pub fn from_sysfs(dir: &Path, lanes: usize) -> CpuMachine {
         let (mut l1d, mut l2, mut l3) = (None, None, None);
         if let Ok(entries) = std::fs::read_dir(dir) {
@@ -80,6 +98,7 @@ impl CpuMachine {
             l1d_bytes: l1d.unwrap_or(FALLBACK_L1D_BYTES),
             l2_bytes: l2.unwrap_or(FALLBACK_L2_BYTES),
             l3_bytes: l3.unwrap_or(FALLBACK_L3_BYTES),
+            bf16_dot: false,
         }
     }
 }

@@ -542,6 +542,7 @@ impl RowsCpuConfig {
             vector_code: 0,
             conv: None,
             rows: Some(*self),
+            pairs: false,
         }
     }
 

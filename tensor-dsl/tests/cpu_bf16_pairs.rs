@@ -1,0 +1,273 @@
+//! `bf16` pairs (`kernel=pairs`, [`CpuConfig::pairs`]) against the reference interpreter:
+//! matmuls and batched matmuls with the reduction index contiguous in the broadcast operand
+//! and strided (a transposed operand), a transposed packed operand, an epilogue, `f32` and
+//! `bf16` outputs; odd reductions (a last point paired with zero), vector tiles of 16 to 64
+//! lanes with partial last tiles, reduction blocks of even and odd sizes; through the entry
+//! point and through the prepacked one. The C is the same on every machine (with AVX-512 BF16
+//! it uses `vdpbf16ps`, elsewhere shifts and FMAs), so this runs wherever a C compiler does.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use tensor_dsl::codegen::c;
+use tensor_dsl::ir::{bind, parse_text, DType, Kernel};
+use tensor_dsl::runtime::cpu;
+use tensor_dsl::template::cpu::{packed_access, CpuConfig, CpuTemplate};
+use tensor_dsl::{Buffer, Data};
+
+/// (name, kernel, output type).
+const CASES: &[(&str, &str, DType)] = &[
+    ("matmul", "c[[i, j]] += a[[i, k]] * b[[k, j]]", DType::F32),
+    (
+        "batched_bf16_out",
+        "c[[n, i, j]] += a[[n, i, k]] * b[[n, k, j]]",
+        DType::BF16,
+    ),
+    (
+        "batched_transposed",
+        "c[[n, i, j]] += a[[n, k, i]] * b[[n, k, j]]",
+        DType::F32,
+    ),
+    (
+        "packed_transposed_epilogue",
+        "c[[i, j]] += a[[i, k]] * b[[j, k]]; c[[i, j]] = relu(c[[i, j]] * 0.5 + d[[j]])",
+        DType::F32,
+    ),
+];
+
+/// Every parameter's shape: each dimension the extent of its index by name.
+fn shapes(kernel: &Kernel, extent: &dyn Fn(&str) -> usize) -> Vec<Vec<usize>> {
+    let of = |x: usize| extent(&kernel.indices[x].name);
+    (0..kernel.params.len())
+        .map(|p| {
+            if p == kernel.output {
+                return kernel.spatial().into_iter().map(of).collect();
+            }
+            let access = kernel
+                .accesses()
+                .into_iter()
+                .find(|a| a.tensor == p)
+                .unwrap();
+            access.dims.iter().map(|d| of(d.terms[0].0)).collect()
+        })
+        .collect()
+}
+
+/// `name`'s kernel with `bf16` operands (`a`, `b`), `out` as the output's type.
+fn kernel(name: &str, text: &str, out: DType) -> Kernel {
+    let mut k = parse_text(name, text, None).unwrap();
+    for p in &mut k.params {
+        if p.is_output {
+            p.dtype = out;
+        } else if p.name == "a" || p.name == "b" {
+            p.dtype = DType::BF16;
+        }
+    }
+    k
+}
+
+fn check(kernel: &Kernel, shapes: &[Vec<usize>], configs: &[CpuConfig], rng: &mut StdRng) {
+    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    let extents = bind(kernel, &refs).unwrap();
+    let data: Vec<Buffer> = shapes
+        .iter()
+        .zip(&kernel.params)
+        .map(|(s, p)| {
+            let values: Vec<f32> = (0..s.iter().product::<usize>())
+                .map(|_| rng.gen_range(-1.0..1.0))
+                .collect();
+            Buffer::from_f32(p.dtype, &values)
+        })
+        .collect();
+    let views: Vec<Data> = data.iter().map(Buffer::view).collect();
+    let out_dtype = kernel.params[kernel.output].dtype;
+    let n_out: usize = shapes[kernel.output].iter().product();
+    let mut want = Buffer::zeros(out_dtype, n_out);
+    tensor_dsl::reference::run(kernel, &extents, &refs, &views, want.view_mut());
+    let want = want.to_f32();
+    let terms: usize = kernel.reduction().iter().map(|&r| extents[r]).product();
+    let tol = 1e-4 * (terms as f32 / 1000.0).sqrt().max(1.0)
+        + match out_dtype {
+            DType::F32 => 0.0,
+            d => tensor_dsl::measure::tolerance(d),
+        };
+    // Versions for every input: where the config has a prepacked form, it is used.
+    let versions: Vec<Option<u64>> = (0..kernel.params.len()).map(|p| Some(p as u64)).collect();
+    for cfg in configs {
+        assert!(cfg.validate(kernel).is_ok(), "{cfg:?}");
+        for prepacked in [false, true] {
+            let mut got = Buffer::from_f32(out_dtype, &vec![f32::NAN; n_out]);
+            let v: &[Option<u64>] = if prepacked { &versions } else { &[] };
+            match cpu::run_with_versions(kernel, &extents, &refs, &views, v, got.view_mut(), cfg) {
+                Err(cpu::CpuError::Other(e)) => panic!("{} {shapes:?} {cfg:?}: {e}", kernel.name),
+                Err(cpu::CpuError::NoCompiler(_)) => return,
+                Ok(()) => {}
+            }
+            for (n, (g, w)) in got.to_f32().iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= tol * (1.0 + w.abs()),
+                    "{} shapes {shapes:?} {cfg:?} (prepacked {prepacked}): element {n}: cpu {g} vs reference {w}",
+                    kernel.name
+                );
+            }
+        }
+    }
+}
+
+/// Set in the child process of [`the_fallback_without_avx512_bf16_matches_too`]: compile
+/// with `-mno-avx512bf16`, so the pairs code takes its shifts-and-FMAs branch.
+const NO_BF16_ENV: &str = "TD_TEST_PAIRS_WITHOUT_AVX512BF16";
+
+#[test]
+fn bf16_pairs_match_the_reference() {
+    if std::env::var_os(NO_BF16_ENV).is_some() {
+        let dir = std::env::temp_dir().join(format!("td-pairs-cc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cc = dir.join("cc");
+        std::fs::write(&cc, "#!/bin/sh\nexec cc \"$@\" -mno-avx512bf16\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&cc, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Before the first compile: the compiler is probed once per process.
+        std::env::set_var("CC", &cc);
+        std::env::set_var("TENSOR_DSL_CACHE", dir.join("cache"));
+    }
+    if let Err(why) = cpu::compiler() {
+        println!("skipped: no C compiler ({why})");
+        return;
+    }
+    for (n, &(name, text, out)) in CASES.iter().enumerate() {
+        let mut rng = StdRng::seed_from_u64(n as u64 + 40);
+        let kernel = kernel(name, text, out);
+        for (i, j, k) in [
+            (9, 40, 13),
+            (8, 32, 1),
+            (17, 67, 64),
+            (3, 16, 33),
+            (12, 100, 7),
+        ] {
+            let extent = |x: &str| match x {
+                "i" => i,
+                "j" => j,
+                "k" => k,
+                _ => 2,
+            };
+            let shapes = shapes(&kernel, &extent);
+            let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+            let extents = bind(&kernel, &refs).unwrap();
+            // The 16-lane template, whatever this machine's width: the pairs code is plain C.
+            let template = CpuTemplate::new(&kernel, &extents, 16).unwrap();
+            let base = CpuConfig {
+                vector_code: 16,
+                pairs: true,
+                pack: true,
+                ..CpuConfig::einsum_heuristic(&kernel, &extents, 16)
+            };
+            let mut configs = Vec::new();
+            for (vector, unroll, k_block) in [(16, 4, 0), (32, 8, 0), (48, 3, 4), (64, 2, 5)] {
+                let k_block = if out == DType::F32 && k_block < k {
+                    k_block
+                } else {
+                    0
+                };
+                configs.push(CpuConfig {
+                    vector,
+                    unroll,
+                    k_block,
+                    unroll_outer: false,
+                    ..base.clone()
+                });
+            }
+            // Random points of the space with the pairs kernel.
+            let mut found = 0;
+            for _ in 0..200 {
+                let point = template.space().sample_uniform(&mut rng).unwrap();
+                let cfg = template.decode(&point).unwrap();
+                if cfg.pairs {
+                    configs.push(cfg);
+                    found += 1;
+                    if found == 2 {
+                        break;
+                    }
+                }
+            }
+            assert!(found > 0, "{name}: no pairs point in 200 samples");
+            // The tiles are pairs code wherever `j` is the vector axis and a panel is packed.
+            for cfg in &configs {
+                let src = c::generate(&kernel, &extents, &refs, cfg);
+                let on_j = cfg.vector_axis == kernel.indices.iter().position(|x| x.name == "j");
+                if on_j && packed_access(&kernel, &extents, cfg).is_some() {
+                    assert!(src.contains("td_dot2("), "{name} {cfg:?}:\n{src}");
+                }
+            }
+            check(&kernel, &shapes, &configs, &mut rng);
+        }
+    }
+}
+
+/// The space offers `kernel=pairs` only where it can mean something, and the default takes
+/// it on a machine with the instruction.
+#[test]
+fn pairs_are_a_point_of_bf16_product_spaces_only() {
+    let bf = kernel("mm", "c[[i, j]] += a[[i, k]] * b[[k, j]]", DType::F32);
+    let f32_kernel = parse_text("mm", "c[[i, j]] += a[[i, k]] * b[[k, j]]", None).unwrap();
+    let scaled = kernel("mm", "c[[i, j]] += a[[i, k]] * b[[k, j]] * 2.0", DType::F32);
+    let e = [64, 64, 64];
+    let has_pairs = |k: &Kernel, lanes: usize| {
+        let t = CpuTemplate::new(k, &e, lanes).unwrap();
+        let text = t.space().format(&t.default_config()).unwrap();
+        let cfg = CpuConfig {
+            pairs: true,
+            vector_code: lanes,
+            ..t.decode(&t.default_config()).unwrap()
+        };
+        (t.encode(&cfg).is_some(), text)
+    };
+    assert!(has_pairs(&bf, 16).0);
+    assert!(!has_pairs(&bf, 8).0);
+    assert!(!has_pairs(&f32_kernel, 16).0);
+    assert!(!has_pairs(&scaled, 16).0);
+    // The default asks for pairs exactly where the machine model has the dot product.
+    let m = |bf16_dot| tensor_dsl::template::cpu_machine::CpuMachine {
+        bf16_dot,
+        ..tensor_dsl::template::cpu_machine::CpuMachine::with_lanes(16)
+    };
+    assert!(CpuConfig::heuristic_for(&bf, &e, &m(true)).pairs);
+    assert!(!CpuConfig::heuristic_for(&bf, &e, &m(false)).pairs);
+    assert!(!CpuConfig::heuristic_for(&f32_kernel, &e, &m(true)).pairs);
+    // Records written before the knob read as they were; a pairs point round-trips.
+    let t = CpuTemplate::new(&bf, &e, 16).unwrap();
+    let cfg = CpuConfig {
+        pairs: true,
+        ..CpuConfig::heuristic_for(&bf, &e, &m(true))
+    };
+    let point = t.encode(&cfg).unwrap();
+    let text = t.space().format(&point).unwrap();
+    assert!(text.contains("kernel=pairs"), "{text}");
+    assert_eq!(t.decode(&t.parse(&text).unwrap()).unwrap(), cfg);
+    let json = serde_json::to_string(&CpuConfig {
+        pairs: false,
+        ..cfg.clone()
+    })
+    .unwrap();
+    assert!(!json.contains("pairs"), "{json}");
+}
+
+/// The same checks with the compiler told the CPU has no AVX-512 BF16 (x86-64 with a GCC or
+/// Clang `cc` only; elsewhere the child skips): the portable branch of `td_dot2`.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn the_fallback_without_avx512_bf16_matches_too() {
+    if std::env::var_os(NO_BF16_ENV).is_some() {
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "bf16_pairs_match_the_reference", "--nocapture"])
+        .env(NO_BF16_ENV, "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
