@@ -46,7 +46,17 @@ pub fn run(
 ) -> Result<ExitCode, String> {
     let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
     let target = parse_target(target)?;
-    let selection = parse_selection(configs)?;
+    // `config:TEXT`: one configuration as records and `emit` write it (CPU, einsum kernels).
+    let text = configs.trim().strip_prefix("config:").map(str::trim);
+    let selection = match text {
+        Some(_) => Selection::Default,
+        None => parse_selection(configs)?,
+    };
+    if text.is_some() && (p.kernel.is_staged() || target != Target::Cpu) {
+        return Err(
+            "--configs config:TEXT is for the CPU target and kernels of one statement".into(),
+        );
+    }
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let shapes = p.shape_refs();
     let mut written = 0;
@@ -60,10 +70,11 @@ pub fn run(
                     &p.extents,
                     tensor_dsl::runtime::cpu::simd_lanes(),
                 )?;
-                for (n, c) in pick(t.space(), &t.default_config(), selection, seed)?
-                    .iter()
-                    .enumerate()
-                {
+                let points = match text {
+                    Some(text) => vec![t.parse(text).map_err(|e| format!("config:{text}: {e}"))?],
+                    None => pick(t.space(), &t.default_config(), selection, seed)?,
+                };
+                for (n, c) in points.iter().enumerate() {
                     let schedule = t.decode(c)?;
                     let src = codegen::c::generate(&p.kernel, &p.extents, &shapes, &schedule);
                     let meta = serde_json::json!({

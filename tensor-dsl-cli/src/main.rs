@@ -62,7 +62,9 @@ enum Command {
         /// GEMMs; compile its code for `compute_90a`/`sm_90a`).
         #[arg(long, default_value = "cpu")]
         target: String,
-        /// `default` or `random:N` (N distinct valid configurations).
+        /// `default`, `random:N` (N distinct valid configurations), or `config:TEXT`, one
+        /// configuration's text as records and this command write it (CPU target, kernels of
+        /// one statement).
         #[arg(long, default_value = "default")]
         configs: String,
         #[arg(long, default_value_t = 0)]

@@ -37,6 +37,54 @@ fn verify_cpu_random_configs_passes_and_reports_json() {
     assert_eq!(v["failed"].as_array().unwrap().len(), 0);
 }
 
+/// `--configs config:TEXT` writes that one configuration (a record's text, e.g. the bf16
+/// pairs kernel) and refuses a text the space does not have.
+#[test]
+fn emit_writes_a_given_config() {
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-cli-emit1-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // The pairs kernel exists with 16-lane vectors only.
+    let pairs = tensor_dsl::runtime::cpu::simd_lanes() == 16;
+    let text = format!(
+        "vector_axis=j;vector=32;unroll_axis=i;unroll=4;parallel=serial;\
+         pack=vector_operand;order=unroll_inner;k_block=0;simd=compiler;kernel={}",
+        if pairs { "pairs" } else { "loops" }
+    );
+    let args = |config: &str| {
+        vec![
+            "emit".to_string(),
+            "--kernel".into(),
+            "c[[i,j]] += a[[i,k]] * b[[k,j]]".into(),
+            "--shapes".into(),
+            "a=13x7,b=7x40,c=13x40".into(),
+            "--dtypes".into(),
+            "a=bf16,b=bf16".into(),
+            "--configs".into(),
+            format!("config:{config}"),
+            "--out".into(),
+            dir.to_str().unwrap().into(),
+        ]
+    };
+    let run = |config: &str| {
+        let a = args(config);
+        tensor_dsl(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let (code, out, err) = run(&text);
+    assert_eq!(code, 0, "{out}{err}");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config_0000.json")).unwrap())
+            .unwrap();
+    assert_eq!(meta["config"].as_str().unwrap(), text);
+    if pairs {
+        let src = std::fs::read_to_string(dir.join("config_0000.c")).unwrap();
+        assert!(src.contains("td_dot2("), "{src}");
+    }
+    let (code, _, err) = run("vector=7");
+    assert_ne!(code, 0);
+    assert!(err.contains("config:vector=7"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn emit_writes_one_source_and_json_per_config() {
     let dir = std::env::temp_dir().join(format!("tensor-dsl-cli-emit-{}", std::process::id()));
