@@ -473,17 +473,29 @@ pub mod testing {
 
     /// The inputs (seeded) of `op`'s kernel and the reference interpreter's output.
     pub fn reference(op: &Op) -> (Vec<Vec<f32>>, Vec<f32>) {
+        let p = problem(op);
+        let data: Vec<Vec<f32>> = tensor_dsl::measure::random_inputs(&p.kernel, &p.shapes, 3)
+            .iter()
+            .map(tensor_dsl::Buffer::to_f32)
+            .collect();
+        reference_on(op, &data)
+    }
+
+    fn problem(op: &Op) -> crate::workloads::Problem {
         let w = Workload {
             suite: "t".into(),
             name: "t".into(),
             op: op.clone(),
             shape: serde_json::Value::Null,
         };
-        let p = w.problem().unwrap_or_else(|e| unreachable!("{e}"));
-        let data: Vec<Vec<f32>> = tensor_dsl::measure::random_inputs(&p.kernel, &p.shapes, 3)
-            .iter()
-            .map(tensor_dsl::Buffer::to_f32)
-            .collect();
+        w.problem().unwrap_or_else(|e| unreachable!("{e}"))
+    }
+
+    /// `data` (the kernel's inputs, the output's slot empty) and the reference interpreter's
+    /// output on them.
+    pub fn reference_on(op: &Op, data: &[Vec<f32>]) -> (Vec<Vec<f32>>, Vec<f32>) {
+        let p = problem(op);
+        let data = data.to_vec();
         let views: Vec<tensor_dsl::Data<'_>> = data.iter().map(Into::into).collect();
         let out_len: usize = p.shapes[p.kernel.output].iter().product();
         let mut want = vec![0.0f32; out_len];

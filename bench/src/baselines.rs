@@ -4,6 +4,7 @@
 //! skipped column with a one-line message (printed once per process), never a failure.
 
 use crate::workloads::Op;
+use tensor_dsl::ir::DType;
 
 /// One library baseline for one workload, set up once (plans, weight reorders) and then
 /// called repeatedly in the timed rounds.
@@ -76,7 +77,21 @@ fn column(library: &'static str, name: String, made: Result<Box<dyn Baseline>, S
 /// order): OpenBLAS, then oneDNN (matmul; or convolution in its own layouts without and
 /// with the NCHW reorders), then ONNX Runtime ([`crate::ort`]; the only one for the
 /// `stages` suite).
-pub fn for_op(op: &Op, inputs: &[&[f32]]) -> Vec<Column> {
+///
+/// With half-precision operands (`dtype`), the libraries' matmuls
+/// in that precision (oneDNN's; `f32` output), the only like-for-like columns; nothing for
+/// other ops.
+pub fn for_op(op: &Op, inputs: &[&[f32]], dtype: DType) -> Vec<Column> {
+    if dtype != DType::F32 {
+        return match op {
+            Op::Matmul { .. } | Op::BatchMatmul { .. } => vec![column(
+                "oneDNN",
+                format!("oneDNN {dtype} matmul"),
+                crate::onednn::Matmul::typed(op, dtype).map(|b| Box::new(b) as Box<dyn Baseline>),
+            )],
+            _ => Vec::new(),
+        };
+    }
     if let Op::GemmBiasRelu { .. } = op {
         // OpenBLAS's GEMM, then the epilogue as a separate pass (`crate::baseline::run_on`);
         // oneDNN and ONNX Runtime get no graph for it here.
@@ -137,7 +152,7 @@ mod tests {
         for op in cases() {
             let (data, want) = reference(&op);
             let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
-            for column in for_op(&op, &refs) {
+            for column in for_op(&op, &refs, DType::F32) {
                 match column {
                     Column::Ready {
                         library,
@@ -160,5 +175,44 @@ mod tests {
             }
         }
         eprintln!("checked: {ran:?}\n{names:#?}");
+    }
+
+    /// oneDNN's bf16 matmul, where this CPU has one, on inputs exact in bf16 (as the bench's
+    /// are) agrees with the reference; twice, and again after the inputs moved.
+    #[test]
+    fn bf16_matmul_columns_match_the_reference() {
+        for op in cases() {
+            if !matches!(op, Op::Matmul { .. } | Op::BatchMatmul { .. }) {
+                continue;
+            }
+            let (data, _) = reference(&op);
+            let exact: Vec<Vec<f32>> = data
+                .iter()
+                .map(|v| tensor_dsl::Buffer::from_f32(DType::BF16, v).to_f32())
+                .collect();
+            let (_, want) = crate::baseline::testing::reference_on(&op, &exact);
+            for column in for_op(&op, &[&exact[0], &exact[1]], DType::BF16) {
+                match column {
+                    Column::Ready { mut baseline, .. } => {
+                        let name = baseline.name();
+                        for copy in [false, false, true] {
+                            let inputs: Vec<Vec<f32>> =
+                                if copy { exact.clone() } else { Vec::new() };
+                            let refs: Vec<&[f32]> = if copy {
+                                inputs.iter().map(Vec::as_slice).collect()
+                            } else {
+                                exact.iter().map(Vec::as_slice).collect()
+                            };
+                            let mut got = vec![f32::NAN; want.len()];
+                            baseline.run(&refs, &mut got).unwrap();
+                            assert_close(&name, &op, &got, &want);
+                        }
+                    }
+                    Column::Skipped { name, reason, .. } => {
+                        eprintln!("skipped {name}: {reason}");
+                    }
+                }
+            }
+        }
     }
 }

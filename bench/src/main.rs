@@ -72,10 +72,13 @@ struct Args {
     /// Draw best-so-far GFLOPS against trials, one line per kernel, into this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
-    /// Element types (GPU only): a bare type (`bf16`, `f16`) for the two operands of every
+    /// Element types: a bare type (`bf16`, `f16`) for the two operands of every
     /// contraction, the output and any bias staying `f32`; or `name=type` pairs for the
-    /// kernel's tensors (`a=bf16,b=bf16,c=f32`). Half operands take the tensor-core
-    /// template and, as baselines, cuBLAS `GemmEx` / cuDNN in half precision.
+    /// kernel's tensors (`a=bf16,b=bf16,c=f32`). On a GPU half operands take the
+    /// tensor-core template and, as baselines, cuBLAS `GemmEx` / cuDNN in half precision;
+    /// on the CPU (matmul suites, f32 outputs) the library column is oneDNN's matmul in that
+    /// precision, and the peak measured is the `bf16` dot product's (`vdpbf16ps`) for
+    /// `bf16` operands where the CPU has it.
     #[arg(long, default_value = "")]
     dtypes: String,
     /// Only these workloads (names, comma-separated, e.g. M0,M3).
@@ -235,8 +238,23 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     }
     let chosen = select(args)?;
     let dtype = workloads::operand_dtype(&args.dtypes)?;
-    if !gpu && !args.dtypes.trim().is_empty() {
-        return Err("--dtypes is for --device cuda (the CPU baselines are f32)".into());
+    if !gpu && dtype != tensor_dsl::ir::DType::F32 {
+        // On the CPU: matmuls with half-precision operands and an f32 output, against the
+        // libraries' matmuls in that precision.
+        for w in &chosen {
+            let matmul = matches!(
+                w.op,
+                workloads::Op::Matmul { .. } | workloads::Op::BatchMatmul { .. }
+            );
+            let p = w.problem_with(&args.dtypes)?;
+            if !matmul || p.kernel.params[p.kernel.output].dtype != tensor_dsl::ir::DType::F32 {
+                return Err(format!(
+                    "--dtypes on the CPU is for matmuls and batched matmuls with an f32 \
+                     output ({} is not one)",
+                    w.name
+                ));
+            }
+        }
     }
     match args.omp_wait_policy.as_str() {
         // Set before anything loads libgomp (it reads the variable once, at load).
@@ -291,11 +309,12 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let mut machine = Machine::this();
     machine.gpu = gpu_name;
     if !gpu && !args.no_peak {
-        match peak::measure(0.2, 5) {
+        let dot = dtype == tensor_dsl::ir::DType::BF16;
+        match peak::measure(0.2, 5, dot) {
             Ok(p) => {
                 eprintln!(
-                    "bench: measured peak {:.1} GFLOPS ({} f32 lanes, {} FMA accumulators, {} threads)",
-                    p.gflops, p.lanes, p.accumulators, p.threads
+                    "bench: measured peak {:.1} GFLOPS ({}: {} f32 lanes, {} accumulators, {} threads)",
+                    p.gflops, p.instruction, p.lanes, p.accumulators, p.threads
                 );
                 machine.peak = Some(p);
             }

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::time::Duration;
+use tensor_dsl::ir::DType;
 use tensor_dsl::measure::cpu::CpuMeasurer;
 use tensor_dsl::runtime::cpu::{self, CpuError};
 use tensor_dsl::template::cpu::{CpuConfig, CpuTemplate};
@@ -104,6 +105,17 @@ fn check_baseline(
 }
 
 /// Tunes and times one workload; every failure lands in the result, never as an `Err`.
+/// The element type of `kernel`'s half-precision inputs (the first one's), else `f32`.
+pub fn operand_type(kernel: &tensor_dsl::ir::Kernel) -> DType {
+    kernel
+        .params
+        .iter()
+        .filter(|p| !p.is_output)
+        .map(|p| p.dtype)
+        .find(|&d| d != DType::F32)
+        .unwrap_or(DType::F32)
+}
+
 pub fn run(w: &Workload, problem: &Problem, opts: &Options<'_>) -> KernelResult {
     let mut r = KernelResult::empty(&w.suite, &w.name, w.shape.clone(), baseline::name(&w.op));
     r.kernel = problem.kernel.to_string();
@@ -177,23 +189,31 @@ fn run_into(
     } else {
         load::wait_quiet(0.25, opts.wait_quiet)
     };
-    // The bench's kernels are all f32 (the baselines are f32 libraries). The inputs are
-    // tensors, as a caller's would be; the weights (a matmul's right operand, a
+    // The inputs are tensors, as a caller's would be; the weights (a matmul's right operand, a
     // convolution's filters: what ONNX Runtime's graphs hold as constants) keep their
     // version while unchanged, which lets our kernel keep them packed between calls. The
     // other inputs go without one, as activations that change at every call would.
-    let tensors =
-        tensor_dsl::measure::random_inputs(&problem.kernel, &problem.shapes, opts.settings.seed)
-            .iter()
-            .map(|b| {
-                // Flat: the output's slot is empty; the shapes are checked at the call.
-                let values = b.to_f32();
-                tensor_dsl::Tensor::from_vec(vec![values.len()], values)
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
+    // With half-precision operands our kernel reads them in their type; the `f32` tensors
+    // hold the same values (exact in `f32`), which the `f32` reference reads, and their
+    // versions stand for the typed copies too (one content each).
+    let typed =
+        tensor_dsl::measure::random_inputs(&problem.kernel, &problem.shapes, opts.settings.seed);
+    let operands = operand_type(&problem.kernel);
+    let tensors = typed
+        .iter()
+        .map(|b| {
+            // Flat: the output's slot is empty; the shapes are checked at the call.
+            let values = b.to_f32();
+            tensor_dsl::Tensor::from_vec(vec![values.len()], values)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
     let refs: Vec<&[f32]> = tensors.iter().map(|t| t.as_slice()).collect();
-    let views: Vec<tensor_dsl::Data<'_>> = refs.iter().map(|&r| r.into()).collect();
+    let views: Vec<tensor_dsl::Data<'_>> = if operands == DType::F32 {
+        refs.iter().map(|&r| r.into()).collect()
+    } else {
+        typed.iter().map(tensor_dsl::Buffer::view).collect()
+    };
     let versions: Vec<Option<u64>> = tensors
         .iter()
         .enumerate()
@@ -230,7 +250,7 @@ fn run_into(
     }
     // The library baselines: each checked against our (checked) output before timing.
     let columns = if opts.libraries {
-        baselines::for_op(&w.op, &refs)
+        baselines::for_op(&w.op, &refs, operands)
     } else {
         Vec::new()
     };
