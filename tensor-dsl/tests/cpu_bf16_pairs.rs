@@ -7,7 +7,9 @@
 //! it uses `vdpbf16ps`, elsewhere shifts and FMAs), so this runs wherever a C compiler does.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use rand::{rngs::StdRng, Rng, SeedableRng};
+mod common;
+
+use rand::{rngs::StdRng, SeedableRng};
 use tensor_dsl::codegen::c;
 use tensor_dsl::ir::{bind, parse_text, DType, Kernel};
 use tensor_dsl::runtime::cpu;
@@ -34,24 +36,6 @@ const CASES: &[(&str, &str, DType)] = &[
     ),
 ];
 
-/// Every parameter's shape: each dimension the extent of its index by name.
-fn shapes(kernel: &Kernel, extent: &dyn Fn(&str) -> usize) -> Vec<Vec<usize>> {
-    let of = |x: usize| extent(&kernel.indices[x].name);
-    (0..kernel.params.len())
-        .map(|p| {
-            if p == kernel.output {
-                return kernel.spatial().into_iter().map(of).collect();
-            }
-            let access = kernel
-                .accesses()
-                .into_iter()
-                .find(|a| a.tensor == p)
-                .unwrap();
-            access.dims.iter().map(|d| of(d.terms[0].0)).collect()
-        })
-        .collect()
-}
-
 /// `name`'s kernel with `bf16` operands (`a`, `b`), `out` as the output's type.
 fn kernel(name: &str, text: &str, out: DType) -> Kernel {
     let mut k = parse_text(name, text, None).unwrap();
@@ -68,22 +52,11 @@ fn kernel(name: &str, text: &str, out: DType) -> Kernel {
 fn check(kernel: &Kernel, shapes: &[Vec<usize>], configs: &[CpuConfig], rng: &mut StdRng) {
     let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
     let extents = bind(kernel, &refs).unwrap();
-    let data: Vec<Buffer> = shapes
-        .iter()
-        .zip(&kernel.params)
-        .map(|(s, p)| {
-            let values: Vec<f32> = (0..s.iter().product::<usize>())
-                .map(|_| rng.gen_range(-1.0..1.0))
-                .collect();
-            Buffer::from_f32(p.dtype, &values)
-        })
-        .collect();
+    let data = common::random_inputs(kernel, shapes, rng);
     let views: Vec<Data> = data.iter().map(Buffer::view).collect();
+    let want = common::reference_output(kernel, &extents, shapes, &data);
     let out_dtype = kernel.params[kernel.output].dtype;
     let n_out: usize = shapes[kernel.output].iter().product();
-    let mut want = Buffer::zeros(out_dtype, n_out);
-    tensor_dsl::reference::run(kernel, &extents, &refs, &views, want.view_mut());
-    let want = want.to_f32();
     let terms: usize = kernel.reduction().iter().map(|&r| extents[r]).product();
     let tol = 1e-4 * (terms as f32 / 1000.0).sqrt().max(1.0)
         + match out_dtype {
@@ -150,9 +123,10 @@ fn bf16_pairs_match_the_reference() {
                 "k" => k,
                 _ => 2,
             };
-            let shapes = shapes(&kernel, &extent);
+            let wanted: Vec<usize> = kernel.indices.iter().map(|x| extent(&x.name)).collect();
+            let (extents, shapes) =
+                common::shapes_for(&kernel, &wanted, |hi| hi as usize + 1).unwrap();
             let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-            let extents = bind(&kernel, &refs).unwrap();
             // The 16-lane template, whatever this machine's width: the pairs code is plain C.
             let template = CpuTemplate::new(&kernel, &extents, 16).unwrap();
             let base = CpuConfig {

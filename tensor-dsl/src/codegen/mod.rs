@@ -327,11 +327,9 @@ impl ExprPrinter<'_> {
         self.global(a)
     }
 
-    /// The element of `a` read from global memory (never from a packed buffer).
-    pub fn global(&self, a: &Access) -> String {
-        let shape = self.shapes[a.tensor];
-        let coords: Vec<Coord> = a
-            .dims
+    /// The coordinates of `a` at the current indices, with their ranges.
+    fn coords(&self, a: &Access) -> Vec<Coord> {
+        a.dims
             .iter()
             .map(|map| {
                 let (lo, hi) = map.range(self.extents);
@@ -342,7 +340,13 @@ impl ExprPrinter<'_> {
                     hi,
                 }
             })
-            .collect();
+            .collect()
+    }
+
+    /// The element of `a` read from global memory (never from a packed buffer).
+    pub fn global(&self, a: &Access) -> String {
+        let shape = self.shapes[a.tensor];
+        let coords = self.coords(a);
         let conds = bound_checks(shape, &coords);
         let load = load_as_f32(
             self.kernel.params[a.tensor].dtype,
@@ -359,19 +363,7 @@ impl ExprPrinter<'_> {
     /// outside the tensor (`None` where one can: such a read needs a guard).
     pub fn stored(&self, a: &Access) -> Option<String> {
         let shape = self.shapes[a.tensor];
-        let coords: Vec<Coord> = a
-            .dims
-            .iter()
-            .map(|map| {
-                let (lo, hi) = map.range(self.extents);
-                Coord {
-                    expr: self.affine(map),
-                    simple: map.as_var().is_some() || map.terms.is_empty(),
-                    lo,
-                    hi,
-                }
-            })
-            .collect();
+        let coords = self.coords(a);
         bound_checks(shape, &coords)
             .is_empty()
             .then(|| format!("{}[{}]", self.tensor[a.tensor], offset_expr(shape, &coords)))

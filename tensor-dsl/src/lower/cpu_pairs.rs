@@ -232,6 +232,14 @@ impl Lower<'_> {
             }
             body
         };
+        self.pair_loop(r, LoopKind::Serial, pair(false), pair(true))
+    }
+
+    /// The loop over pairs of points of reduction index `r` (the whole index, or with
+    /// reduction blocks the current block, `k0` and `nk` in scope) of `kind` around `pair`,
+    /// then `tail` at the last point where their count is odd.
+    fn pair_loop(&self, r: usize, kind: LoopKind, pair: Vec<Stmt>, tail: Vec<Stmt>) -> Vec<Stmt> {
+        let name = self.names[r].clone();
         let (start, end, trip) = match self.plan.block {
             Some((_, b)) => ("k0".to_string(), "k0 + nk - 1".to_string(), b / 2),
             None => {
@@ -248,13 +256,13 @@ impl Lower<'_> {
                 end,
                 step: Step::Add(2),
                 trip,
-                kind: LoopKind::Serial,
+                kind,
                 index: Some(r),
                 layout: Layout::Braced,
-                body: pair(false),
+                body: pair,
             }));
         }
-        out.extend(self.odd_point(&name, r, pair(true)));
+        out.extend(self.odd_point(&name, r, tail));
         out
     }
 
@@ -379,29 +387,6 @@ impl Lower<'_> {
             }
             body
         };
-        let (start, end, trip) = match self.plan.block {
-            Some((_, b)) => ("k0".to_string(), "k0 + nk - 1".to_string(), b / 2),
-            None => {
-                let e = self.extents[r];
-                ("0".to_string(), (e - 1).to_string(), e / 2)
-            }
-        };
-        let mut out = Vec::new();
-        if trip > 0 {
-            out.push(Stmt::Loop(Loop {
-                var: name.clone(),
-                ty: IntType::Long,
-                start,
-                end,
-                step: Step::Add(2),
-                trip,
-                kind: LoopKind::InOrder,
-                index: Some(r),
-                layout: Layout::Braced,
-                body: step(false),
-            }));
-        }
-        out.extend(self.odd_point(&name, r, step(true)));
-        out
+        self.pair_loop(r, LoopKind::InOrder, step(false), step(true))
     }
 }
