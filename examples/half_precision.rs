@@ -1,7 +1,8 @@
 //! One matmul in three element-type mixes, side by side in one run with the default CPU
 //! schedule (no tuning): all `f32`; `bf16` operands with an `f32` output; all `f16`.
-//! Arithmetic is `f32` in every case: the half-precision runs differ only in loading (and
-//! widening) half as many bytes, and in rounding the output.
+//! Sums are `f32` in every case. `f16` operands are widened to `f32` when read; `bf16`
+//! operands on a CPU with AVX-512 BF16 go to `vdpbf16ps` in pairs (two exact products per
+//! lane and instruction: twice the `f32` rate), elsewhere they are widened too.
 //!
 //! ```text
 //! cargo run --release --example half_precision [-- M N K]
