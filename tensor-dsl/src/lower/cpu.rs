@@ -494,6 +494,9 @@ impl Lower<'_> {
         if let Some(micro) = packed.then(|| self.micro_tile(name, size)).flatten() {
             return micro;
         }
+        // A pairs panel holds raw `bf16` pairs, which only the vector code reads
+        // (`cpu_pairs::active` admits only configs whose packed tiles all are).
+        debug_assert!(!(packed && self.pairs), "a pairs panel read by a loop tile");
         let (ru, rv) = (self.config.unroll, self.config.vector);
         let (nu, nv) = size;
         let params = self.tile_params(packed);
