@@ -17,7 +17,7 @@
 //!
 //! The panel is filled two reduction points at a time: two contiguous rows of the operand
 //! interleaved, which the compiler vectorizes (filled one element at a time, the scattered
-//! 2-byte stores cost a sixth of the 512×1024·1024×1024 default's time).
+//! 2-byte stores cost about a seventh of the 512×1024·1024×1024 default's time).
 //!
 //! Why: with the panel widened to `f32` (the plain vector code), a `bf16` matmul runs at the
 //! `f32` kernel's speed at best; two points per instruction on half the bytes took that
