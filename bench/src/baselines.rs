@@ -78,9 +78,8 @@ fn column(library: &'static str, name: String, made: Result<Box<dyn Baseline>, S
 /// with the NCHW reorders), then ONNX Runtime ([`crate::ort`]; the only one for the
 /// `stages` suite).
 ///
-/// With half-precision operands (`dtype`), the libraries' matmuls
-/// in that precision (oneDNN's; `f32` output), the only like-for-like columns; nothing for
-/// other ops.
+/// With half-precision operands (`dtype`), the libraries' matmuls in that precision
+/// (oneDNN's; `f32` output), the only like-for-like columns; nothing for other ops.
 pub fn for_op(op: &Op, inputs: &[&[f32]], dtype: DType) -> Vec<Column> {
     if dtype != DType::F32 {
         return match op {

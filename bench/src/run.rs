@@ -104,7 +104,6 @@ fn check_baseline(
     }
 }
 
-/// Tunes and times one workload; every failure lands in the result, never as an `Err`.
 /// The element type of `kernel`'s half-precision inputs (the first one's), else `f32`.
 pub fn operand_type(kernel: &tensor_dsl::ir::Kernel) -> DType {
     kernel
@@ -116,6 +115,7 @@ pub fn operand_type(kernel: &tensor_dsl::ir::Kernel) -> DType {
         .unwrap_or(DType::F32)
 }
 
+/// Tunes and times one workload; every failure lands in the result, never as an `Err`.
 pub fn run(w: &Workload, problem: &Problem, opts: &Options<'_>) -> KernelResult {
     let mut r = KernelResult::empty(&w.suite, &w.name, w.shape.clone(), baseline::name(&w.op));
     r.kernel = problem.kernel.to_string();
