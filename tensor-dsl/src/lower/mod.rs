@@ -587,6 +587,9 @@ impl Nest<'_> {
             body.iter().find_map(|s| match s {
                 Stmt::Loop(l) => Some(l),
                 Stmt::Region { body, .. } => first(body),
+                // A CPU entry that packs every panel first keeps the tiles' own nest in
+                // its first branch (`lower::cpu`).
+                Stmt::If { then, .. } => first(then),
                 _ => None,
             })
         }
