@@ -72,8 +72,8 @@ impl Stage {
         }
     }
 
-    /// The pooled image's height and width.
-    fn pooled(&self) -> (usize, usize) {
+    /// The pooled image's height and width (0 × 0 for a stage that does not pool).
+    pub fn pooled(&self) -> (usize, usize) {
         match *self {
             Stage::MaxPool {
                 h,

@@ -54,19 +54,8 @@ impl RowState {
                 let d = [dim(rows, "rows")?, dim(cols, "cols")?, 1, 1];
                 (d, d)
             }
-            Stage::MaxPool {
-                n,
-                c,
-                h,
-                w,
-                k,
-                stride,
-                pad,
-            } => {
-                let (p, q) = (
-                    (h + 2 * pad - k) / stride + 1,
-                    (w + 2 * pad - k) / stride + 1,
-                );
+            Stage::MaxPool { n, c, h, w, .. } => {
+                let (p, q) = stage.pooled();
                 let (n, c) = (dim(n, "N")?, dim(c, "C")?);
                 (
                     [n, c, dim(h, "H")?, dim(w, "W")?],
