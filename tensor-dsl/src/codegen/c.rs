@@ -218,6 +218,7 @@ fn source(
     let nest = lower::cpu::lower(kernel, extents, shapes, config)?;
     let body = printer::print(&nest, &CDialect)?;
     let plan = Plan::new(kernel, extents, config);
+    let pairs = lower::cpu_pairs::active(kernel, extents, shapes, config);
     let (ru, rv) = (config.unroll, config.vector);
     let mut s = String::new();
 
@@ -243,8 +244,7 @@ fn source(
             "serial"
         },
         match &plan.packed {
-            Some(a) if lower::cpu_pairs::active(kernel, extents, shapes, config) =>
-                format!("packing `{}` in bf16 pairs", kernel.params[a.tensor].name),
+            Some(a) if pairs => format!("packing `{}` in bf16 pairs", kernel.params[a.tensor].name),
             Some(a) => format!("packing `{}`", kernel.params[a.tensor].name),
             None => "no packing".into(),
         },
@@ -312,7 +312,7 @@ fn source(
         s.push_str(&vector_prelude(&widths));
         s.push('\n');
     }
-    if lower::cpu_pairs::active(kernel, extents, shapes, config) {
+    if pairs {
         if !widths.contains(&lower::cpu_pairs::LANES) {
             s.push_str(&vector_prelude(&[lower::cpu_pairs::LANES]));
         }

@@ -376,17 +376,6 @@ impl Lower<'_> {
         )
     }
 
-    /// Rows of a panel: the reduction points it holds, rounded up to pairs with `bf16`
-    /// pairs.
-    fn panel_rows(&self) -> usize {
-        let points = panel_points(self.kernel, self.extents, self.config);
-        if self.pairs {
-            points.next_multiple_of(2)
-        } else {
-            points
-        }
-    }
-
     /// Nested loops of `kind` over every reduction index, each flat around the next, the
     /// last one with `last` around `body`; a blocked index runs over its current block (`k0`,
     /// `nk` in scope).
@@ -967,7 +956,10 @@ impl Lower<'_> {
     /// after another, the vector tiles innermost, then the other indices the packed access
     /// reads with, in order.
     fn wall_panel(&self, wall: BufId, access: &Access) -> String {
-        let size = self.panel_rows() * pack_stride(self.config.vector);
+        // One panel's elements: the per-thread panel's, whose layout each of them has.
+        let size: usize = self
+            .pk
+            .map_or(0, |pk| self.buffers[pk.0].dims.iter().product());
         let tiles = self
             .ext(self.config.vector_axis)
             .div_ceil(self.config.vector);
@@ -1096,27 +1088,21 @@ impl Lower<'_> {
                 };
                 let mut then = self.prepack_loops(&p);
                 then.extend(self.body(Some(&p)));
-                vec![Stmt::Region {
-                    parallel: false,
-                    body: vec![
-                        Stmt::Comment(format!(
-                            "Every panel of `{}` first, then the tiles on them.",
-                            self.kernel.params[access.tensor].name
-                        )),
-                        Stmt::Alloc {
-                            buf: walls,
-                            init: None,
-                        },
-                        // The tiles' own nest first, for `Nest::outer_band`.
-                        Stmt::If {
-                            cond: format!("!{}", self.name(walls)),
-                            then: self.body(None),
-                            els: Some(then),
-                            braced: true,
-                        },
-                        Stmt::Free(walls),
-                    ],
-                }]
+                vec![self.scratch_region(
+                    false,
+                    walls,
+                    format!(
+                        "Every panel of `{}` first, then the tiles on them.",
+                        self.kernel.params[access.tensor].name
+                    ),
+                    // The tiles' own nest first, for `Nest::outer_band`.
+                    vec![Stmt::If {
+                        cond: format!("!{}", self.name(walls)),
+                        then: self.body(None),
+                        els: Some(then),
+                        braced: true,
+                    }],
+                )]
             }
             _ => self.body(None),
         };
@@ -1192,16 +1178,7 @@ impl Lower<'_> {
 
         match (self.pk, &self.plan.packed) {
             (Some(pk), Some(access)) => {
-                let mut region = vec![
-                    Stmt::Comment(format!(
-                        "This thread's panel of `{}`; without memory, tiles read it in place.",
-                        self.kernel.params[access.tensor].name
-                    )),
-                    Stmt::Alloc {
-                        buf: pk,
-                        init: None,
-                    },
-                ];
+                let mut region = Vec::new();
                 if self.plan.block.is_none() {
                     let mut keys: Vec<(String, Value)> = self
                         .plan
@@ -1217,13 +1194,29 @@ impl Lower<'_> {
                     });
                 }
                 region.extend(nest);
-                region.push(Stmt::Free(pk));
-                vec![Stmt::Region {
+                vec![self.scratch_region(
                     parallel,
-                    body: region,
-                }]
+                    pk,
+                    format!(
+                        "This thread's panel of `{}`; without memory, tiles read it in place.",
+                        self.kernel.params[access.tensor].name
+                    ),
+                    region,
+                )]
             }
             _ => nest,
+        }
+    }
+
+    /// `{ /* comment */ buf = scratch; body; release buf }`, each thread's own with
+    /// `parallel` (a parallel region).
+    fn scratch_region(&self, parallel: bool, buf: BufId, comment: String, body: Vec<Stmt>) -> Stmt {
+        let mut region = vec![Stmt::Comment(comment), Stmt::Alloc { buf, init: None }];
+        region.extend(body);
+        region.push(Stmt::Free(buf));
+        Stmt::Region {
+            parallel,
+            body: region,
         }
     }
 }
