@@ -194,14 +194,9 @@ mod tests {
                 match column {
                     Column::Ready { mut baseline, .. } => {
                         let name = baseline.name();
-                        for copy in [false, false, true] {
-                            let inputs: Vec<Vec<f32>> =
-                                if copy { exact.clone() } else { Vec::new() };
-                            let refs: Vec<&[f32]> = if copy {
-                                inputs.iter().map(Vec::as_slice).collect()
-                            } else {
-                                exact.iter().map(Vec::as_slice).collect()
-                            };
+                        let moved = exact.clone();
+                        for data in [&exact, &exact, &moved] {
+                            let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
                             let mut got = vec![f32::NAN; want.len()];
                             baseline.run(&refs, &mut got).unwrap();
                             assert_close(&name, &op, &got, &want);
