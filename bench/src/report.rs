@@ -229,6 +229,28 @@ impl KernelResult {
         Ok(())
     }
 
+    /// [`KernelResult::timed`] for a kernel no library computes (`timings`: ours, then the
+    /// default): `library`'s column is recorded as skipped, with `why`.
+    pub fn timed_alone(
+        &mut self,
+        timings: &[Timing],
+        library: &str,
+        why: String,
+    ) -> Result<(), String> {
+        let [ours, default] = timings else {
+            return Err("timing returned the wrong number of contenders".into());
+        };
+        let gflops = |s: f64| self.flops / s / 1e9;
+        self.ours_seconds = Some(ours.median);
+        self.ours_gflops = Some(gflops(ours.median));
+        self.default_gflops = Some(gflops(default.median));
+        self.ours_rounds = ours.rounds.clone();
+        self.default_rounds = default.rounds.clone();
+        self.baselines
+            .insert(0, BaselineResult::skipped(library, &self.baseline, why));
+        Ok(())
+    }
+
     /// Records a library baseline's timing (checked beforehand: `max_rel_err`).
     pub fn timed_baseline(&mut self, library: &str, name: &str, max_rel_err: f64, t: &Timing) {
         self.baselines.push(BaselineResult {
