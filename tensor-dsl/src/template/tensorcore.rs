@@ -60,9 +60,6 @@ pub const SMALL_OUTPUT: usize = 64 * 1024;
 /// Waves (blocks per SM) of 16×64 blocks from which a convolution's default widens its
 /// warp tiles ([`TcTemplate::small_default`]).
 pub const LARGE_CONV_WAVES: usize = 2;
-/// Longest reduction for which a convolution's default widens its warp tiles (what was
-/// measured: 64–147; longer ones keep the measured 16×16 default).
-pub const LARGE_CONV_MAX_K: usize = 256;
 
 const KNOBS: [(&str, &[i64]); 9] = [
     ("warp_m", &WARP_TILES),
@@ -83,6 +80,9 @@ pub struct TcTemplate {
     space: SearchSpace,
     max_shared: usize,
     sm_count: usize,
+    /// The indices fused into `m` that have more than one point (a convolution's image,
+    /// output row and column: 3 for a batch of images, 2 for one).
+    m_dims: usize,
 }
 
 fn decode_values(c: &Config) -> Result<TcSchedule, String> {
@@ -172,11 +172,13 @@ impl TcTemplate {
             },
         );
         let space = b.build().map_err(|e| e.to_string())?;
+        let m_dims = gemm.m.iter().filter(|&&v| extents[v] > 1).count();
         Ok(TcTemplate {
             gemm,
             space,
             max_shared,
             sm_count: target.sm_count as usize,
+            m_dims,
         })
     }
 
@@ -283,18 +285,18 @@ impl TcTemplate {
             while s.warps_n > 1 && self.blocks(&s) * 2 <= self.sm_count {
                 s.warps_n /= 2;
             }
-        } else if self.blocks(&s) >= LARGE_CONV_WAVES * self.sm_count
-            && self.gemm.k_extent <= LARGE_CONV_MAX_K
-        {
+        } else if self.blocks(&s) >= LARGE_CONV_WAVES * self.sm_count {
             self.widen_for_large_outputs(&mut s);
             wide = true;
         }
         self.split_across_blocks(&mut s);
-        // Sliced K: two warp groups per stage, each with a whole k tile (not for 16×32 warps
-        // on k tiles of 64: ptxas spills there).
+        // Sliced K: two warp groups per stage, each with a whole k tile. For 16×32 warps on k
+        // tiles of 64 only in rows of four warps over one image's pixels: in 2×2, or with a
+        // batch of images to index, ptxas kept to 64 registers by spilling one into the hot
+        // loop (4 bytes, one local load per k tile).
         if self.gemm.k_extent >= 2 * s.block_k
             && s.block_k >= 32
-            && !(wide && s.block_k >= 64)
+            && !(wide && s.block_k >= 64 && (s.warps_n < 4 || self.m_dims > 2))
             && s.warps_m * s.warps_n * 2 <= MAX_WARPS
         {
             s.split_k = 2;
@@ -304,22 +306,29 @@ impl TcTemplate {
     }
 
     /// A convolution with at least [`LARGE_CONV_WAVES`] waves of the small default's 16×64
-    /// blocks and a reduction of at most [`LARGE_CONV_MAX_K`] (many output pixels, the
-    /// GEMM's `m`, against few channels in and out, such as ResNet-50's
-    /// 1×1 layers on 56×56 and 28×28 planes and its 7×7 stem) takes warp tiles twice as wide
-    /// along the channels (16×32), 2 stages, k tiles of 64 (32 where a tile of 64 would leave
-    /// the last one at most half full) and, for at most 64 channels, 2×2 warps (a 32×64 block)
-    /// rather than 1×4; sliced K only on k tiles of 32. On an H200 (2026-11-26,
+    /// blocks (many output pixels, the GEMM's `m`, such as ResNet-50's 1×1 layers on 56×56
+    /// and 28×28 planes and its 7×7 stem, and most of YOLO9000's layers) takes warp tiles
+    /// twice as wide along the channels (16×32), 2 stages, k tiles of 64 (32 where a tile of
+    /// 64 would leave the last one at most half full) and, for at most 64 channels, 2×2 warps
+    /// (a 32×64 block) rather than 1×4, for at most 32 a column of 4×1 (a 64×32 block);
+    /// sliced K on k tiles of 32, and on tiles of 64 in rows of four warps over one image. On an H200 (2026-11-26,
     /// `tc-half-points.json`) that measured 0.88–0.90 of the best point on the stem (the
     /// 16×16 default 0.60–0.62), 0.96–0.98 on 64 to 256 channels over 56×56 (0.66–0.69) and
     /// 0.99–1.00 on 128 to 512 over 28×28 (0.97–0.98); on the H100, 1.00 and 0.84 on the
-    /// latter two (there sliced K measured 1.00 on 128 to 512, but it spills a register).
+    /// latter two. On YOLO9000 in f16 (the H200's third lease), with reductions of up to
+    /// 4608: sliced 16×32 warps in 1×4 were the best point of 6 of the 7 layers in 1×4 that
+    /// measured them and 0.85 on the seventh, whose best splits K across blocks (the 16×16
+    /// default measured 0.65 and 0.69 on two of them), and the 3-channel first layer with 32
+    /// filters ran at 1.00 of its best in 4×1 (0.59 in 2×2).
     fn widen_for_large_outputs(&self, s: &mut TcSchedule) {
         let k = self.gemm.k_extent;
         s.warp_n = 32;
         s.stages = 2;
         s.block_k = if (1..=32).contains(&(k % 64)) { 32 } else { 64 };
-        if self.gemm.n_extent <= 64 {
+        if self.gemm.n_extent <= 32 {
+            s.warps_m = 4;
+            s.warps_n = 1;
+        } else if self.gemm.n_extent <= 64 {
             s.warps_m = 2;
             s.warps_n = 2;
         }
@@ -520,13 +529,14 @@ mod tests {
 
     #[test]
     fn a_convolution_with_many_pixels_widens_its_warp_tiles() {
+        // (Blocks counted for an H100's 132 SMs: at least two waves of 16×64 blocks.)
         // A 1×1 convolution, c → f channels on an hw×hw plane.
-        let conv = |c: usize, f: usize, hw: usize| {
+        let images = |n: usize, c: usize, f: usize, hw: usize| {
             let k = parse_text("c", "y[[n,f,p,q]] += x[[n,c,p+r,q+s]] * w[[f,c,r,s]]", None)
                 .unwrap()
                 .with_dtypes("x=f16,w=f16")
                 .unwrap();
-            let shapes = [vec![1, c, hw, hw], vec![f, c, 1, 1], vec![1, f, hw, hw]];
+            let shapes = [vec![n, c, hw, hw], vec![f, c, 1, 1], vec![n, f, hw, hw]];
             let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
             let extents = crate::ir::bind(&k, &refs).unwrap();
             let t = TcTemplate::new(&k, &extents, &refs, &GpuTarget::h100()).unwrap();
@@ -534,18 +544,29 @@ mod tests {
             assert!(t.encode(&s).is_ok(), "{s:?}");
             s
         };
+        let conv = |c: usize, f: usize, hw: usize| images(1, c, f, hw);
         // 1×1, 64 → 256 channels on 56×56: 16×32 warps in 1×4, one k tile of 64, 2 stages.
         let s = conv(64, 256, 56);
         assert_eq!(
             (s.warp_m, s.warp_n, s.warps_m, s.warps_n, s.block_k, s.stages),
             (16, 32, 1, 4, 64, 2)
         );
-        // 128 → 512 on 28×28: the same, two k tiles of 64 and no sliced K.
+        // 128 → 512 on 28×28: the same, two k tiles of 64, sliced (a row of four warps).
         let s = conv(128, 512, 28);
-        assert_eq!((s.warp_n, s.block_k, s.split_k), (32, 64, 1));
-        // 64 → 64: 2×2 of them, a 32×64 block.
+        assert_eq!((s.warp_n, s.warps_n, s.block_k, s.split_k), (32, 4, 64, 2));
+        // 64 → 64: 2×2 of them, a 32×64 block, not sliced.
         let s = conv(64, 64, 112);
-        assert_eq!((s.warp_n, s.warps_m, s.warps_n), (32, 2, 2));
+        assert_eq!((s.warp_n, s.warps_m, s.warps_n, s.split_k), (32, 2, 2, 1));
+        // 3 → 32 on 544×544 (a 3×3 layer's 27 taps fused into the reduction here as 1×1
+        // over 27 channels): a column of 4×1, a 64×32 block.
+        let s = conv(27, 32, 544);
+        assert_eq!((s.warp_n, s.warps_m, s.warps_n), (32, 4, 1));
+        // 512 → 256 on 34×34: a long reduction widens too, sliced.
+        let s = conv(512, 256, 34);
+        assert_eq!((s.warp_n, s.warps_n, s.block_k, s.split_k), (32, 4, 64, 2));
+        // The same over 8 images: not sliced (ptxas spilled in the hot loop).
+        let s = images(8, 512, 256, 34);
+        assert_eq!((s.warp_n, s.warps_n, s.block_k, s.split_k), (32, 4, 64, 1));
         // 1×1, 256 → 1024 on 14×14: too few pixels, the 16×16 warps stay.
         let s = conv(256, 1024, 14);
         assert_eq!((s.warp_n, s.warps_n), (16, 4));

@@ -285,22 +285,20 @@ impl WgTemplate {
     /// `cp.async`, and on the long reductions (512×1024 or 512×768 outputs over 3072–4096),
     /// one block per SM, 6 stages reached 0.94–1.00 of the best point where 4 reached
     /// 0.79–0.83; where two blocks share an SM (512×3072), a fifth stage that leaves room for
-    /// only one measured 0.89–0.91. A reduction of at most [`SHORT_REDUCTION`] takes k
-    /// tiles of 32 in 3 stages rather than two tiles of 64 in 4 (where the second copy has
-    /// nothing to overlap and half the buffers stay empty): on an H200 (2026-11-26) 960
-    /// batched 64×64 outputs over 128 ran at 0.99 of the best point so, 0.85 with tiles of 64.
+    /// only one measured 0.89–0.91. A reduction of at most [`SHORT_REDUCTION`] into blocks of
+    /// one warpgroup (at most 64 rows) takes k tiles of 32 in 3 stages rather than two tiles
+    /// of 64 in 4: on an H200 (2026-11-26) 960 batched 64×64 outputs over 128 ran at 0.99 of
+    /// the best point so, 0.85 with tiles of 64; 128×64 outputs over 128 (two warpgroups)
+    /// ran at 0.88 so and 0.92–1.00 with tiles of 64.
     pub fn default_schedule(&self) -> WgSchedule {
         let g = &self.gemm;
+        let short = g.k_extent <= SHORT_REDUCTION && g.m_extent <= 64;
         let mut s = WgSchedule {
             wg_m: 64,
             warpgroups: if g.m_extent <= 64 { 1 } else { 2 },
             block_n: if g.n_extent <= 64 { 64 } else { 128 },
-            block_k: if g.k_extent <= SHORT_REDUCTION {
-                32
-            } else {
-                64
-            },
-            stages: if g.k_extent <= SHORT_REDUCTION { 3 } else { 4 },
+            block_k: if short { 32 } else { 64 },
+            stages: if short { 3 } else { 4 },
             splits: 1,
             tma: self.tma,
         };
