@@ -18,12 +18,14 @@
 //! use tensor_dsl::template::rows::{RowPlan, RowsCpuConfig, RowsGpuConfig};
 //! let k = parse_text("softmax", "m[[i]] = max(x[[i, j]]); s[[i]] = sum(exp(x[[i, j]] - m[[i]])); \
 //!                                y[[i, j]] = exp(x[[i, j]] - m[[i]]) / s[[i]];", None).unwrap();
-//! let shapes: [&[usize]; 2] = [&[4, 10], &[4, 10]];
-//! let plan = RowPlan::new(&k, &[4, 10]).unwrap();
-//! let c = rows::generate_c(&k, &[4, 10], &shapes, &RowsCpuConfig::heuristic(&plan)).unwrap();
+//! let shapes: [&[usize]; 2] = [&[4, 100], &[4, 100]];
+//! let plan = RowPlan::new(&k, &[4, 100]).unwrap();
+//! let c = rows::generate_c(&k, &[4, 100], &shapes, &RowsCpuConfig::heuristic(&plan)).unwrap();
 //! assert!(c.contains("reduction(max:td_acc)"));
-//! let g = rows::generate_cuda(&k, &[4, 10], &shapes, &RowsGpuConfig::heuristic(&plan)).unwrap();
+//! let g = rows::generate_cuda(&k, &[4, 100], &shapes, &RowsGpuConfig::heuristic(&plan)).unwrap();
+//! // 16 threads per row reduce with shuffles; each holds its 7 points of `x` in registers.
 //! assert!(g.source.contains("__shfl_xor_sync"));
+//! assert!(g.source.contains("float td_c0[7];"));
 //! ```
 
 use super::cuda::CudaSource;
