@@ -135,6 +135,28 @@ impl Lower<'_> {
         pad
     }
 
+    /// The offset of `a`'s element at `index` (index strings per kernel index) in its
+    /// tensor `t<n>`, when it is a plain element (not a guarded or converted one).
+    fn plain_offset(&self, a: &Access, index: Vec<String>) -> Option<String> {
+        let printer = ExprPrinter {
+            kernel: self.kernel,
+            shapes: self.shapes,
+            extents: self.extents,
+            index,
+            tensor: (0..self.kernel.params.len())
+                .map(|p| format!("t{p}"))
+                .collect(),
+            output: "x".into(),
+            packed: None,
+        };
+        printer
+            .global(a)
+            .strip_prefix(&format!("t{}[", a.tensor))
+            .and_then(|e| e.strip_suffix(']'))
+            .filter(|e| !e.contains('?'))
+            .map(str::to_string)
+    }
+
     /// Software prefetches of the rows a tile broadcasts from, [`PREFETCH_AHEAD`] reduction
     /// points ahead, once per cache line: for each broadcast access whose last coordinate is
     /// the innermost reduction index (a row read along it), whose tensor outgrows the L3
@@ -144,8 +166,8 @@ impl Lower<'_> {
     /// 4096×4096·4096×64 at 360–410 GFLOPS on two cores, 455–470 with these; with the operand
     /// in L3 they cost 1–2.5%, with 4 KiB rows 3–5%
     /// (`bench/results/2026-11-26-cpu-stream-prefetch.md`). Without such rows, short rows
-    /// get [`Self::next_rows_prefetch`], batched blocks [`Self::next_batch_prefetch`]. `at(u, 0)` gives the index strings of row `u` of
-    /// the tile.
+    /// get [`Self::next_rows_prefetch`], batched blocks [`Self::next_batch_prefetch`].
+    /// `at(u, 0)` gives the index strings of row `u` of the tile.
     pub(super) fn stream_prefetch(
         &self,
         nu: usize,
@@ -180,25 +202,10 @@ impl Lower<'_> {
             for u in 0..nu {
                 let mut index = at(u, 0);
                 index[inner] = format!("({} + {PREFETCH_AHEAD})", self.names[inner]);
-                let printer = ExprPrinter {
-                    kernel: self.kernel,
-                    shapes: self.shapes,
-                    extents: self.extents,
-                    index,
-                    tensor: (0..self.kernel.params.len())
-                        .map(|p| format!("t{p}"))
-                        .collect(),
-                    output: "x".into(),
-                    packed: None,
-                };
-                let element = printer.global(a);
-                // A plain element (`t0[...]`), not a guarded or converted one.
-                if !element.starts_with(&format!("t{}[", a.tensor)) || element.contains('?') {
-                    return None;
-                }
+                let offset = self.plain_offset(a, index)?;
                 let call = Stmt::Call {
                     func: "__builtin_prefetch".into(),
-                    args: vec![format!("&{element}"), "0".into(), "3".into()],
+                    args: vec![format!("&t{}[{offset}]", a.tensor), "0".into(), "3".into()],
                 };
                 if !calls.contains(&call) {
                     calls.push(call);
@@ -271,21 +278,7 @@ impl Lower<'_> {
         let mut index = at(0, 0);
         index[ua] = format!("(u0 + {nu} + {n} / {lines_per_row})");
         index[inner] = format!("({n} % {lines_per_row} * {line})");
-        let printer = ExprPrinter {
-            kernel: self.kernel,
-            shapes: self.shapes,
-            extents: self.extents,
-            index,
-            tensor: (0..self.kernel.params.len())
-                .map(|p| format!("t{p}"))
-                .collect(),
-            output: "x".into(),
-            packed: None,
-        };
-        let element = printer.global(&a);
-        if !element.starts_with(&format!("t{}[", a.tensor)) || element.contains('?') {
-            return None;
-        }
+        let offset = self.plain_offset(&a, index)?;
         let mut cond = format!("{point} < {}", lines * step);
         if step > 1 {
             cond = format!("({point} & {}) == 0 && {cond}", step - 1);
@@ -294,7 +287,7 @@ impl Lower<'_> {
             cond,
             then: vec![Stmt::Call {
                 func: "__builtin_prefetch".into(),
-                args: vec![format!("&{element}"), "0".into(), "3".into()],
+                args: vec![format!("&t{}[{offset}]", a.tensor), "0".into(), "3".into()],
             }],
             els: None,
             braced: true,
@@ -386,25 +379,7 @@ impl Lower<'_> {
         index[batch] = format!("({} + 1)", self.names[batch]);
         index[ua] = "0".into();
         index[inner] = "0".into();
-        let printer = ExprPrinter {
-            kernel: self.kernel,
-            shapes: self.shapes,
-            extents: self.extents,
-            index,
-            tensor: (0..self.kernel.params.len())
-                .map(|p| format!("t{p}"))
-                .collect(),
-            output: "x".into(),
-            packed: None,
-        };
-        let element = printer.global(&a);
-        let Some(offset) = element
-            .strip_prefix(&format!("t{}[", a.tensor))
-            .and_then(|e| e.strip_suffix(']'))
-            .filter(|e| !e.contains('?'))
-        else {
-            return None;
-        };
+        let offset = self.plain_offset(&a, index)?;
         let point = self.names[inner].clone();
         let mut cond = format!("{point} < {}", per_tile * step);
         if step > 1 {
