@@ -311,11 +311,11 @@ impl TcTemplate {
     /// twice as wide along the channels (16×32), 2 stages, k tiles of 64 (32 where a tile of
     /// 64 would leave the last one at most half full) and, for at most 64 channels, 2×2 warps
     /// (a 32×64 block) rather than 1×4, for at most 32 a column of 4×1 (a 64×32 block);
-    /// sliced K on k tiles of 32, and on tiles of 64 in rows of four warps over one image. On an H200 (2026-11-26,
-    /// `tc-half-points.json`) that measured 0.88–0.90 of the best point on the stem (the
-    /// 16×16 default 0.60–0.62), 0.96–0.98 on 64 to 256 channels over 56×56 (0.66–0.69) and
-    /// 0.99–1.00 on 128 to 512 over 28×28 (0.97–0.98); on the H100, 1.00 and 0.84 on the
-    /// latter two. On YOLO9000 in f16 (the H200's third lease), with reductions of up to
+    /// sliced K on k tiles of 32, and on tiles of 64 in rows of four warps over one image.
+    /// On an H200 (2026-11-26, `tc-half-points.json`) that measured 0.88–0.90 of the best
+    /// point on the stem (the 16×16 default 0.60–0.62), 0.96–0.98 on 64 to 256 channels over
+    /// 56×56 (0.66–0.69) and 0.99–1.00 on 128 to 512 over 28×28 (0.97–0.98); on the H100,
+    /// 1.00 and 0.84 on the latter two. On YOLO9000 in f16 (the H200's third lease), with reductions of up to
     /// 4608: sliced 16×32 warps in 1×4 were the best point of 6 of the 7 layers in 1×4 that
     /// measured them and 0.85 on the seventh, whose best splits K across blocks (the 16×16
     /// default measured 0.65 and 0.69 on two of them), and the 3-channel first layer with 32
