@@ -27,7 +27,6 @@
 use super::cpu::Lower;
 use super::{AssignOp, Binding, Func, Stmt, Target, Ty, Value};
 use crate::codegen::strides;
-use crate::codegen::ExprPrinter;
 use crate::ir::{Access, BodyKind, Expr, Kernel};
 use crate::lower::{Layout, LoopKind};
 use crate::template::cpu::pack_stride;
@@ -135,25 +134,22 @@ impl Lower<'_> {
         pad
     }
 
-    /// The offset of `a`'s element at `index` (index strings per kernel index) in its
-    /// tensor `t<n>`, as stored (any element type), when no coordinate can fall outside.
-    fn plain_offset(&self, a: &Access, index: Vec<String>) -> Option<String> {
-        let printer = ExprPrinter {
-            kernel: self.kernel,
-            shapes: self.shapes,
-            extents: self.extents,
-            index,
-            tensor: (0..self.kernel.params.len())
-                .map(|p| format!("t{p}"))
-                .collect(),
-            output: "x".into(),
-            packed: None,
-        };
-        printer
-            .stored(a)?
-            .strip_prefix(&format!("t{}[", a.tensor))
-            .and_then(|e| e.strip_suffix(']'))
-            .map(str::to_string)
+    /// `if (<point> is a multiple of step && below count * step) __builtin_prefetch(&element)`:
+    /// `count` prefetches spread evenly over a reduction loop of index `point`.
+    fn spread_prefetch(point: &str, count: usize, step: usize, element: &str) -> Stmt {
+        let mut cond = format!("{point} < {}", count * step);
+        if step > 1 {
+            cond = format!("({point} & {}) == 0 && {cond}", step - 1);
+        }
+        Stmt::If {
+            cond,
+            then: vec![Stmt::Call {
+                func: "__builtin_prefetch".into(),
+                args: vec![format!("&{element}"), "0".into(), "3".into()],
+            }],
+            els: None,
+            braced: true,
+        }
     }
 
     /// Software prefetches of the rows a tile broadcasts from, [`PREFETCH_AHEAD`] reduction
@@ -201,10 +197,10 @@ impl Lower<'_> {
             for u in 0..nu {
                 let mut index = at(u, 0);
                 index[inner] = format!("({} + {PREFETCH_AHEAD})", self.names[inner]);
-                let offset = self.plain_offset(a, index)?;
+                let element = self.printer(index).stored(a)?;
                 let call = Stmt::Call {
                     func: "__builtin_prefetch".into(),
-                    args: vec![format!("&t{}[{offset}]", a.tensor), "0".into(), "3".into()],
+                    args: vec![format!("&{element}"), "0".into(), "3".into()],
                 };
                 if !calls.contains(&call) {
                     calls.push(call);
@@ -277,20 +273,8 @@ impl Lower<'_> {
         let mut index = at(0, 0);
         index[ua] = format!("(u0 + {nu} + {n} / {lines_per_row})");
         index[inner] = format!("({n} % {lines_per_row} * {line})");
-        let offset = self.plain_offset(&a, index)?;
-        let mut cond = format!("{point} < {}", lines * step);
-        if step > 1 {
-            cond = format!("({point} & {}) == 0 && {cond}", step - 1);
-        }
-        Some(Stmt::If {
-            cond,
-            then: vec![Stmt::Call {
-                func: "__builtin_prefetch".into(),
-                args: vec![format!("&t{}[{offset}]", a.tensor), "0".into(), "3".into()],
-            }],
-            els: None,
-            braced: true,
-        })
+        let element = self.printer(index).stored(&a)?;
+        Some(Self::spread_prefetch(&point, lines, step, &element))
     }
 
     /// Software prefetches of the next batch's block of a batched product, each tile
@@ -374,32 +358,17 @@ impl Lower<'_> {
         } else {
             format!("({v_tile} * {us} + {u_tile})")
         };
+        // The next batch's block starts at coordinates (batch + 1, 0, 0); its last
+        // coordinate (unit stride) carries this tile's line within it.
+        let point = self.names[inner].clone();
+        let last = a.dims[2].as_var()?;
         let mut index = at(0, 0);
         index[batch] = format!("({} + 1)", self.names[batch]);
         index[ua] = "0".into();
         index[inner] = "0".into();
-        let offset = self.plain_offset(&a, index)?;
-        let point = self.names[inner].clone();
-        let mut cond = format!("{point} < {}", per_tile * step);
-        if step > 1 {
-            cond = format!("({point} & {}) == 0 && {cond}", step - 1);
-        }
-        Some(Stmt::If {
-            cond,
-            then: vec![Stmt::Call {
-                func: "__builtin_prefetch".into(),
-                args: vec![
-                    format!(
-                        "&t{}[{offset} + ({tile} * {per_tile} + {point} / {step}) * {line}]",
-                        a.tensor
-                    ),
-                    "0".into(),
-                    "3".into(),
-                ],
-            }],
-            els: None,
-            braced: true,
-        })
+        index[last] = format!("(({tile} * {per_tile} + {point} / {step}) * {line})");
+        let element = self.printer(index).stored(&a)?;
+        Some(Self::spread_prefetch(&point, per_tile, step, &element))
     }
 
     /// The packed tile function of `size` as vector code (see the module documentation),

@@ -296,7 +296,7 @@ impl Lower<'_> {
 
     /// A printer of kernel expressions with `index` for the index variables and the
     /// parameters' buffer names.
-    fn printer(&self, index: Vec<String>) -> ExprPrinter<'_> {
+    pub(super) fn printer(&self, index: Vec<String>) -> ExprPrinter<'_> {
         ExprPrinter {
             kernel: self.kernel,
             shapes: self.shapes,
