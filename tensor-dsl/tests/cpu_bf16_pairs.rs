@@ -3,8 +3,9 @@
 //! and strided (a transposed operand), a transposed packed operand, an epilogue, `f32` and
 //! `bf16` outputs; odd reductions (a last point paired with zero), vector tiles of 16 to 64
 //! lanes with partial last tiles, reduction blocks of even and odd sizes; through the entry
-//! point and through the prepacked one. The C is the same on every machine (with AVX-512 BF16
-//! it uses `vdpbf16ps`, elsewhere shifts and FMAs), so this runs wherever a C compiler does.
+//! point and through the prepacked one; and convolutions in pairs of input channels. The C is
+//! the same on every machine (with AVX-512 BF16 it uses `vdpbf16ps`, elsewhere shifts and
+//! FMAs), so this runs wherever a C compiler does.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -14,6 +15,7 @@ use tensor_dsl::codegen::c;
 use tensor_dsl::ir::{bind, parse_text, DType, Kernel};
 use tensor_dsl::runtime::cpu;
 use tensor_dsl::template::cpu::{packed_access, CpuConfig, CpuTemplate};
+use tensor_dsl::template::cpu_conv::{ConvShape, ConvTile};
 use tensor_dsl::{Buffer, Data};
 
 /// (name, kernel, output type).
@@ -90,21 +92,35 @@ fn check(kernel: &Kernel, shapes: &[Vec<usize>], configs: &[CpuConfig], rng: &mu
 /// with `-mno-avx512bf16`, so the pairs code takes its shifts-and-FMAs branch.
 const NO_BF16_ENV: &str = "TD_TEST_PAIRS_WITHOUT_AVX512BF16";
 
+/// In the child process of [`the_fallback_without_avx512_bf16_matches_too`], points `CC` at
+/// a wrapper that adds `-mno-avx512bf16` (once per process, before the first compile: the
+/// compiler is probed once per process). Then whether a C compiler is there.
+fn compiler_ready() -> bool {
+    static SETUP: std::sync::Once = std::sync::Once::new();
+    SETUP.call_once(|| {
+        if std::env::var_os(NO_BF16_ENV).is_some() {
+            let dir = std::env::temp_dir().join(format!("td-pairs-cc-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let cc = dir.join("cc");
+            std::fs::write(&cc, "#!/bin/sh\nexec cc \"$@\" -mno-avx512bf16\n").unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&cc, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::env::set_var("CC", &cc);
+            std::env::set_var("TENSOR_DSL_CACHE", dir.join("cache"));
+        }
+    });
+    match cpu::compiler() {
+        Ok(_) => true,
+        Err(why) => {
+            println!("skipped: no C compiler ({why})");
+            false
+        }
+    }
+}
+
 #[test]
 fn bf16_pairs_match_the_reference() {
-    if std::env::var_os(NO_BF16_ENV).is_some() {
-        let dir = std::env::temp_dir().join(format!("td-pairs-cc-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let cc = dir.join("cc");
-        std::fs::write(&cc, "#!/bin/sh\nexec cc \"$@\" -mno-avx512bf16\n").unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&cc, std::fs::Permissions::from_mode(0o755)).unwrap();
-        // Before the first compile: the compiler is probed once per process.
-        std::env::set_var("CC", &cc);
-        std::env::set_var("TENSOR_DSL_CACHE", dir.join("cache"));
-    }
-    if let Err(why) = cpu::compiler() {
-        println!("skipped: no C compiler ({why})");
+    if !compiler_ready() {
         return;
     }
     for (n, &(name, text, out)) in CASES.iter().enumerate() {
@@ -177,6 +193,123 @@ fn bf16_pairs_match_the_reference() {
     }
 }
 
+/// Convolutions in pairs of input channels (`conv_vector=pairs`, [`ConvShape::pair_index`]):
+/// NCHW with odd channel counts (the last channel paired with zero), stride 2 and a 7×7
+/// window over 3 channels, a 1×1 stride-2 one (the compact copy), NHWC with HWIO weights,
+/// an epilogue and a `bf16` output, channel tiles past the last channel; the default with
+/// pairs, its other loop order and scalar stores, part-row tiles and random pairs points of
+/// the space; through the entry point and the prepacked one.
+#[test]
+fn bf16_conv_pairs_match_the_reference() {
+    if !compiler_ready() {
+        return;
+    }
+    let conv = |stride: usize, pad: usize| {
+        format!(
+            "y[[n, f, p, q]] += x[[n, c, {stride} * p + r - {pad}, {stride} * q + s - {pad}]] \
+             * w[[f, c, r, s]]"
+        )
+    };
+    let epilogue = "; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])";
+    // (kernel, output type, n f p q c r s)
+    let cases: Vec<(String, DType, [usize; 7])> = vec![
+        (conv(1, 1), DType::F32, [1, 16, 7, 7, 5, 3, 3]),
+        (conv(2, 1), DType::F32, [2, 33, 5, 6, 13, 3, 3]),
+        (conv(2, 3), DType::F32, [1, 37, 8, 9, 3, 7, 7]),
+        (conv(2, 0), DType::F32, [1, 40, 4, 3, 16, 1, 1]),
+        (
+            format!("{}{epilogue}", conv(1, 1)),
+            DType::BF16,
+            [1, 48, 4, 5, 19, 3, 3],
+        ),
+        (
+            "y[[n, p, q, f]] += x[[n, p + r - 1, q + s - 1, c]] * w[[r, s, c, f]]; \
+             y[[n, p, q, f]] = relu(y[[n, p, q, f]] + bias[[f]])"
+                .into(),
+            DType::F32,
+            [2, 40, 5, 3, 7, 3, 3],
+        ),
+    ];
+    for (n, (src, out, named)) in cases.iter().enumerate() {
+        let mut rng = StdRng::seed_from_u64(n as u64 + 70);
+        let mut k = parse_text("conv", src, None).unwrap();
+        for p in &mut k.params {
+            if p.is_output {
+                p.dtype = *out;
+            } else if p.name == "x" || p.name == "w" {
+                p.dtype = DType::BF16;
+            }
+        }
+        let id = |x: &str| k.indices.iter().position(|i| i.name == x).unwrap();
+        let mut e = vec![0; k.indices.len()];
+        for (name, &x) in ["n", "f", "p", "q", "c", "r", "s"].iter().zip(named) {
+            e[id(name)] = x;
+        }
+        let (extents, shapes) = common::shapes_for(&k, &e, |hi| hi.max(0) as usize + 1).unwrap();
+        let shape = ConvShape::of(&k).unwrap();
+        assert_eq!(shape.pair_index(&k), Some(id("c")), "{src}");
+        // The 16-lane template, whatever this machine's width: the pairs code is plain C.
+        let template = CpuTemplate::new(&k, &extents, 16).unwrap();
+        let base = template.decode(&template.default_config()).unwrap();
+        let mut default = base.clone();
+        default.pairs = true;
+        default.vector = if extents[id("f")] > 16 { 32 } else { 16 };
+        default.wide_simd = true;
+        if let Some(t) = default.conv.as_mut() {
+            t.pad = true;
+            t.transpose = false;
+            t.pixel_vector = false;
+        }
+        let default = CpuConfig {
+            conv: pixels_capped(&default),
+            ..default
+        };
+        assert!(template.encode(&default).is_some(), "{src} {default:?}");
+        let mut configs = vec![default.clone()];
+        let mut vary = |f: &dyn Fn(&mut ConvTile, &mut CpuConfig)| {
+            let mut c = default.clone();
+            let mut t = c.conv.clone().unwrap();
+            f(&mut t, &mut c);
+            c.conv = Some(t);
+            if template.encode(&c).is_some() && !configs.contains(&c) {
+                configs.push(c);
+            }
+        };
+        vary(&|t, _| t.pixels_outer = !t.pixels_outer);
+        vary(&|t, _| t.vector_store = !t.vector_store);
+        vary(&|_, c| c.vector = 16);
+        vary(&|_, c| c.parallel = !c.parallel);
+        let q = extents[id("q")];
+        for px in (1..=q).rev().filter(|d| q % d == 0).take(2) {
+            vary(&|t, _| t.pixels = px);
+        }
+        let mut found = 0;
+        for _ in 0..300 {
+            let point = template.space().sample_uniform(&mut rng).unwrap();
+            let cfg = template.decode(&point).unwrap();
+            if cfg.pairs && found < 3 {
+                configs.push(cfg);
+                found += 1;
+            }
+        }
+        assert!(found > 0, "{src}: no pairs point in 300 samples");
+        for cfg in &configs {
+            let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+            let text = c::generate(&k, &extents, &refs, cfg);
+            assert!(text.contains("td_dot2("), "{src} {cfg:?}:\n{text}");
+        }
+        check(&k, &shapes, &configs, &mut rng);
+    }
+}
+
+/// The pixel tile a config of up to 32 channels keeps within the registers the space allows.
+fn pixels_capped(c: &CpuConfig) -> Option<ConvTile> {
+    c.conv.clone().map(|t| ConvTile {
+        pixels: t.pixels.min(14),
+        ..t
+    })
+}
+
 /// The space offers `kernel=pairs` only where it can mean something, and the default takes
 /// it on a machine with the instruction.
 #[test]
@@ -234,7 +367,7 @@ fn the_fallback_without_avx512_bf16_matches_too() {
         return;
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "bf16_pairs_match_the_reference", "--nocapture"])
+        .args(["pairs_match_the_reference", "--nocapture"])
         .env(NO_BF16_ENV, "1")
         .output()
         .unwrap();

@@ -219,6 +219,7 @@ fn source(
     let body = printer::print(&nest, &CDialect)?;
     let plan = Plan::new(kernel, extents, config);
     let pairs = lower::cpu_pairs::active(kernel, extents, shapes, config);
+    let conv_pairs = lower::cpu_conv::pairs(kernel, config);
     let (ru, rv) = (config.unroll, config.vector);
     let mut s = String::new();
 
@@ -265,6 +266,9 @@ fn source(
                 "read in place"
             }
         );
+        if conv_pairs {
+            let _ = writeln!(s, " *   input channels in bf16 pairs");
+        }
     }
     if let Some((r0, b)) = plan.block {
         let _ = writeln!(
@@ -312,7 +316,7 @@ fn source(
         s.push_str(&vector_prelude(&widths));
         s.push('\n');
     }
-    if pairs {
+    if pairs || conv_pairs {
         if !widths.contains(&lower::cpu_pairs::LANES) {
             s.push_str(&vector_prelude(&[lower::cpu_pairs::LANES]));
         }

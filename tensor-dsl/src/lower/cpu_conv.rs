@@ -1,6 +1,15 @@
 //! Lowers a convolution schedule (a [`CpuConfig`] with a [`ConvTile`]) to a [`Nest`]: the
 //! loop nest described in [`crate::template::cpu_conv`].
 //!
+//! In `bf16` pairs ([`pairs`]) the pair index's loop runs over pairs of input channels; the
+//! scratch copy has that axis halved and a trailing axis of 2 (an odd last channel pairs
+//! with zero), the panels hold `vector` pairs of raw `bf16` per point, and the hot loop is
+//! `td_dot2(acc, td_pair(&xp[..]), td_pairs(&wp[..]))` ([`super::cpu_pairs::PRELUDE`]).
+//! Why: widened to `f32`, a `bf16` convolution ran at the `f32` one's speed at best; in
+//! pairs ResNet-50's 3×3 layers over 28×28 and 7×7 ran 1.9–2.0× their `f32` default
+//! (generated C timed side by side, two Zen 4 cores: 404–437 against 194–228 GFLOPS, 527–551
+//! against 263–272 nominal).
+//!
 //! ```
 //! use tensor_dsl::{ir::parse_text, lower, template::cpu::CpuConfig};
 //! let k = parse_text("conv",
@@ -127,6 +136,15 @@ struct XRead {
     guarded: bool,
 }
 
+/// Whether `config` computes the convolution `kernel` in `bf16` pairs (two input channels
+/// per `vdpbf16ps`, [`super::cpu_pairs::PRELUDE`]): it asks for them and the kernel has a
+/// pair index ([`ConvShape::pair_index`]).
+pub fn pairs(kernel: &Kernel, config: &CpuConfig) -> bool {
+    config.pairs
+        && config.conv.is_some()
+        && ConvShape::of(kernel).is_some_and(|s| s.pair_index(kernel).is_some())
+}
+
 /// Lowers `config` (whose `conv` is `tile`) for the convolution `kernel`.
 pub fn lower<'a>(
     kernel: &'a Kernel,
@@ -166,12 +184,27 @@ pub fn lower<'a>(
         param: None,
         align: None,
     });
-    let points = shape.points(extents);
+    // `bf16` pairs ([`CpuConfig::pairs`]): the panels hold raw `bf16`, each point of the
+    // pair index's halved extent a row of `vector` pairs.
+    let pair = pairs(kernel, config)
+        .then(|| shape.pair_index(kernel))
+        .flatten();
+    let pair_extents: Vec<usize> = extents
+        .iter()
+        .enumerate()
+        .map(|(i, &e)| if Some(i) == pair { e.div_ceil(2) } else { e })
+        .collect();
+    let (panel_dtype, lane_elems) = if pair.is_some() {
+        (DType::BF16, 2)
+    } else {
+        (COMPUTE, 1)
+    };
+    let points = shape.points(&pair_extents);
     let wp = push(Buffer {
         name: "wp".into(),
         scope: Scope::Panel,
-        dtype: COMPUTE,
-        dims: vec![points, v],
+        dtype: panel_dtype,
+        dims: vec![points, v * lane_elems],
         param: None,
         align: None,
     });
@@ -181,8 +214,8 @@ pub fn lower<'a>(
     let wall = push(Buffer {
         name: "wall".into(),
         scope: Scope::Global,
-        dtype: COMPUTE,
-        dims: vec![tiles * points, v],
+        dtype: panel_dtype,
+        dims: vec![tiles * points, v * lane_elems],
         param: None,
         align: None,
     });
@@ -210,17 +243,36 @@ pub fn lower<'a>(
             .all(|(&(lo, hi), &n)| lo == 0 && hi + 1 == n as i64);
     let scratch = tile.pad
         && (outside || xdtype != DType::F32 || compact || (tile.pixel_vector && !own_layout));
+    if pair.is_some() && !scratch {
+        return Err("bf16 pairs read the padded copy of the input".into());
+    }
     let steps = if scratch { steps } else { vec![1; steps.len()] };
+    // The axis of the input that the pair index reads: in the scratch copy it holds pairs,
+    // and a trailing axis of 2 the two channels of each.
+    let pair_axis = pair.and_then(|c| shape.x.dims.iter().position(|d| d.as_var() == Some(c)));
+    let scratch_dims: Vec<usize> = ranges
+        .iter()
+        .zip(&steps)
+        .enumerate()
+        .map(|(d, (&(lo, hi), &k))| {
+            let n = usize::try_from((hi - lo) / k + 1).unwrap_or(1);
+            if Some(d) == pair_axis {
+                n.div_ceil(2)
+            } else {
+                n
+            }
+        })
+        .collect();
     let xp = scratch.then(|| {
+        let mut dims = scratch_dims.clone();
+        if pair.is_some() {
+            dims.push(2);
+        }
         push(Buffer {
             name: "xp".into(),
             scope: Scope::Panel,
-            dtype: COMPUTE,
-            dims: ranges
-                .iter()
-                .zip(&steps)
-                .map(|(&(lo, hi), &k)| usize::try_from((hi - lo) / k + 1).unwrap_or(1))
-                .collect(),
+            dtype: panel_dtype,
+            dims,
             param: None,
             align: None,
         })
@@ -229,7 +281,7 @@ pub fn lower<'a>(
         let (buf, dims, lo): (BufId, Vec<usize>, Vec<i64>) = match xp {
             Some(xp) => (
                 xp,
-                buffers[xp.0].dims.clone(),
+                scratch_dims.clone(),
                 ranges.iter().map(|r| r.0).collect(),
             ),
             None => (
@@ -248,15 +300,17 @@ pub fn lower<'a>(
                 coef[i] += s * c / k;
             }
         }
+        // In pairs, offsets count `bf16` elements: two per pair.
+        let k = lane_elems as i64;
         XRead {
             buf,
-            coef,
-            base,
+            coef: coef.iter().map(|c| c * k).collect(),
+            base: base * k,
             guarded: !tile.pad && outside,
         }
     };
 
-    let transpose = if tile.transpose && v.is_multiple_of(TRANSPOSE) {
+    let transpose = if pair.is_none() && tile.transpose && v.is_multiple_of(TRANSPOSE) {
         channel_stride(kernel, extents, shapes, &shape)
     } else {
         None
@@ -280,6 +334,8 @@ pub fn lower<'a>(
         mr,
         transpose,
         run: 0,
+        pair,
+        pair_axis,
     };
     if tile.pixel_vector {
         let x = contiguous_run(&l.shape.pixels, extents, |t| l.xread.coef[t]);
@@ -453,6 +509,10 @@ struct Conv<'a> {
     /// A pixel-vector tile's run: pixels one after another in the input read and the
     /// output (0 for a channel-vector tile).
     run: usize,
+    /// `bf16` pairs: the reduction index taken two points at a time (its loop runs over
+    /// pairs) and the input axis it reads ([`ConvShape::pair_index`]).
+    pair: Option<usize>,
+    pair_axis: Option<usize>,
 }
 
 impl Conv<'_> {
@@ -463,10 +523,38 @@ impl Conv<'_> {
             s = if n == 0 {
                 self.names[r].clone()
             } else {
-                format!("({s}) * {} + {}", self.extents[r], self.names[r])
+                format!("({s}) * {} + {}", self.steps_of(r), self.names[r])
             };
         }
         s
+    }
+
+    /// Steps of reduction index `r`'s loop: its extent, or with `bf16` pairs for the pair
+    /// index, its pairs (an odd last channel pairs with zero).
+    fn steps_of(&self, r: usize) -> usize {
+        if Some(r) == self.pair {
+            self.extents[r].div_ceil(2)
+        } else {
+            self.extents[r]
+        }
+    }
+
+    /// Reduction points the panel holds a row for (pairs of the pair index count once).
+    fn panel_points(&self) -> usize {
+        self.shape
+            .reduction
+            .iter()
+            .map(|&r| self.steps_of(r))
+            .product()
+    }
+
+    /// Elements of a panel row per channel: 2 for `bf16` pairs, else 1.
+    fn lane_elems(&self) -> usize {
+        if self.pair.is_some() {
+            2
+        } else {
+            1
+        }
     }
 
     /// Loops over every reduction index (kernel order) around `body`.
@@ -482,7 +570,7 @@ impl Conv<'_> {
     ) -> Vec<Stmt> {
         let last = self.shape.reduction.last().copied();
         self.shape.reduction.iter().rev().fold(body, |inner, &r| {
-            let e = self.extents[r];
+            let e = self.steps_of(r);
             let kind = if Some(r) == last && self.unrolled(r) {
                 LoopKind::Unrolled(e)
             } else {
@@ -501,7 +589,7 @@ impl Conv<'_> {
 
     /// Whether reduction index `r`'s loop is unrolled (the innermost one, when short).
     fn unrolled(&self, r: usize) -> bool {
-        self.shape.reduction.last() == Some(&r) && (2..=UNROLL_SHORT).contains(&self.extents[r])
+        self.shape.reduction.last() == Some(&r) && (2..=UNROLL_SHORT).contains(&self.steps_of(r))
     }
 
     /// The innermost pixel axis where every tile lies in one row of it (the tile's
@@ -1165,7 +1253,8 @@ impl Conv<'_> {
         }
         // The hot loop: per reduction point, each pixel's input broadcast against the
         // channel vector of the panel.
-        let mut hot = vec![let_long("wr", format!("({}) * {v}", self.point()))];
+        let row = v * self.lane_elems();
+        let mut hot = vec![let_long("wr", format!("({}) * {row}", self.point()))];
         if !self.xread.guarded {
             let terms: Vec<(i64, String)> = self
                 .shape
@@ -1206,7 +1295,8 @@ impl Conv<'_> {
                     },
                 }
             } else {
-                // The scratch copy is float; the input in place has its own type.
+                // The scratch copy is float (or `bf16` pairs); the input in place has its
+                // own type.
                 let dtype = buffers[self.xread.buf.0].dtype;
                 let index = match in_row {
                     // One address (`xs_0 + xr`) and a constant per pixel: not a register
@@ -1214,15 +1304,53 @@ impl Conv<'_> {
                     Some(t) => format!("xs_0 + xr + {}", self.xread.coef[t] * m as i64),
                     None => format!("xs_{m} + xr"),
                 };
-                Value::Code(load_as_f32(dtype, &format!("{xname}[{index}]")))
+                if self.pair.is_some() {
+                    Value::Code(format!("td_pair(&{xname}[{index}])"))
+                } else {
+                    Value::Code(load_as_f32(dtype, &format!("{xname}[{index}]")))
+                }
             };
             hot.push(Stmt::Let {
-                ty: Ty::Elem(COMPUTE),
+                ty: if self.pair.is_some() {
+                    Ty::Int(IntType::Unsigned)
+                } else {
+                    Ty::Elem(COMPUTE)
+                },
                 konst: true,
                 defs: vec![(format!("x_{m}"), value)],
             });
         }
-        if width > 0 {
+        if self.pair.is_some() {
+            // Two channels per instruction: each pixel's pair against the panel's vectors
+            // of pairs (`td_dot2`: `vdpbf16ps`, [`super::cpu_pairs`]).
+            let wname = &buffers[self.wp.0].name;
+            hot.push(Stmt::Let {
+                ty: Ty::Vector(width),
+                konst: true,
+                defs: (0..vectors)
+                    .map(|j| {
+                        let at = j * width * 2;
+                        (
+                            format!("b{j}"),
+                            Value::Code(format!("td_pairs(&{wname}[wr + {at}])")),
+                        )
+                    })
+                    .collect(),
+            });
+            for m in 0..mr {
+                let dots = (0..vectors)
+                    .map(|j| {
+                        let acc = cvar(m, j);
+                        Stmt::Assign {
+                            dst: Target::Var(acc.clone()),
+                            op: AssignOp::Set,
+                            value: Value::Code(format!("td_dot2({acc}, x_{m}, b{j})")),
+                        }
+                    })
+                    .collect();
+                hot.extend(taps.guard(m, dots));
+            }
+        } else if width > 0 {
             hot.push(Stmt::Let {
                 ty: Ty::Vector(width),
                 konst: true,
@@ -1500,12 +1628,71 @@ impl Conv<'_> {
         }
     }
 
+    /// With `bf16` pairs: fills this thread's panel with the raw weights of channels
+    /// `f0..f0 + vector`, each panel row the `vector` pairs of one point of the halved
+    /// reduction (input channels `2c`, `2c + 1` side by side; zeros past the last channel
+    /// and the last input channel).
+    fn pack_pairs(&self, c: usize) -> Vec<Stmt> {
+        let w = &self.shape.w;
+        let (fe, ce) = (self.extents[self.shape.f], self.extents[c]);
+        let st = strides(self.shapes[w.tensor]);
+        let row = self.v * 2;
+        let moves = (0..2)
+            .map(|h| {
+                let terms: Vec<(i64, String)> = w
+                    .dims
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(d, map)| {
+                        let i = map.as_var()?;
+                        let name = if i == self.shape.f {
+                            "(f0 + v)".to_string()
+                        } else if i == c {
+                            format!("(2 * {} + {h})", self.names[c])
+                        } else {
+                            self.names[i].clone()
+                        };
+                        Some((st[d] as i64, name))
+                    })
+                    .collect();
+                let mut guard = vec![format!("f0 + v < {fe}")];
+                if h == 1 && ce % 2 == 1 {
+                    guard.push(format!("2 * {} + 1 < {ce}", self.names[c]));
+                }
+                Stmt::Move {
+                    dst: (self.wp, format!("({}) * {row} + 2 * v + {h}", self.point())),
+                    src: (BufId(w.tensor), linear(&terms)),
+                    width: 1,
+                    guard,
+                }
+            })
+            .collect();
+        let inner = self.shape.reduction.iter().rev().fold(moves, |body, &r| {
+            vec![for_each(
+                &self.names[r],
+                self.steps_of(r),
+                LoopKind::Serial,
+                Layout::Braced,
+                body,
+            )]
+        });
+        vec![for_each(
+            "v",
+            self.v,
+            LoopKind::Serial,
+            Layout::Braced,
+            inner,
+        )]
+    }
+
     /// `td_conv_pack(w, wp, f0)`: fills `wp` with the panel of channels `f0..f0 + vector`,
-    /// transposed ([`Conv::transposed_pack`]) or one element at a time.
+    /// transposed ([`Conv::transposed_pack`]), in `bf16` pairs ([`Conv::pack_pairs`]) or
+    /// one element at a time.
     fn pack_func(&self) -> Func {
-        let body = match self.transpose {
-            Some(sf) => self.transposed_pack(sf),
-            None => self.pack_weights(),
+        let body = match (self.pair, self.transpose) {
+            (Some(c), _) => self.pack_pairs(c),
+            (None, Some(sf)) => self.transposed_pack(sf),
+            (None, None) => self.pack_weights(),
         };
         Func {
             name: PACK.into(),
@@ -1530,7 +1717,7 @@ impl Conv<'_> {
     /// C text of the panel of channel tile `f0` inside the prepacked weights `wall`
     /// (tiles one after another, `points × vector` floats each: `f0 · points`).
     fn wall_panel(&self, wall: &str) -> String {
-        format!("{wall} + f0 * {}", self.shape.points(self.extents))
+        format!("{wall} + f0 * {}", self.panel_points() * self.lane_elems())
     }
 
     /// `td_conv_prepack(w, wall)`: every channel tile's panel, in tile order (the threads
@@ -1626,7 +1813,7 @@ impl Conv<'_> {
             params,
             body: vec![
                 Stmt::Let {
-                    ty: Ty::Ptr(COMPUTE),
+                    ty: Ty::Ptr(buffers[self.wall.0].dtype),
                     konst: true,
                     defs: vec![(
                         name(self.wall),
@@ -1636,9 +1823,12 @@ impl Conv<'_> {
                 run(&name(self.wall)),
             ],
         };
+        let wall = &buffers[self.wall.0];
         let prepack = Prepack {
             input: w.0,
-            elems: buffers[self.wall.0].dims.iter().product(),
+            // In elements of the compute type (`f32`): half as many for `bf16` pairs.
+            elems: (wall.dims.iter().product::<usize>() * wall.dtype.size())
+                .div_ceil(COMPUTE.size()),
             fill,
             run: prepacked,
         };
@@ -1652,41 +1842,62 @@ impl Conv<'_> {
         let Some(xp) = self.xp else {
             return Vec::new();
         };
-        let dims = buffers[xp.0].dims.clone();
+        let mut dims = buffers[xp.0].dims.clone();
         let xshape = self.shapes[self.shape.x.tensor];
         let (dst_st, src_st) = (strides(&dims), strides(xshape));
-        let vars: Vec<String> = (0..dims.len()).map(|d| format!("xj{d}")).collect();
-        let mut guard = Vec::new();
-        let mut src = Vec::new();
-        for (d, &(lo, hi)) in ranges.iter().enumerate() {
-            let j = match self.steps[d] {
-                1 => vars[d].clone(),
-                k => format!("{k} * {}", vars[d]),
-            };
-            let at = if lo == 0 {
-                j
-            } else {
-                format!("({j} + {})", long(lo)).replace("+ -", "- ")
-            };
-            if lo < 0 {
-                guard.push(format!("{at} >= 0"));
-            }
-            if hi >= xshape[d] as i64 {
-                guard.push(format!("{at} < {}", xshape[d]));
-            }
-            src.push((src_st[d] as i64, at));
-        }
-        let dst: Vec<(i64, String)> = dst_st
-            .iter()
-            .zip(&vars)
-            .map(|(&s, n)| (s as i64, n.clone()))
-            .collect();
-        let mv = Stmt::Move {
-            dst: (xp, linear(&dst)),
-            src: (BufId(self.shape.x.tensor), linear(&src)),
-            width: 1,
-            guard,
+        // With `bf16` pairs the last axis (2) is the pair's two channels: each step copies
+        // both, from two channels of the input.
+        let halves = if self.pair_axis.is_some() {
+            dims.pop();
+            2
+        } else {
+            1
         };
+        let vars: Vec<String> = (0..dims.len()).map(|d| format!("xj{d}")).collect();
+        let moves = (0..halves)
+            .map(|h| {
+                let mut guard = Vec::new();
+                let mut src = Vec::new();
+                for (d, &(lo, hi)) in ranges.iter().enumerate() {
+                    let j = match self.steps[d] {
+                        1 => vars[d].clone(),
+                        k => format!("{k} * {}", vars[d]),
+                    };
+                    let j = if Some(d) == self.pair_axis {
+                        format!("(2 * {j} + {h})")
+                    } else {
+                        j
+                    };
+                    let at = if lo == 0 {
+                        j
+                    } else {
+                        format!("({j} + {})", long(lo)).replace("+ -", "- ")
+                    };
+                    if lo < 0 {
+                        guard.push(format!("{at} >= 0"));
+                    }
+                    let odd = Some(d) == self.pair_axis && h == 1 && xshape[d] % 2 == 1;
+                    if hi >= xshape[d] as i64 || odd {
+                        guard.push(format!("{at} < {}", xshape[d]));
+                    }
+                    src.push((src_st[d] as i64, at));
+                }
+                let mut dst: Vec<(i64, String)> = dst_st
+                    .iter()
+                    .zip(&vars)
+                    .map(|(&s, n)| (s as i64, n.clone()))
+                    .collect();
+                if halves == 2 {
+                    dst.push((h as i64, "1".into()));
+                }
+                Stmt::Move {
+                    dst: (xp, linear(&dst)),
+                    src: (BufId(self.shape.x.tensor), linear(&src)),
+                    width: 1,
+                    guard,
+                }
+            })
+            .collect::<Vec<_>>();
         // The leading dimensions shared out among the threads: enough of them for 64
         // iterations (an NCHW first layer's 1 × 3 images and channels left one thread a
         // third of the copy to itself), the last one kept whole for the vector loop.
@@ -1713,7 +1924,12 @@ impl Conv<'_> {
                     trip: e,
                     kind,
                     index: None,
-                    layout: Layout::Flat,
+                    // (Braces around a pair's two copies.)
+                    layout: if d + 1 == dims.len() && halves == 2 {
+                        Layout::Braced
+                    } else {
+                        Layout::Flat
+                    },
                     body: Vec::new(),
                 }
             })
@@ -1722,7 +1938,7 @@ impl Conv<'_> {
             "`{}` once, zero-padded: the tiles read it without bounds checks.",
             self.kernel.params[self.shape.x.tensor].name
         ))];
-        out.extend(band(loops, vec![mv]));
+        out.extend(band(loops, moves));
         out
     }
 

@@ -22,6 +22,13 @@
 //!            tiles and other layouts: one store per element
 //! ```
 //!
+//! With `bf16` inputs ([`CpuConfig::pairs`], `conv_vector=pairs`, the default where the CPU
+//! has AVX-512 BF16) the input channels go in pairs: the padded copy holds channels `2c` and
+//! `2c + 1` of each pixel side by side (raw `bf16`, not widened), the panel the weights'
+//! pairs, and each step of the hot loop is one 32-bit broadcast of a pixel's pair and one
+//! `vdpbf16ps` per channel vector: two points per instruction on half the bytes
+//! ([`crate::lower::cpu_conv`]).
+//!
 //! The pixel axis is every output index but `f`, fused in output order (for NCHW, `n·p·q`),
 //! so a 7×7 plane is 49 pixels cut in tiles of `pixels`, not a 7-wide vector. A 1×1
 //! convolution is then a matmul `F×C · C×PQ` with a `pixels × vector` register tile.
@@ -246,6 +253,27 @@ impl ConvShape {
     }
 }
 
+impl ConvShape {
+    /// The reduction index that `bf16` pairs ([`CpuConfig::pairs`]) take two points of at
+    /// a time: the first (in kernel order) that the input reads as a plain coordinate of
+    /// one axis and of no other, and the weights read as a plain coordinate (the input
+    /// channel `c` of `x[[n, c, p + r, q + s]] * w[[f, c, r, s]]`). The scratch copy then
+    /// holds the two channels of a pair side by side, so a pair is one 32-bit load
+    /// ([`crate::lower::cpu_conv`]). `None` where the two inputs are not both `bf16`.
+    pub fn pair_index(&self, kernel: &Kernel) -> Option<usize> {
+        let bf16 = |t: usize| kernel.params.get(t).is_some_and(|p| p.dtype == DType::BF16);
+        if !bf16(self.x.tensor) || !bf16(self.w.tensor) {
+            return None;
+        }
+        self.reduction.iter().copied().find(|&c| {
+            let mentions = |d: &crate::ir::Affine| d.terms.iter().any(|&(i, _)| i == c);
+            self.x.dims.iter().filter(|d| mentions(d)).count() == 1
+                && self.x.dims.iter().any(|d| d.as_var() == Some(c))
+                && self.w.dims.iter().any(|d| d.as_var() == Some(c))
+        })
+    }
+}
+
 /// Channel tiles from which an unpadded input's compact copy pays for itself: a 1×1
 /// stride-2 convolution read its input in place faster with 4 tiles (R4 of the bench, 256
 /// channels over 56×56: 0.91 of that with the copy, single-threaded) and with 8 (R7, 512
@@ -265,6 +293,9 @@ pub struct Machine {
     pub l2: usize,
     /// Cores.
     pub threads: usize,
+    /// AVX-512 BF16's `vdpbf16ps` ([`super::cpu_machine::CpuMachine::bf16_dot`]): `bf16`
+    /// convolutions then take their input channels in pairs.
+    pub bf16_dot: bool,
 }
 
 impl Machine {
@@ -278,6 +309,7 @@ impl Machine {
             registers: m.vector_registers,
             l2: m.l2_bytes,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            bf16_dot: m.bf16_dot,
         }
     }
 }
@@ -445,7 +477,15 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     let strided = shape.read_steps(extents).iter().any(|&k| k > 1);
     let pad = padded || !strided || fe.div_ceil(vector) >= COMPACT_COPY_TILES;
     let base = CpuConfig::naive(kernel);
-    if let Some(tile) = pixel_vector_default(kernel, extents, &shape, machine) {
+    // `bf16` inputs on a CPU with `vdpbf16ps`: input channels in pairs, two points per
+    // instruction on half the bytes, through the padded copy (which holds the pairs) and
+    // over whole vectors of channels; in place of a pixel-vector tile, whose `f32` FMAs
+    // would take one point at a time.
+    let pairs = machine.bf16_dot
+        && lanes >= 16
+        && vector.is_multiple_of(16)
+        && shape.pair_index(kernel).is_some();
+    if let Some(tile) = pixel_vector_default(kernel, extents, &shape, machine).filter(|_| !pairs) {
         return Some(CpuConfig {
             vector_axis: Some(shape.f),
             vector: PIXEL_TILE_CHANNELS.min(fe.next_power_of_two()),
@@ -462,10 +502,11 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
         parallel: machine.threads > 1 && kernel.flops(extents) >= 65_536.0,
         pack: true,
         wide_simd: lanes >= 16,
+        pairs,
         conv: Some(ConvTile {
             pixels,
-            pad,
-            transpose: vector.is_multiple_of(TRANSPOSE),
+            pad: pad || pairs,
+            transpose: !pairs && vector.is_multiple_of(TRANSPOSE),
             vector_store: lanes >= 16,
             pixel_vector: false,
             pixels_outer: !store_bound && pixels_outer_pays(extents, &shape, vector, pad, machine),
@@ -596,6 +637,16 @@ pub fn validate(kernel: &Kernel, config: &CpuConfig, tile: &ConvTile) -> Result<
     if tile.pixel_vector && kernel.params[kernel.output].dtype != DType::F32 {
         return Err("a pixel-vector tile stores an f32 output".into());
     }
+    if config.pairs {
+        if shape.pair_index(kernel).is_none() {
+            return Err("bf16 pairs need two bf16 inputs and an input channel read plainly".into());
+        }
+        if tile.pixel_vector || !tile.pad || !config.vector.is_multiple_of(16) {
+            return Err(
+                "bf16 pairs read the padded copy in channel tiles of whole 16-lane vectors".into(),
+            );
+        }
+    }
     if tile.pixels == 0 || config.vector == 0 || tile.pixels * config.vector > 1024 {
         return Err(format!(
             "convolution tile {}x{} out of range",
@@ -642,7 +693,14 @@ impl ConvTemplate {
         let simd = b.categorical("simd", &["compiler", "wide"]);
         let packing = b.categorical("conv_pack", &["loops", "transpose"]);
         let store = b.categorical("conv_store", &["scalar", "vector"]);
-        let along = b.categorical("conv_vector", &["channels", "pixels"]);
+        // `pairs`: channel vectors of `bf16` pairs ([`CpuConfig::pairs`]), offered where
+        // both inputs are `bf16`, an input channel pairs and vectors are AVX-512's.
+        let pairs_ok = lanes >= 16 && shape.pair_index(kernel).is_some();
+        let along = if pairs_ok {
+            b.categorical("conv_vector", &["channels", "pixels", "pairs"])
+        } else {
+            b.categorical("conv_vector", &["channels", "pixels"])
+        };
         let order = b.categorical("conv_outer", &["channels", "pixels"]);
         let value = |c: &Config, k: usize, list: &[i64]| {
             c.index(k).and_then(|i| list.get(i)).map(|&v| v as usize)
@@ -681,13 +739,20 @@ impl ConvTemplate {
         let f32_out = kernel.params[kernel.output].dtype == DType::F32;
         let pixel_ok = wide_ok && f32_out && run >= PIXEL_LANES;
         b.constraint("pixel vectors need a run of pixels", move |c| {
-            c.index(along) == Some(0)
+            c.index(along) != Some(1)
                 || (pixel_ok
                     && c.index(pad) == Some(1)
                     && c.index(store) == Some(1)
                     && value(c, pixels, &PIXEL_CHOICES).is_some_and(|m| {
                         m.is_multiple_of(PIXEL_LANES) && m <= run.next_multiple_of(PIXEL_LANES)
                     }))
+        });
+        b.constraint("bf16 pairs are padded whole vectors", move |c| {
+            c.index(along) != Some(2)
+                || (c.index(pad) == Some(1)
+                    && c.index(simd) == Some(1)
+                    && c.index(packing) == Some(0)
+                    && value(c, vector, &CHANNEL_CHOICES).is_some_and(|v| v.is_multiple_of(16)))
         });
         let space = b.build().map_err(|e| e.to_string())?;
         let mut t = ConvTemplate {
@@ -736,6 +801,7 @@ impl ConvTemplate {
                 pixel_vector: choice(along),
                 pixels_outer: choice(order),
             }),
+            pairs: c.index(along) == Some(2),
             ..self.base.clone()
         })
     }
@@ -774,7 +840,12 @@ impl ConvTemplate {
             Value::Categorical(usize::from(cfg.wide_simd)),
             Value::Categorical(usize::from(tile.transpose)),
             Value::Categorical(usize::from(tile.vector_store)),
-            Value::Categorical(usize::from(tile.pixel_vector)),
+            Value::Categorical(match (tile.pixel_vector, cfg.pairs) {
+                (false, false) => 0,
+                (true, false) => 1,
+                (false, true) => 2,
+                (true, true) => return None,
+            }),
             Value::Categorical(usize::from(tile.pixels_outer)),
         ]);
         self.space.is_valid(&c).then_some(c)
@@ -793,6 +864,7 @@ mod tests {
         registers: 32,
         l2: 1 << 20,
         threads: 2,
+        bf16_dot: false,
     };
 
     /// The default's channel tile and pixel tile for `k` at extents `e` on `m`.
@@ -1065,5 +1137,74 @@ mod tests {
         .unwrap();
         assert_eq!(t.encode(&bad), None);
         assert!(validate(&k, &bad, bad.conv.as_ref().unwrap()).is_err());
+    }
+
+    /// `bf16` inputs on a machine with `vdpbf16ps`: the default takes the input channels in
+    /// pairs (padded copy, loop packing, whole vectors), in place of a pixel-vector tile too;
+    /// without the instruction, or in `f32`, it does not, and the space has no pairs point.
+    #[test]
+    fn bf16_defaults_pair_input_channels_where_the_machine_has_the_dot_product() {
+        let mut k = parse_text(
+            "conv",
+            "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
+            None,
+        )
+        .unwrap();
+        let one = parse_text(
+            "conv",
+            "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]",
+            None,
+        )
+        .unwrap();
+        let f32_space = ConvTemplate::new(&k, &[1, 64, 28, 28, 64, 3, 3], 16)
+            .unwrap()
+            .unwrap();
+        let text = f32_space
+            .space()
+            .format(&f32_space.default_config())
+            .unwrap();
+        assert!(f32_space
+            .parse(&text.replace("conv_vector=channels", "conv_vector=pairs"))
+            .is_err());
+        let mut one = one;
+        for kernel in [&mut k, &mut one] {
+            for p in kernel.params.iter_mut().filter(|p| !p.is_output) {
+                p.dtype = DType::BF16;
+            }
+        }
+        let m = Machine {
+            bf16_dot: true,
+            ..AVX512_TWO_CORES
+        };
+        // A 3x3 one and a 1x1 one whose f32 default is a pixel-vector tile.
+        for (kernel, e) in [
+            (&k, [1, 128, 28, 28, 128, 3, 3]),
+            (&one, [1, 64, 56, 56, 64, 1, 1]),
+        ] {
+            let h = heuristic(kernel, &e, m).unwrap();
+            let tile = h.conv.clone().unwrap();
+            assert!(
+                h.pairs && tile.pad && !tile.transpose && !tile.pixel_vector,
+                "{h:?}"
+            );
+            assert!(validate(kernel, &h, &tile).is_ok());
+            let without = heuristic(kernel, &e, AVX512_TWO_CORES).unwrap();
+            assert!(!without.pairs);
+            let t = ConvTemplate::build(kernel, &e, 16, &ConvShape::of(kernel).unwrap(), h.clone())
+                .unwrap();
+            let text = t.space().format(&t.default_config()).unwrap();
+            assert!(text.contains("conv_vector=pairs"), "{text}");
+            assert_eq!(t.decode(&t.parse(&text).unwrap()).unwrap(), h);
+            // Pairs read the padded copy.
+            let unpadded = CpuConfig {
+                conv: Some(ConvTile {
+                    pad: false,
+                    ..tile.clone()
+                }),
+                ..h.clone()
+            };
+            assert_eq!(t.encode(&unpadded), None);
+            assert!(validate(kernel, &unpadded, unpadded.conv.as_ref().unwrap()).is_err());
+        }
     }
 }
