@@ -71,6 +71,43 @@ fn generated_c_conv_transposed_pack() {
     insta::assert_snapshot!("c_conv_transposed_pack", code);
 }
 
+/// The convolution template in `bf16` pairs (`conv_vector=pairs`): 5 input channels (the
+/// copy's last pair and the panel's last point take channel 4 and a zero), 40 output
+/// channels in 32-channel tiles, a bias and ReLU; parallel whatever the machine.
+#[test]
+fn generated_c_conv_bf16_pairs() {
+    let mut kernel = tensor_dsl::ir::parse_text(
+        "conv",
+        "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]; \
+         y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        None,
+    )
+    .unwrap();
+    for p in kernel.params.iter_mut().filter(|p| p.name == "x" || p.name == "w") {
+        p.dtype = tensor_dsl::ir::DType::BF16;
+    }
+    let shapes: [&[usize]; 4] = [&[1, 5, 6, 6], &[40, 5, 3, 3], &[40], &[1, 40, 6, 6]];
+    let extents = [1, 40, 6, 6, 5, 3, 3];
+    let base = CpuConfig::heuristic(&kernel, &extents, 16);
+    let config = CpuConfig {
+        parallel: true,
+        pairs: true,
+        vector: 32,
+        wide_simd: true,
+        conv: base.conv.clone().map(|t| tensor_dsl::template::cpu_conv::ConvTile {
+            pixels: 6,
+            pad: true,
+            transpose: false,
+            pixel_vector: false,
+            ..t
+        }),
+        ..base
+    };
+    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    assert!(code.contains("td_dot2("), "{code}");
+    insta::assert_snapshot!("c_conv_bf16_pairs", code);
+}
+
 /// The convolution template's pixel-vector tile (`conv_vector=pixels`, the default of a
 /// short reduction over an unpadded NCHW input): a 1×1 convolution with bias and ReLU, 20
 /// channels in 8-channel tiles (the last one's rows past the channels not stored), runs of
