@@ -78,8 +78,9 @@ fn column(library: &'static str, name: String, made: Result<Box<dyn Baseline>, S
 /// with the NCHW reorders), then ONNX Runtime ([`crate::ort`]; the only one for the
 /// `stages` suite).
 ///
-/// With half-precision operands (`dtype`), the libraries' matmuls in that precision
-/// (oneDNN's; `f32` output), the only like-for-like columns; nothing for other ops.
+/// With half-precision operands (`dtype`), the libraries' matmuls and convolutions in that
+/// precision (oneDNN's; `f32` output; the convolution without and with the NCHW reorders),
+/// the only like-for-like columns; nothing for other ops.
 pub fn for_op(op: &Op, inputs: &[&[f32]], dtype: DType) -> Vec<Column> {
     if dtype != DType::F32 {
         return match op {
@@ -88,6 +89,17 @@ pub fn for_op(op: &Op, inputs: &[&[f32]], dtype: DType) -> Vec<Column> {
                 format!("oneDNN {dtype} matmul"),
                 crate::onednn::Matmul::typed(op, dtype).map(|b| Box::new(b) as Box<dyn Baseline>),
             )],
+            Op::Conv2d(cv) => [false, true]
+                .into_iter()
+                .map(|with_reorders| {
+                    column(
+                        "oneDNN",
+                        crate::onednn::conv_name(dtype, with_reorders, None),
+                        crate::onednn::Conv::typed(cv, inputs, with_reorders, dtype)
+                            .map(|b| Box::new(b) as Box<dyn Baseline>),
+                    )
+                })
+                .collect(),
             _ => Vec::new(),
         };
     }
@@ -125,7 +137,7 @@ pub fn for_op(op: &Op, inputs: &[&[f32]], dtype: DType) -> Vec<Column> {
             for with_reorders in [false, true] {
                 columns.push(column(
                     "oneDNN",
-                    crate::onednn::conv_name(with_reorders, None),
+                    crate::onednn::conv_name(DType::F32, with_reorders, None),
                     crate::onednn::Conv::new(cv, inputs, with_reorders)
                         .map(|b| Box::new(b) as Box<dyn Baseline>),
                 ));
@@ -208,5 +220,50 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// oneDNN's half-precision convolutions, both columns, where this CPU has an optimized
+    /// one, on inputs exact in the type (as the bench's are) agree with the reference;
+    /// twice, and again after the inputs moved. Where it has none they are skipped, saying
+    /// why.
+    #[test]
+    fn half_conv_columns_match_the_reference() {
+        let mut checked = Vec::new();
+        for dtype in [DType::BF16, DType::F16] {
+            for op in cases() {
+                if !matches!(op, Op::Conv2d(_)) {
+                    continue;
+                }
+                let (data, _) = reference(&op);
+                let exact: Vec<Vec<f32>> = data
+                    .iter()
+                    .map(|v| tensor_dsl::Buffer::from_f32(dtype, v).to_f32())
+                    .collect();
+                let (_, want) = crate::baseline::testing::reference_on(&op, &exact);
+                let columns = for_op(&op, &[&exact[0], &exact[1]], dtype);
+                assert_eq!(columns.len(), 2, "{dtype} {op:?}: two oneDNN columns");
+                for column in columns {
+                    match column {
+                        Column::Ready { mut baseline, .. } => {
+                            let name = baseline.name();
+                            assert!(name.contains(&format!(" {dtype} conv ")), "{name}");
+                            let moved = exact.clone();
+                            for data in [&exact, &exact, &moved] {
+                                let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+                                let mut got = vec![f32::NAN; want.len()];
+                                baseline.run(&refs, &mut got).unwrap();
+                                baseline.fetch(&mut got).unwrap();
+                                assert_close(&name, &op, &got, &want);
+                            }
+                            checked.push(name);
+                        }
+                        Column::Skipped { name, reason, .. } => {
+                            eprintln!("skipped {name}: {reason}");
+                        }
+                    }
+                }
+            }
+        }
+        eprintln!("checked: {checked:#?}");
     }
 }

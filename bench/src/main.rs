@@ -76,9 +76,9 @@ struct Args {
     /// contraction, the output and any bias staying `f32`; or `name=type` pairs for the
     /// kernel's tensors (`a=bf16,b=bf16,c=f32`). On a GPU half operands take the
     /// tensor-core template and, as baselines, cuBLAS `GemmEx` / cuDNN in half precision;
-    /// on the CPU (matmul suites, f32 outputs) the library column is oneDNN's matmul in that
-    /// precision, and the peak measured is the `bf16` dot product's (`vdpbf16ps`) for
-    /// `bf16` operands where the CPU has it.
+    /// on the CPU (matmul and convolution suites, f32 outputs) the library columns are
+    /// oneDNN's matmul or convolution in that precision, and the peak measured is the
+    /// `bf16` dot product's (`vdpbf16ps`) for `bf16` operands where the CPU has it.
     #[arg(long, default_value = "")]
     dtypes: String,
     /// Only these workloads (names, comma-separated, e.g. M0,M3).
@@ -239,18 +239,20 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     let chosen = select(args)?;
     let dtype = workloads::operand_dtype(&args.dtypes)?;
     if !gpu && dtype != tensor_dsl::ir::DType::F32 {
-        // On the CPU: matmuls with half-precision operands and an f32 output, against the
-        // libraries' matmuls in that precision.
+        // On the CPU: matmuls and convolutions with half-precision operands and an f32
+        // output, against the libraries' matmuls and convolutions in that precision.
         for w in &chosen {
-            let matmul = matches!(
+            let typed = matches!(
                 w.op,
-                workloads::Op::Matmul { .. } | workloads::Op::BatchMatmul { .. }
+                workloads::Op::Matmul { .. }
+                    | workloads::Op::BatchMatmul { .. }
+                    | workloads::Op::Conv2d(_)
             );
             let p = w.problem_with(&args.dtypes)?;
-            if !matmul || p.kernel.params[p.kernel.output].dtype != tensor_dsl::ir::DType::F32 {
+            if !typed || p.kernel.params[p.kernel.output].dtype != tensor_dsl::ir::DType::F32 {
                 return Err(format!(
-                    "--dtypes on the CPU is for matmuls and batched matmuls with an f32 \
-                     output ({} is not one)",
+                    "--dtypes on the CPU is for matmuls, batched matmuls and convolutions \
+                     with an f32 output ({} is not one)",
                     w.name
                 ));
             }

@@ -7,7 +7,11 @@
 //!   weights are reordered from FCRS once, outside the timed calls. Two columns: the convolution alone on the source reordered once in
 //!   advance (oneDNN's best case: a network that stays in its layouts), and the convolution
 //!   with the NCHW → its source layout and its destination layout → NCHW reorders inside
-//!   every call (what a caller holding NCHW tensors pays).
+//!   every call (what a caller holding NCHW tensors pays). With half-precision operands
+//!   ([`Conv::typed`]) the source and weights are `bf16` (or `f16`) copies of the `f32`
+//!   inputs (the weights' before their reorder; the source's once per input, in the
+//!   bench's first, untimed call: a caller would hold it in that type), the destination
+//!   `f32`; a CPU where oneDNN has only its reference code for the type gets no column.
 //! - **matmul** and **batched matmul**: `dnnl_matmul_desc_init` on the tensors as they are
 //!   (plain strided descriptors, transposed operands as strides, no copy).
 //!
@@ -250,12 +254,16 @@ fn load() -> Result<Dnnl, String> {
     })
 }
 
-/// A plain (strided) f32 memory descriptor.
-fn plain(d: &Dnnl, dims: &[i64], strides: &[i64]) -> Result<Box<Md>, String> {
-    plain_of(d, dims, strides, F32)
+/// oneDNN's data type for `dtype`.
+fn data_type(dtype: DType) -> c_int {
+    match dtype {
+        DType::F32 => F32,
+        DType::BF16 => BF16,
+        DType::F16 => F16,
+    }
 }
 
-/// [`plain`] with oneDNN data type `dt`.
+/// A plain (strided) memory descriptor of oneDNN data type `dt`.
 fn plain_of(d: &Dnnl, dims: &[i64], strides: &[i64], dt: c_int) -> Result<Box<Md>, String> {
     let mut md = Md::zeroed();
     // SAFETY: `md` is larger than `dnnl_memory_desc_t`; dims and strides have `ndims` entries.
@@ -280,16 +288,17 @@ fn dense(dims: &[i64]) -> Vec<i64> {
     s
 }
 
-/// An f32 descriptor with `format_tag any`: the primitive picks the layout.
-fn any(d: &Dnnl, dims: &[i64]) -> Result<Box<Md>, String> {
+/// A descriptor of oneDNN data type `dt` with `format_tag any`: the primitive picks the
+/// layout.
+fn any(d: &Dnnl, dims: &[i64], dt: c_int) -> Result<Box<Md>, String> {
     let mut md = Md::zeroed();
-    // SAFETY: as in `plain`.
+    // SAFETY: as in `plain_of`.
     check("memory_desc_init_by_tag", unsafe {
         (d.api.md_by_tag)(
             &mut *md,
             dims.len() as c_int,
             dims.as_ptr(),
-            F32,
+            dt,
             FORMAT_TAG_ANY,
         )
     })?;
@@ -448,14 +457,18 @@ fn dims(v: &[usize]) -> Result<Vec<i64>, String> {
         .collect()
 }
 
-/// The convolution column's name.
-pub fn conv_name(with_reorders: bool, implementation: Option<&str>) -> String {
+/// The convolution column's name (`dtype`: the source's and the weights' type).
+pub fn conv_name(dtype: DType, with_reorders: bool, implementation: Option<&str>) -> String {
     let version = version().unwrap_or_else(|_| "oneDNN".into());
+    let conv = match dtype {
+        DType::F32 => format!("{version} conv"),
+        _ => format!("{version} {dtype} conv"),
+    };
     let imp = implementation.map_or(String::new(), |i| format!(", {i}"));
     if with_reorders {
-        format!("{version} conv incl. NCHW reorders{imp}")
+        format!("{conv} incl. NCHW reorders{imp}")
     } else {
-        format!("{version} conv in its own layouts, no reorders{imp}")
+        format!("{conv} in its own layouts, no reorders{imp}")
     }
 }
 
@@ -479,6 +492,10 @@ pub struct Conv {
     /// Elements of the source and the destination.
     sizes: [usize; 2],
     name: String,
+    /// With a half-precision source: its NCHW copy in that type, made from an `f32` input
+    /// (the bench's inputs hold values exact in it and never change), and the input it was
+    /// made from.
+    half: Option<(DType, Buffer, usize)>,
 }
 
 impl Conv {
@@ -489,10 +506,23 @@ impl Conv {
         inputs: &[&[f32]],
         with_reorders: bool,
     ) -> Result<Conv, String> {
+        Conv::typed(cv, inputs, with_reorders, DType::F32)
+    }
+
+    /// [`Conv::new`] with source and weights of `dtype` (copies of the `f32` inputs in
+    /// that type; the destination stays `f32`): oneDNN's `bf16` or `f16` convolution where
+    /// this CPU has an optimized implementation (`bf16` with AVX-512 BF16), else an error.
+    pub fn typed(
+        cv: &workloads::Conv,
+        inputs: &[&[f32]],
+        with_reorders: bool,
+        dtype: DType,
+    ) -> Result<Conv, String> {
         let d = get()?;
         let [x, w, ..] = inputs else {
             return Err("the convolution needs two inputs".into());
         };
+        let dt = data_type(dtype);
         let (p, q) = cv.out_hw();
         let src_dims = dims(&[cv.n, cv.c, cv.h, cv.w])?;
         let wei_dims = dims(&[cv.f, cv.c, cv.r, cv.s])?;
@@ -500,11 +530,14 @@ impl Conv {
         if x.len() != cv.n * cv.c * cv.h * cv.w || w.len() != cv.f * cv.c * cv.r * cv.s {
             return Err("oneDNN conv: input sizes do not match the shape".into());
         }
-        let user_src_md = plain(d, &src_dims, &dense(&src_dims))?;
-        let user_wei_md = plain(d, &wei_dims, &dense(&wei_dims))?;
-        let user_dst_md = plain(d, &dst_dims, &dense(&dst_dims))?;
-        let (any_src, any_wei, any_dst) =
-            (any(d, &src_dims)?, any(d, &wei_dims)?, any(d, &dst_dims)?);
+        let user_src_md = plain_of(d, &src_dims, &dense(&src_dims), dt)?;
+        let user_wei_md = plain_of(d, &wei_dims, &dense(&wei_dims), dt)?;
+        let user_dst_md = plain_of(d, &dst_dims, &dense(&dst_dims), F32)?;
+        let (any_src, any_wei, any_dst) = (
+            any(d, &src_dims, dt)?,
+            any(d, &wei_dims, dt)?,
+            any(d, &dst_dims, F32)?,
+        );
         let stride = dims(&[cv.stride, cv.stride])?;
         let pad = dims(&[cv.pad, cv.pad])?;
         let mut op = Box::new(OpDesc([0; OP_BYTES]));
@@ -523,7 +556,18 @@ impl Conv {
                 pad.as_ptr(),
             )
         })?;
-        let conv = Primitive::new(d, &op)?;
+        let conv = Primitive::new(d, &op).map_err(|e| match dtype {
+            DType::F32 => e,
+            _ => format!("{} has no {dtype} convolution on this CPU ({e})", d.version),
+        })?;
+        let implementation = conv.implementation();
+        if dtype != DType::F32 && implementation.contains("ref") {
+            // Its reference code is not what a user of oneDNN gets on a CPU with the type.
+            return Err(format!(
+                "{} has no optimized {dtype} convolution on this CPU ({implementation})",
+                d.version
+            ));
+        }
         let (src_md, wei_md, dst_md) = (
             conv.md(QUERY_SRC_MD)?,
             conv.md(QUERY_WEIGHTS_MD)?,
@@ -537,11 +581,17 @@ impl Conv {
         let user_dst = Memory::new(d, &*user_dst_md, false)?;
         let user_wei = Memory::new(d, &*user_wei_md, false)?;
         let weights = Memory::new(d, wei_md, true)?;
-        // The weights, once.
+        // The weights, once (from a copy in the convolution's type, dropped after).
         let wei_reorder = Primitive::reorder(d, &*user_wei_md, wei_md)?;
-        user_wei.point_at(w.as_ptr())?;
+        let w_half = (dtype != DType::F32).then(|| Buffer::from_f32(dtype, w));
+        user_wei.point_at(
+            w_half
+                .as_ref()
+                .map_or(w.as_ptr(), |h| h.view().as_ptr().cast()),
+        )?;
         wei_reorder.execute(&[(ARG_FROM, &user_wei), (ARG_TO, &weights)])?;
         wait(d)?;
+        drop(w_half);
         let (src, src_reorder) = if src_same {
             (None, None)
         } else {
@@ -558,8 +608,8 @@ impl Conv {
                 Some(Primitive::reorder(d, dst_md, &*user_dst_md)?),
             )
         };
-        let name = conv_name(with_reorders, Some(&conv.implementation()));
-        let me = Conv {
+        let name = conv_name(dtype, with_reorders, Some(&implementation));
+        let mut me = Conv {
             d,
             conv,
             with_reorders,
@@ -580,17 +630,38 @@ impl Conv {
             ],
             sizes: [x.len(), cv.n * cv.f * p * q],
             name,
+            half: (dtype != DType::F32).then(|| (dtype, Buffer::zeros(dtype, 0), 0)),
         };
         if !with_reorders {
             // The source in oneDNN's layout, once.
-            me.reorder_src(x)?;
+            let src = me.source(x);
+            me.reorder_src(src)?;
             wait(d)?;
         }
         Ok(me)
     }
 
-    fn reorder_src(&self, x: &[f32]) -> Result<(), String> {
-        self.user_src.point_at(x.as_ptr())?;
+    /// The elements of the source `x` in the convolution's type: `x` itself, or its
+    /// half-precision copy (made again when `x` is another input); valid until the next
+    /// call.
+    fn source(&mut self, x: &[f32]) -> *const f32 {
+        match &mut self.half {
+            None => x.as_ptr(),
+            Some((dtype, copy, from)) => {
+                let key = x.as_ptr() as usize;
+                if *from != key || copy.len() != x.len() {
+                    *copy = Buffer::from_f32(*dtype, x);
+                    *from = key;
+                }
+                copy.view().as_ptr().cast()
+            }
+        }
+    }
+
+    /// Points the NCHW source at `src` (from [`Conv::source`]) and reorders it into the
+    /// convolution's layout where that differs.
+    fn reorder_src(&self, src: *const f32) -> Result<(), String> {
+        self.user_src.point_at(src)?;
         if let (Some(r), Some(src)) = (&self.src_reorder, &self.src) {
             r.execute(&[(ARG_FROM, &self.user_src), (ARG_TO, src)])?;
         }
@@ -617,7 +688,8 @@ impl crate::baselines::Baseline for Conv {
             return Err("oneDNN conv: buffer sizes do not match the shape".into());
         }
         if self.with_reorders || self.src.is_none() {
-            self.reorder_src(x)?;
+            let src = self.source(x);
+            self.reorder_src(src)?;
         }
         if self.dst.is_none() {
             self.user_dst.point_at(out.as_ptr())?;
@@ -667,11 +739,7 @@ impl Matmul {
     /// AVX-512 FP16), else an error.
     pub fn typed(op: &Op, dtype: DType) -> Result<Matmul, String> {
         let d = get()?;
-        let dt = match dtype {
-            DType::F32 => F32,
-            DType::BF16 => BF16,
-            DType::F16 => F16,
-        };
+        let dt = data_type(dtype);
         // (dims, strides) of src (A), weights (B) and dst (C).
         let shapes: [(Vec<usize>, Vec<usize>); 3] = match op {
             Op::Matmul { m, n, k } => [
@@ -717,7 +785,7 @@ impl Matmul {
         if dtype != DType::F32 && implementation.contains("ref") {
             // Its reference code is not what a user of oneDNN gets on a CPU with the type.
             return Err(format!(
-                "oneDNN {} has no optimized {dtype} matmul on this CPU ({implementation})",
+                "{} has no optimized {dtype} matmul on this CPU ({implementation})",
                 d.version
             ));
         }
