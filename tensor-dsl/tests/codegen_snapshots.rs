@@ -83,7 +83,11 @@ fn generated_c_conv_bf16_pairs() {
         None,
     )
     .unwrap();
-    for p in kernel.params.iter_mut().filter(|p| p.name == "x" || p.name == "w") {
+    for p in kernel
+        .params
+        .iter_mut()
+        .filter(|p| p.name == "x" || p.name == "w")
+    {
         p.dtype = tensor_dsl::ir::DType::BF16;
     }
     let shapes: [&[usize]; 4] = [&[1, 5, 6, 6], &[40, 5, 3, 3], &[40], &[1, 40, 6, 6]];
@@ -94,13 +98,16 @@ fn generated_c_conv_bf16_pairs() {
         pairs: true,
         vector: 32,
         wide_simd: true,
-        conv: base.conv.clone().map(|t| tensor_dsl::template::cpu_conv::ConvTile {
-            pixels: 6,
-            pad: true,
-            transpose: false,
-            pixel_vector: false,
-            ..t
-        }),
+        conv: base
+            .conv
+            .clone()
+            .map(|t| tensor_dsl::template::cpu_conv::ConvTile {
+                pixels: 6,
+                pad: true,
+                transpose: false,
+                pixel_vector: false,
+                ..t
+            }),
         ..base
     };
     let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);

@@ -193,12 +193,14 @@ fn bf16_pairs_match_the_reference() {
     }
 }
 
-/// Convolutions in pairs of input channels (`conv_vector=pairs`, [`ConvShape::pair_index`]):
+/// Convolutions in pairs of input channels (`conv_vector=pairs` and `pixel_pairs`,
+/// [`ConvShape::pair_index`]):
 /// NCHW with odd channel counts (the last channel paired with zero), stride 2 and a 7×7
 /// window over 3 channels, a 1×1 stride-2 one (the compact copy), NHWC with HWIO weights,
 /// an epilogue and a `bf16` output, channel tiles past the last channel; the default with
-/// pairs, its other loop order and scalar stores, part-row tiles and random pairs points of
-/// the space; through the entry point and the prepacked one.
+/// pairs, its other loop order and scalar stores, part-row tiles, pixel pairs (runs of a
+/// batch, a padded row) and random pairs points of the space; through the entry point and
+/// the prepacked one.
 #[test]
 fn bf16_conv_pairs_match_the_reference() {
     if !compiler_ready() {
@@ -217,6 +219,10 @@ fn bf16_conv_pairs_match_the_reference() {
         (conv(2, 1), DType::F32, [2, 33, 5, 6, 13, 3, 3]),
         (conv(2, 3), DType::F32, [1, 37, 8, 9, 3, 7, 7]),
         (conv(2, 0), DType::F32, [1, 40, 4, 3, 16, 1, 1]),
+        // Pixel pairs: runs of 81 pixels over a batch (the last vector moved back) with 23
+        // input channels; one 18-pixel row of the padded copy.
+        (conv(1, 0), DType::F32, [2, 20, 9, 9, 23, 1, 1]),
+        (conv(1, 1), DType::F32, [1, 12, 6, 18, 5, 3, 3]),
         (
             format!("{}{epilogue}", conv(1, 1)),
             DType::BF16,
@@ -230,6 +236,7 @@ fn bf16_conv_pairs_match_the_reference() {
             [2, 40, 5, 3, 7, 3, 3],
         ),
     ];
+    let mut pixel_pairs = 0;
     for (n, (src, out, named)) in cases.iter().enumerate() {
         let mut rng = StdRng::seed_from_u64(n as u64 + 70);
         let mut k = parse_text("conv", src, None).unwrap();
@@ -279,6 +286,12 @@ fn bf16_conv_pairs_match_the_reference() {
         vary(&|t, _| t.vector_store = !t.vector_store);
         vary(&|_, c| c.vector = 16);
         vary(&|_, c| c.parallel = !c.parallel);
+        for (v, px) in [(8, 32), (4, 16), (16, 16)] {
+            vary(&|t, c| {
+                (t.pixel_vector, t.pixels, t.pixels_outer) = (true, px, true);
+                c.vector = v;
+            });
+        }
         let q = extents[id("q")];
         for px in (1..=q).rev().filter(|d| q % d == 0).take(2) {
             vary(&|t, _| t.pixels = px);
@@ -293,6 +306,10 @@ fn bf16_conv_pairs_match_the_reference() {
             }
         }
         assert!(found > 0, "{src}: no pairs point in 300 samples");
+        pixel_pairs += configs
+            .iter()
+            .filter(|c| c.conv.as_ref().is_some_and(|t| t.pixel_vector))
+            .count();
         for cfg in &configs {
             let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
             let text = c::generate(&k, &extents, &refs, cfg);
@@ -300,6 +317,7 @@ fn bf16_conv_pairs_match_the_reference() {
         }
         check(&k, &shapes, &configs, &mut rng);
     }
+    assert!(pixel_pairs >= 4, "{pixel_pairs} pixel-pair tiles checked");
 }
 
 /// The pixel tile a config of up to 32 channels keeps within the registers the space allows.

@@ -27,7 +27,9 @@
 //! `2c + 1` of each pixel side by side (raw `bf16`, not widened), the panel the weights'
 //! pairs, and each step of the hot loop is one 32-bit broadcast of a pixel's pair and one
 //! `vdpbf16ps` per channel vector: two points per instruction on half the bytes
-//! ([`crate::lower::cpu_conv`]).
+//! ([`crate::lower::cpu_conv`]). `conv_vector=pixel_pairs` is the pixel-vector tile
+//! ([`ConvTile::pixel_vector`]) in pairs: 16 pixels' pairs per vector, each channel's weight
+//! pair broadcast.
 //!
 //! The pixel axis is every output index but `f`, fused in output order (for NCHW, `n·p·q`),
 //! so a 7×7 plane is 49 pixels cut in tiles of `pixels`, not a 7-wide vector. A 1×1
@@ -478,24 +480,25 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     let pad = padded || !strided || fe.div_ceil(vector) >= COMPACT_COPY_TILES;
     let base = CpuConfig::naive(kernel);
     // `bf16` inputs on a CPU with `vdpbf16ps`: input channels in pairs, two points per
-    // instruction on half the bytes, through the padded copy (which holds the pairs) and
-    // over whole vectors of channels; in place of a pixel-vector tile, whose `f32` FMAs
-    // would take one point at a time.
-    let pairs = machine.bf16_dot
-        && lanes >= 16
-        && vector.is_multiple_of(16)
-        && shape.pair_index(kernel).is_some();
-    if let Some(tile) = pixel_vector_default(kernel, extents, &shape, machine).filter(|_| !pairs) {
+    // instruction on half the bytes, through the padded copy (which holds the pairs); in
+    // pixel vectors where the `f32` default has them, else over whole vectors of channels.
+    // Two Zen 4 cores, generated C side by side: 1×1 over 64 channels (R1, R3 of the bench)
+    // 345–347 and 411–412 GFLOPS in 8×32 pixel pairs against 250–275 and 362 in 32×14
+    // channel pairs; over 128 channels (R6) 412–420 against 397–406.
+    let pair_ok = machine.bf16_dot && lanes >= 16 && shape.pair_index(kernel).is_some();
+    if let Some(tile) = pixel_vector_default(kernel, extents, &shape, machine) {
         return Some(CpuConfig {
             vector_axis: Some(shape.f),
             vector: PIXEL_TILE_CHANNELS.min(fe.next_power_of_two()),
             parallel: machine.threads > 1 && kernel.flops(extents) >= 65_536.0,
             pack: true,
             wide_simd: true,
+            pairs: pair_ok,
             conv: Some(tile),
             ..base
         });
     }
+    let pairs = pair_ok && vector.is_multiple_of(16);
     Some(CpuConfig {
         vector_axis: Some(shape.f),
         vector,
@@ -641,9 +644,9 @@ pub fn validate(kernel: &Kernel, config: &CpuConfig, tile: &ConvTile) -> Result<
         if shape.pair_index(kernel).is_none() {
             return Err("bf16 pairs need two bf16 inputs and an input channel read plainly".into());
         }
-        if tile.pixel_vector || !tile.pad || !config.vector.is_multiple_of(16) {
+        if !tile.pad || !(tile.pixel_vector || config.vector.is_multiple_of(16)) {
             return Err(
-                "bf16 pairs read the padded copy in channel tiles of whole 16-lane vectors".into(),
+                "bf16 pairs read the padded copy, channel tiles in whole 16-lane vectors".into(),
             );
         }
     }
@@ -694,10 +697,14 @@ impl ConvTemplate {
         let packing = b.categorical("conv_pack", &["loops", "transpose"]);
         let store = b.categorical("conv_store", &["scalar", "vector"]);
         // `pairs`: channel vectors of `bf16` pairs ([`CpuConfig::pairs`]), offered where
-        // both inputs are `bf16`, an input channel pairs and vectors are AVX-512's.
+        // both inputs are `bf16`, an input channel pairs and vectors are AVX-512's;
+        // `pixel_pairs`: pixel vectors of them.
         let pairs_ok = lanes >= 16 && shape.pair_index(kernel).is_some();
         let along = if pairs_ok {
-            b.categorical("conv_vector", &["channels", "pixels", "pairs"])
+            b.categorical(
+                "conv_vector",
+                &["channels", "pixels", "pairs", "pixel_pairs"],
+            )
         } else {
             b.categorical("conv_vector", &["channels", "pixels"])
         };
@@ -714,7 +721,7 @@ impl ConvTemplate {
         b.constraint("accumulators fit the registers", move |c| {
             let v = value(c, vector, &CHANNEL_CHOICES).unwrap_or(1);
             let m = value(c, pixels, &PIXEL_CHOICES).unwrap_or(1);
-            if c.index(along) == Some(1) {
+            if matches!(c.index(along), Some(1 | 3)) {
                 v * m.div_ceil(lanes.max(1)) <= regs * 3 / 4
             } else {
                 m * v.div_ceil(lanes.max(1)) <= regs
@@ -739,7 +746,7 @@ impl ConvTemplate {
         let f32_out = kernel.params[kernel.output].dtype == DType::F32;
         let pixel_ok = wide_ok && f32_out && run >= PIXEL_LANES;
         b.constraint("pixel vectors need a run of pixels", move |c| {
-            c.index(along) != Some(1)
+            !matches!(c.index(along), Some(1 | 3))
                 || (pixel_ok
                     && c.index(pad) == Some(1)
                     && c.index(store) == Some(1)
@@ -748,11 +755,16 @@ impl ConvTemplate {
                     }))
         });
         b.constraint("bf16 pairs are padded whole vectors", move |c| {
-            c.index(along) != Some(2)
-                || (c.index(pad) == Some(1)
-                    && c.index(simd) == Some(1)
-                    && c.index(packing) == Some(0)
-                    && value(c, vector, &CHANNEL_CHOICES).is_some_and(|v| v.is_multiple_of(16)))
+            match c.index(along) {
+                Some(2) => {
+                    c.index(pad) == Some(1)
+                        && c.index(simd) == Some(1)
+                        && c.index(packing) == Some(0)
+                        && value(c, vector, &CHANNEL_CHOICES).is_some_and(|v| v.is_multiple_of(16))
+                }
+                Some(3) => c.index(simd) == Some(1) && c.index(packing) == Some(0),
+                _ => true,
+            }
         });
         let space = b.build().map_err(|e| e.to_string())?;
         let mut t = ConvTemplate {
@@ -798,10 +810,10 @@ impl ConvTemplate {
                 pad: choice(pad),
                 transpose: choice(packing),
                 vector_store: choice(store),
-                pixel_vector: choice(along),
+                pixel_vector: matches!(c.index(along), Some(1 | 3)),
                 pixels_outer: choice(order),
             }),
-            pairs: c.index(along) == Some(2),
+            pairs: matches!(c.index(along), Some(2 | 3)),
             ..self.base.clone()
         })
     }
@@ -844,7 +856,7 @@ impl ConvTemplate {
                 (false, false) => 0,
                 (true, false) => 1,
                 (false, true) => 2,
-                (true, true) => return None,
+                (true, true) => 3,
             }),
             Value::Categorical(usize::from(tile.pixels_outer)),
         ]);
@@ -1140,8 +1152,9 @@ mod tests {
     }
 
     /// `bf16` inputs on a machine with `vdpbf16ps`: the default takes the input channels in
-    /// pairs (padded copy, loop packing, whole vectors), in place of a pixel-vector tile too;
-    /// without the instruction, or in `f32`, it does not, and the space has no pairs point.
+    /// pairs (padded copy, loop packing; whole channel vectors, or pixel vectors where the
+    /// `f32` default has them); without the instruction, or in `f32`, it does not, and the
+    /// space has no pairs point.
     #[test]
     fn bf16_defaults_pair_input_channels_where_the_machine_has_the_dot_product() {
         let mut k = parse_text(
@@ -1183,17 +1196,25 @@ mod tests {
         ] {
             let h = heuristic(kernel, &e, m).unwrap();
             let tile = h.conv.clone().unwrap();
-            assert!(
-                h.pairs && tile.pad && !tile.transpose && !tile.pixel_vector,
-                "{h:?}"
-            );
-            assert!(validate(kernel, &h, &tile).is_ok());
+            assert!(h.pairs && tile.pad && !tile.transpose, "{h:?}");
+            // Pixel pairs where the f32 default has pixel vectors (the short 1x1 one).
             let without = heuristic(kernel, &e, AVX512_TWO_CORES).unwrap();
+            assert_eq!(
+                tile.pixel_vector,
+                without.conv.as_ref().unwrap().pixel_vector
+            );
+            assert_eq!(tile.pixel_vector, e[6] == 1);
+            assert!(validate(kernel, &h, &tile).is_ok());
             assert!(!without.pairs);
             let t = ConvTemplate::build(kernel, &e, 16, &ConvShape::of(kernel).unwrap(), h.clone())
                 .unwrap();
             let text = t.space().format(&t.default_config()).unwrap();
-            assert!(text.contains("conv_vector=pairs"), "{text}");
+            let want = if tile.pixel_vector {
+                "conv_vector=pixel_pairs"
+            } else {
+                "conv_vector=pairs"
+            };
+            assert!(text.contains(want), "{text}");
             assert_eq!(t.decode(&t.parse(&text).unwrap()).unwrap(), h);
             // Pairs read the padded copy.
             let unpadded = CpuConfig {
