@@ -7,7 +7,8 @@
 //! does not. The loop nest ([`crate::lower::cpu_conv`]) is
 //!
 //! ```text
-//! (pad) copy x once into a zero-padded scratch buffer (widened to float), so the hot loop
+//! (pad) copy x once into a zero-padded scratch buffer (widened to float; in bf16 pairs
+//!       raw, two channels side by side), so the hot loop
 //!       has no bounds checks
 //! parallel for f0 in steps of `vector`, pixel block p0 in steps of `pixels`:
 //!     when f0 changed: pack w[f0..f0+vector, every reduction point] into this thread's
