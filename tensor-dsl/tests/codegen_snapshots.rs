@@ -115,6 +115,45 @@ fn generated_c_conv_bf16_pairs() {
     insta::assert_snapshot!("c_conv_bf16_pairs", code);
 }
 
+/// Pixel pairs (`conv_vector=pixel_pairs`) over a 1×1, stride-1, unpadded input: 7 input
+/// channels (the last pair's second half zero), runs of 36 pixels in 32-pixel tiles (the
+/// second tile's vectors moved back), 20 output channels in 8-channel tiles; each pixel
+/// tile's pairs copied once per thread (`td_conv_xtile`), the panels packed first into
+/// scratch on calls without prepacked weights.
+#[test]
+fn generated_c_conv_bf16_pixel_pairs() {
+    let mut kernel = tensor_dsl::ir::parse_text(
+        "conv",
+        "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]",
+        None,
+    )
+    .unwrap();
+    for p in kernel.params.iter_mut().filter(|p| !p.is_output) {
+        p.dtype = tensor_dsl::ir::DType::BF16;
+    }
+    let shapes: [&[usize]; 3] = [&[1, 7, 6, 6], &[20, 7, 1, 1], &[1, 20, 6, 6]];
+    let extents = [1, 20, 6, 6, 7, 1, 1];
+    let base = CpuConfig::heuristic(&kernel, &extents, 16);
+    let config = CpuConfig {
+        parallel: true,
+        pairs: true,
+        vector: 8,
+        wide_simd: true,
+        conv: Some(tensor_dsl::template::cpu_conv::ConvTile {
+            pixels: 32,
+            pad: true,
+            transpose: false,
+            vector_store: true,
+            pixel_vector: true,
+            pixels_outer: true,
+        }),
+        ..base
+    };
+    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    assert!(code.contains("td_conv_xtile("), "{code}");
+    insta::assert_snapshot!("c_conv_bf16_pixel_pairs", code);
+}
+
 /// The convolution template's pixel-vector tile (`conv_vector=pixels`, the default of a
 /// short reduction over an unpadded NCHW input): a 1×1 convolution with bias and ReLU, 20
 /// channels in 8-channel tiles (the last one's rows past the channels not stored), runs of

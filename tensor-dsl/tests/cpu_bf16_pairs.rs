@@ -199,7 +199,7 @@ fn bf16_pairs_match_the_reference() {
 /// window over 3 channels, a 1×1 stride-2 one (the compact copy), NHWC with HWIO weights,
 /// an epilogue and a `bf16` output, channel tiles past the last channel; the default with
 /// pairs, its other loop order and scalar stores, part-row tiles, pixel pairs (runs of a
-/// batch, a padded row) and random pairs points of the space; through the entry point and
+/// batch copied per pixel tile, a padded row) and random pairs points of the space; through the entry point and
 /// the prepacked one.
 #[test]
 fn bf16_conv_pairs_match_the_reference() {
@@ -236,7 +236,7 @@ fn bf16_conv_pairs_match_the_reference() {
             [2, 40, 5, 3, 7, 3, 3],
         ),
     ];
-    let mut pixel_pairs = 0;
+    let (mut pixel_pairs, mut fused) = (0, 0);
     for (n, (src, out, named)) in cases.iter().enumerate() {
         let mut rng = StdRng::seed_from_u64(n as u64 + 70);
         let mut k = parse_text("conv", src, None).unwrap();
@@ -310,6 +310,12 @@ fn bf16_conv_pairs_match_the_reference() {
             .iter()
             .filter(|c| c.conv.as_ref().is_some_and(|t| t.pixel_vector))
             .count();
+        // Pixel pairs over a 1×1, stride-1, unpadded input copy per pixel tile.
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        fused += configs
+            .iter()
+            .filter(|c| c::generate(&k, &extents, &refs, c).contains("td_conv_xtile("))
+            .count();
         for cfg in &configs {
             let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
             let text = c::generate(&k, &extents, &refs, cfg);
@@ -318,6 +324,10 @@ fn bf16_conv_pairs_match_the_reference() {
         check(&k, &shapes, &configs, &mut rng);
     }
     assert!(pixel_pairs >= 4, "{pixel_pairs} pixel-pair tiles checked");
+    assert!(
+        fused >= 2,
+        "{fused} pixel-pair tiles with the per-tile copy checked"
+    );
 }
 
 /// The pixel tile a config of up to 32 channels keeps within the registers the space allows.

@@ -7,7 +7,14 @@
 //! `td_dot2(acc, td_pair(&xp[..]), td_pairs(&wp[..]))` ([`super::cpu_pairs::PRELUDE`]); a
 //! pixel-vector tile in pairs loads 16 pixels' pairs as one vector (they lie one after
 //! another in the copy) and broadcasts each channel's weight pair. The copy stores each
-//! pair as one 32-bit value, which GCC vectorizes.
+//! pair as one 32-bit value, which GCC vectorizes. Where the input is read at each point
+//! only through the pair index (a 1×1, stride-1, unpadded convolution), pixel pairs copy
+//! no whole input: each thread copies one pixel tile's pairs into a small buffer
+//! (`td_conv_xtile`) and runs every channel tile on it, pixel tiles outermost, on panels
+//! prepacked or packed first into scratch (`td_conv_tiles`). Why: the whole copy took a
+//! quarter of a 1×1 convolution over 128 channels of 136×136 (YOLO9000's Y3: 300–310
+//! GFLOPS, 410–426 with the copy left out); per tile, Y3 ran at 302–356 and R1 of
+//! ResNet-50 at 364–406 against 341 at best before.
 //! Why: widened to `f32`, a `bf16` convolution ran at the `f32` one's speed at best; in
 //! pairs ResNet-50's 3×3 layers over 28×28 and 7×7 ran 1.9–2.0× their `f32` default
 //! (generated C timed side by side, two Zen 4 cores: 404–437 against 194–228 GFLOPS, 527–551
@@ -66,6 +73,12 @@ pub const PREPACK: &str = "td_conv_prepack";
 
 /// Name of the function that runs the convolution on prepacked weights or packs them.
 pub const RUN: &str = "td_conv_run";
+
+/// Name of the function that copies one pixel tile's pairs (pixel pairs, fused copy).
+pub const XTILE: &str = "td_conv_xtile";
+
+/// Name of the function that runs the tiles of the fused copy on given panels.
+pub const TILES: &str = "td_conv_tiles";
 
 /// Longest innermost reduction loop of the tile that is unrolled: a 7-step loop around the
 /// register tile (the 7×7 window of a 3-channel convolution) ran a few percent faster
@@ -249,6 +262,18 @@ pub fn lower<'a>(
     if pair.is_some() && !scratch {
         return Err("bf16 pairs read the padded copy of the input".into());
     }
+    // Pixel pairs over an input read at each point only through the pair index (a 1×1,
+    // stride-1, unpadded convolution): no copy of the whole input; each pixel tile copies
+    // its own pairs into a small per-thread buffer, which every channel tile then reads
+    // ([`Conv::xtile_func`]).
+    let fused = pair.is_some()
+        && tile.pixel_vector
+        && own_layout
+        && shape
+            .reduction
+            .iter()
+            .all(|&r| Some(r) == pair || extents[r] == 1);
+    let scratch = scratch && !fused;
     let steps = if scratch { steps } else { vec![1; steps.len()] };
     // The axis of the input that the pair index reads: in the scratch copy it holds pairs,
     // and a trailing axis of 2 the two channels of each.
@@ -280,6 +305,28 @@ pub fn lower<'a>(
             align: None,
         })
     });
+    // The fused copy's buffers: a pixel tile's pairs (every pair of channels by the tile's
+    // pixels), and for calls without prepacked weights, every channel tile's panel.
+    let xt = fused.then(|| {
+        push(Buffer {
+            name: "xt".into(),
+            scope: Scope::Panel,
+            dtype: panel_dtype,
+            dims: vec![pair.map_or(1, |c| extents[c].div_ceil(2)), tile.pixels, 2],
+            param: None,
+            align: None,
+        })
+    });
+    let walls = fused.then(|| {
+        push(Buffer {
+            name: "walls".into(),
+            scope: Scope::Panel,
+            dtype: panel_dtype,
+            dims: vec![tiles * points, v * lane_elems],
+            param: None,
+            align: None,
+        })
+    });
     let xread = {
         let (buf, dims, lo): (BufId, Vec<usize>, Vec<i64>) = match xp {
             Some(xp) => (
@@ -303,8 +350,9 @@ pub fn lower<'a>(
                 coef[i] += s * c / k;
             }
         }
-        // In pairs, offsets count `bf16` elements: two per pair.
-        let k = lane_elems as i64;
+        // In pairs, offsets count `bf16` elements: two per pair (the fused copy reads the
+        // input itself, in its own elements).
+        let k = if fused { 1 } else { lane_elems as i64 };
         XRead {
             buf,
             coef: coef.iter().map(|c| c * k).collect(),
@@ -339,10 +387,16 @@ pub fn lower<'a>(
         run: 0,
         pair,
         pair_axis,
+        xt,
+        walls,
     };
     if tile.pixel_vector {
-        // (In pairs, runs of pairs: two elements a pixel.)
-        let k = l.lane_elems() as i64;
+        // (In the pairs copy, runs of pairs: two elements a pixel.)
+        let k = if l.xt.is_some() {
+            1
+        } else {
+            l.lane_elems() as i64
+        };
         let x = contiguous_run(&l.shape.pixels, extents, |t| l.xread.coef[t] / k);
         l.run = x.min(l.dense_run());
         if l.run < PIXEL_LANES {
@@ -352,7 +406,7 @@ pub fn lower<'a>(
             ));
         }
     }
-    let helpers = vec![
+    let mut helpers = vec![
         if tile.pixel_vector {
             l.pixel_tile_func(&buffers)
         } else {
@@ -360,8 +414,14 @@ pub fn lower<'a>(
         },
         l.pack_func(),
         l.prepack_func(&buffers),
-        l.run_func(&buffers, &ranges),
     ];
+    if l.xt.is_some() {
+        helpers.push(l.xtile_func(&buffers));
+        helpers.push(l.fused_tiles_func(&buffers));
+        helpers.push(l.fused_run_func(&buffers));
+    } else {
+        helpers.push(l.run_func(&buffers, &ranges));
+    }
     let (entry, prepack) = l.entries(&buffers);
     Ok(Nest {
         kernel,
@@ -518,6 +578,10 @@ struct Conv<'a> {
     /// pairs) and the input axis it reads ([`ConvShape::pair_index`]).
     pair: Option<usize>,
     pair_axis: Option<usize>,
+    /// Pixel pairs with the fused copy: the per-thread buffer of one pixel tile's pairs, and
+    /// the scratch for every channel tile's panel on calls without prepacked weights.
+    xt: Option<BufId>,
+    walls: Option<BufId>,
 }
 
 impl Conv<'_> {
@@ -712,6 +776,7 @@ impl Conv<'_> {
             .map(|i| konst(BufId(i)))
             .collect();
         p.extend(self.xp.map(konst));
+        p.extend(self.xt.map(konst));
         p.push(konst(self.wp));
         p.push(Param::Buffer {
             buf: BufId(self.kernel.output),
@@ -887,7 +952,11 @@ impl Conv<'_> {
                 body.push(let_long(&ps, at));
             }
             body.push(self.pixel_lets(&ps, j));
-            body.push(self.x_offset(j));
+            body.push(match self.xt {
+                // In the tile's own copy: two elements a pixel from its first vector's.
+                Some(_) => let_long(&format!("xs_{j}"), format!("2 * (ps_{j} - ps_0)")),
+                None => self.x_offset(j),
+            });
             body.push(let_long(&format!("os_{j}"), linear(&self.out_terms(j))));
         }
         let cvar = |fi: usize, j: usize| format!("c{fi}_{j}");
@@ -906,7 +975,12 @@ impl Conv<'_> {
             .shape
             .reduction
             .iter()
-            .map(|&r| (self.xread.coef[r], self.names[r].clone()))
+            .map(|&r| match self.xt {
+                // The tile's copy: a row of `pixels` pairs per pair of channels.
+                Some(_) if Some(r) == self.pair => (2 * mr as i64, self.names[r].clone()),
+                Some(_) => (0, self.names[r].clone()),
+                None => (self.xread.coef[r], self.names[r].clone()),
+            })
             .collect();
         hot.push(let_long("xr", linear(&terms)));
         // Each pixel vector feeds `v` FMAs: held in a register ([`IN_REGISTER`]), or GCC
@@ -920,7 +994,7 @@ impl Conv<'_> {
                     let at = format!("xs_{j} + xr");
                     if pairs {
                         // 16 pixels' pairs: 32 `bf16` one after another in the copy.
-                        let xp = &buffers[self.xread.buf.0].name;
+                        let xp = &buffers[self.xt.unwrap_or(self.xread.buf).0].name;
                         return (
                             format!("xv_{j}"),
                             Value::Code(format!("td_pairs(&{xp}[{at}])")),
@@ -1999,6 +2073,224 @@ impl Conv<'_> {
         ))];
         out.extend(band(loops, moves));
         out
+    }
+
+    /// `td_conv_xtile(inputs.., xt, t)` (pixel pairs with the fused copy): fills this
+    /// thread's `xt` with pixel tile `t`'s pairs — for each pair of input channels, the
+    /// tile's pixels from its first vector's on (the tile's span, cut at the run's end),
+    /// each as one 32-bit pair (an odd last channel paired with zero).
+    fn xtile_func(&self, buffers: &[Buffer]) -> Func {
+        let (mr, run, lanes) = (self.mr, self.run, PIXEL_LANES);
+        let (per_run, tiles) = self.pixel_tiles();
+        let x = &buffers[self.shape.x.tensor].name;
+        let xt = self.xt.map_or("xt", |b| buffers[b.0].name.as_str());
+        let c = self.pair.unwrap_or(0);
+        let ce = self.extents[c];
+        let sc = self.xread.coef[c];
+        let mut xb: Vec<(i64, String)> = self
+            .shape
+            .pixels
+            .iter()
+            .map(|&t| (self.xread.coef[t], self.pixel_var(t, 0)))
+            .collect();
+        xb.push((self.xread.base, "1".into()));
+        let hi = if ce % 2 == 1 {
+            format!("(2 * cp + 1 < {ce} ? (unsigned int){x}[xb + (2 * cp + 1) * {sc} + p] : 0u)")
+        } else {
+            format!("(unsigned int){x}[xb + (2 * cp + 1) * {sc} + p]")
+        };
+        let copy = Stmt::Assign {
+            dst: Target::Var(format!("((unsigned int *){xt})[cp * {mr} + p]")),
+            op: AssignOp::Set,
+            value: Value::Code(format!(
+                "(unsigned int){x}[xb + 2 * cp * {sc} + p] | {hi} << 16"
+            )),
+        };
+        let inner = Stmt::Loop(Loop {
+            var: "p".into(),
+            ty: IntType::Long,
+            start: "0".into(),
+            end: "np".into(),
+            step: Step::Inc,
+            trip: mr,
+            kind: LoopKind::Serial,
+            index: None,
+            layout: Layout::Flat,
+            body: vec![copy],
+        });
+        let mut params: Vec<Param> = self
+            .kernel
+            .inputs()
+            .into_iter()
+            .map(|i| Param::Buffer {
+                buf: BufId(i),
+                konst: true,
+            })
+            .collect();
+        params.extend(self.xt.map(|buf| Param::Buffer { buf, konst: false }));
+        params.push(Param::Scalar {
+            ty: IntType::Long,
+            name: "t".into(),
+        });
+        Func {
+            name: XTILE.into(),
+            params,
+            body: vec![
+                Stmt::Assume(format!("t >= 0 && t < {tiles}")),
+                let_long("pb", format!("t / {per_run} * {run}")),
+                let_long("p0", format!("pb + t % {per_run} * {mr}")),
+                let_long(
+                    "ps",
+                    format!("p0 + {lanes} <= pb + {run} ? p0 : pb + {}", run - lanes),
+                ),
+                let_long(
+                    "np",
+                    format!("pb + {run} - ps < {mr} ? pb + {run} - ps : {mr}"),
+                ),
+                self.pixel_lets("ps", 0),
+                let_long("xb", linear(&xb)),
+                for_each(
+                    "cp",
+                    ce.div_ceil(2),
+                    LoopKind::Serial,
+                    Layout::Braced,
+                    vec![inner],
+                ),
+            ],
+        }
+    }
+
+    /// `td_conv_tiles(inputs.., wall, out)` (pixel pairs with the fused copy): pixel tiles
+    /// outermost, each thread copying a pixel tile's pairs once ([`Conv::xtile_func`]) and
+    /// running every channel tile on them, on the panels in `wall`.
+    fn fused_tiles_func(&self, buffers: &[Buffer]) -> Func {
+        let fe = self.extents[self.shape.f];
+        let kind = if self.config.parallel {
+            LoopKind::Parallel
+        } else {
+            LoopKind::Serial
+        };
+        let tiles = |var: &str, e: usize, step: usize| Loop {
+            var: var.into(),
+            ty: IntType::Long,
+            start: "0".into(),
+            end: int(e),
+            step: Step::Add(step),
+            trip: e.div_ceil(step),
+            kind,
+            index: None,
+            layout: Layout::Flat,
+            body: Vec::new(),
+        };
+        let wall = &buffers[self.wall.0].name;
+        let wp = &buffers[self.wp.0].name;
+        let mut copy_args: Vec<String> = self
+            .kernel
+            .inputs()
+            .into_iter()
+            .map(|i| buffers[i].name.clone())
+            .collect();
+        let xt = self.xt.map_or(BufId(0), |b| b);
+        copy_args.push(buffers[xt.0].name.clone());
+        copy_args.push("t".into());
+        let mut tile_args = self.args(buffers, &["f0", "t"]);
+        for a in tile_args.iter_mut().filter(|a| *a == wp) {
+            *a = self.wall_panel(wall);
+        }
+        let work = vec![
+            Stmt::If {
+                cond: "t != pk_t".into(),
+                then: vec![
+                    Stmt::Call {
+                        func: XTILE.into(),
+                        args: copy_args,
+                    },
+                    Stmt::Assign {
+                        dst: Target::Var("pk_t".into()),
+                        op: AssignOp::Set,
+                        value: Value::Code("t".into()),
+                    },
+                ],
+                els: None,
+                braced: true,
+            },
+            Stmt::Call {
+                func: TILE.into(),
+                args: tile_args,
+            },
+        ];
+        let mut region = vec![
+            Stmt::Comment(format!(
+                "This thread's copy of a pixel tile's pairs of `{}`.",
+                self.kernel.params[self.shape.x.tensor].name
+            )),
+            Stmt::Alloc {
+                buf: xt,
+                init: None,
+            },
+            Stmt::Let {
+                ty: Ty::Int(IntType::Long),
+                konst: false,
+                defs: vec![("pk_t".into(), Value::Code("-1".into()))],
+            },
+        ];
+        region.extend(band(
+            vec![tiles("t", self.pixel_tiles().1, 1), tiles("f0", fe, self.v)],
+            vec![Stmt::Block(work)],
+        ));
+        region.push(Stmt::Free(xt));
+        Func {
+            name: TILES.into(),
+            params: super::pointer_params(self.kernel, Some(self.wall)),
+            body: vec![Stmt::Region {
+                parallel: self.config.parallel,
+                body: region,
+            }],
+        }
+    }
+
+    /// `td_conv_run(inputs.., wall, out)` with the fused copy: the tiles on the prepacked
+    /// weights, or where `wall` is null on every panel packed first into scratch.
+    fn fused_run_func(&self, buffers: &[Buffer]) -> Func {
+        let name = |b: BufId| buffers[b.0].name.clone();
+        let inputs: Vec<String> = self
+            .kernel
+            .inputs()
+            .into_iter()
+            .map(|p| name(BufId(p)))
+            .collect();
+        let out = name(BufId(self.kernel.output));
+        let walls = self.walls.map_or(self.wall, |b| b);
+        let call = |w: String| {
+            let mut args = inputs.clone();
+            args.push(w);
+            args.push(out.clone());
+            Stmt::Call {
+                func: TILES.into(),
+                args,
+            }
+        };
+        Func {
+            name: RUN.into(),
+            params: super::pointer_params(self.kernel, Some(self.wall)),
+            body: vec![Stmt::If {
+                cond: name(self.wall),
+                then: vec![call(name(self.wall))],
+                els: Some(vec![
+                    Stmt::Alloc {
+                        buf: walls,
+                        init: None,
+                    },
+                    Stmt::Call {
+                        func: PREPACK.into(),
+                        args: vec![name(BufId(self.shape.w.tensor)), name(walls)],
+                    },
+                    call(name(walls)),
+                    Stmt::Free(walls),
+                ]),
+                braced: true,
+            }],
+        }
     }
 
     /// `td_conv_run(inputs.., wall, out)`: the convolution, on the prepacked weights
