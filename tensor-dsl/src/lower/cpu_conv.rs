@@ -12,8 +12,8 @@
 //! no whole input: each thread copies one pixel tile's pairs into a small buffer
 //! (`td_conv_xtile`) and runs every channel tile on it, pixel tiles outermost, on panels
 //! prepacked or packed first into scratch (`td_conv_tiles`). Why: the whole copy took a
-//! quarter of a 1×1 convolution over 128 channels of 136×136 (YOLO9000's Y3: 300–310
-//! GFLOPS, 410–426 with the copy left out); per tile, Y3 ran at 302–356 and R1 of
+//! quarter of a 1×1 convolution over 128 channels of 136×136 (YOLO9000's Y3: 297–311
+//! GFLOPS, 408–426 with the copy left out); per tile, Y3 ran at 302–356 and R1 of
 //! ResNet-50 at 364–406 against 341 at best before.
 //! Why: widened to `f32`, a `bf16` convolution ran at the `f32` one's speed at best; in
 //! pairs ResNet-50's 3×3 layers over 28×28 and 7×7 ran 1.9–2.0× their `f32` default
