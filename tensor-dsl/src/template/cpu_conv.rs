@@ -254,9 +254,7 @@ impl ConvShape {
             })
             .collect()
     }
-}
 
-impl ConvShape {
     /// The reduction index that `bf16` pairs ([`CpuConfig::pairs`]) take two points of at
     /// a time: the first (in kernel order) that the input reads as a plain coordinate of
     /// one axis and of no other, and the weights read as a plain coordinate (the input
