@@ -12,8 +12,8 @@
 //! no whole input: each thread copies one pixel tile's pairs into a small buffer
 //! (`td_conv_xtile`) and runs every channel tile on it, pixel tiles outermost, on panels
 //! prepacked or packed first into scratch (`td_conv_tiles`); channel pairs do the same
-//! over a strided 1×1 unpadded input (each tile gathers its pixels' pairs) where the tile
-//! walks pixel tiles outermost (`conv_outer=pixels`). Why: the whole copy took a
+//! over any 1×1 unpadded input (strided too: each tile gathers its pixels' pairs) where the
+//! tile walks pixel tiles outermost (`conv_outer=pixels`). Why: the whole copy took a
 //! quarter of a 1×1 convolution over 128 channels of 136×136 (YOLO9000's Y3: 297–311
 //! GFLOPS, 408–426 with the copy left out); per tile, Y3 ran at 302–356 and R1 of
 //! ResNet-50 at 364–406 against 341 at best before.
@@ -272,9 +272,7 @@ pub fn lower<'a>(
         && (if tile.pixel_vector {
             own_layout
         } else {
-            // (Strided: over a stride-1 input, R12 of ResNet-50 — 4 MB of weights, a
-            // 49-pixel input — ran 15% slower so, and a tuned R12 point took it.)
-            !outside && tile.pixels_outer && compact
+            !outside && tile.pixels_outer
         })
         && shape
             .reduction
