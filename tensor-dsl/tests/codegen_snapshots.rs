@@ -154,43 +154,6 @@ fn generated_c_conv_bf16_pixel_pairs() {
     insta::assert_snapshot!("c_conv_bf16_pixel_pairs", code);
 }
 
-/// Channel pairs over a 1×1, stride-2, unpadded input with pixel tiles outermost: each
-/// 6-pixel tile's pairs gathered once per thread (`td_conv_xtile`, 9 input channels: the
-/// last pair's second half zero) for every 16-channel tile, no copy of the whole input.
-#[test]
-fn generated_c_conv_bf16_pairs_strided_1x1() {
-    let mut kernel = tensor_dsl::ir::parse_text(
-        "conv",
-        "y[[n, f, p, q]] += x[[n, c, 2 * p + r, 2 * q + s]] * w[[f, c, r, s]]",
-        None,
-    )
-    .unwrap();
-    for p in kernel.params.iter_mut().filter(|p| !p.is_output) {
-        p.dtype = tensor_dsl::ir::DType::BF16;
-    }
-    let shapes: [&[usize]; 3] = [&[1, 9, 8, 6], &[20, 9, 1, 1], &[1, 20, 4, 3]];
-    let extents = [1, 20, 4, 3, 9, 1, 1];
-    let base = CpuConfig::heuristic(&kernel, &extents, 16);
-    let config = CpuConfig {
-        parallel: true,
-        pairs: true,
-        vector: 16,
-        wide_simd: true,
-        conv: Some(tensor_dsl::template::cpu_conv::ConvTile {
-            pixels: 6,
-            pad: true,
-            transpose: false,
-            vector_store: true,
-            pixel_vector: false,
-            pixels_outer: true,
-        }),
-        ..base
-    };
-    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
-    assert!(code.contains("td_conv_xtile("), "{code}");
-    insta::assert_snapshot!("c_conv_bf16_pairs_strided_1x1", code);
-}
-
 /// The convolution template's pixel-vector tile (`conv_vector=pixels`, the default of a
 /// short reduction over an unpadded NCHW input): a 1×1 convolution with bias and ReLU, 20
 /// channels in 8-channel tiles (the last one's rows past the channels not stored), runs of

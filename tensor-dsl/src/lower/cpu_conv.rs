@@ -11,9 +11,7 @@
 //! only through the pair index (a 1×1, stride-1, unpadded convolution), pixel pairs copy
 //! no whole input: each thread copies one pixel tile's pairs into a small buffer
 //! (`td_conv_xtile`) and runs every channel tile on it, pixel tiles outermost, on panels
-//! prepacked or packed first into scratch (`td_conv_tiles`); channel pairs do the same
-//! over any 1×1 unpadded input (strided too: each tile gathers its pixels' pairs) where the
-//! tile walks pixel tiles outermost (`conv_outer=pixels`). Why: the whole copy took a
+//! prepacked or packed first into scratch (`td_conv_tiles`). Why: the whole copy took a
 //! quarter of a 1×1 convolution over 128 channels of 136×136 (YOLO9000's Y3: 297–311
 //! GFLOPS, 408–426 with the copy left out); per tile, Y3 ran at 302–356 and R1 of
 //! ResNet-50 at 364–406 against 341 at best before.
@@ -269,11 +267,8 @@ pub fn lower<'a>(
     // its own pairs into a small per-thread buffer, which every channel tile then reads
     // ([`Conv::xtile_func`]).
     let fused = pair.is_some()
-        && (if tile.pixel_vector {
-            own_layout
-        } else {
-            !outside && tile.pixels_outer
-        })
+        && tile.pixel_vector
+        && own_layout
         && shape
             .reduction
             .iter()
@@ -1295,9 +1290,7 @@ impl Conv<'_> {
             self.extents[self.shape.f],
             self.shape.pixel_count(self.extents),
         );
-        // The input read: the scratch copy, the input itself, or (the fused copy) this
-        // pixel tile's pairs, pixel `m` at `2 m` of each row of `pixels` pairs.
-        let xname = &buffers[self.xt.unwrap_or(self.xread.buf).0].name;
+        let xname = &buffers[self.xread.buf.0].name;
         // Accumulators as vector variables `c<m>_<j>` where the channel tile is a whole
         // number of vectors (GCC 12 keeps them in registers; the accumulator array of the
         // scalar form lost registers to spills when the code after the loop changed), else
@@ -1362,9 +1355,7 @@ impl Conv<'_> {
                         format!("p0 + {m} < {np} ? p0 + {m} : {}", np - 1),
                     ));
                     body.push(self.pixel_lets(&px, m));
-                    if self.xt.is_some() {
-                        body.push(let_long(&format!("xs_{m}"), format!("{}", 2 * m)));
-                    } else if !self.xread.guarded {
+                    if !self.xread.guarded {
                         body.push(self.x_offset(m));
                     }
                 }
@@ -1379,11 +1370,7 @@ impl Conv<'_> {
                 .shape
                 .reduction
                 .iter()
-                .map(|&r| match self.xt {
-                    Some(_) if Some(r) == self.pair => (2 * mr as i64, self.names[r].clone()),
-                    Some(_) => (0, self.names[r].clone()),
-                    None => (self.xread.coef[r], self.names[r].clone()),
-                })
+                .map(|&r| (self.xread.coef[r], self.names[r].clone()))
                 .collect();
             if in_row.is_some() {
                 // The reads of a row tile overlap from one tap to the next (pixel m + 1
@@ -1424,7 +1411,6 @@ impl Conv<'_> {
                 let index = match in_row {
                     // One address (`xs_0 + xr`) and a constant per pixel: not a register
                     // per pixel, which the compiler keeps when the sum is `xs_m + xr`.
-                    Some(_) if self.xt.is_some() => format!("xs_0 + xr + {}", 2 * m),
                     Some(t) => format!("xs_0 + xr + {}", self.xread.coef[t] * m as i64),
                     None => format!("xs_{m} + xr"),
                 };
@@ -2094,9 +2080,6 @@ impl Conv<'_> {
     /// tile's pixels from its first vector's on (the tile's span, cut at the run's end),
     /// each as one 32-bit pair (an odd last channel paired with zero).
     fn xtile_func(&self, buffers: &[Buffer]) -> Func {
-        if !self.tile.pixel_vector {
-            return self.xtile_rows_func(buffers);
-        }
         let (mr, run, lanes) = (self.mr, self.run, PIXEL_LANES);
         let (per_run, tiles) = self.pixel_tiles();
         let x = &buffers[self.shape.x.tensor].name;
@@ -2177,75 +2160,7 @@ impl Conv<'_> {
         }
     }
 
-    /// `td_conv_xtile(inputs.., xt, p0)` (channel pairs with the fused copy): fills this
-    /// thread's `xt` with the pairs of the tile of pixels `p0..p0 + pixels` (a pixel past
-    /// the end repeats the last one, as in the tile): for each pair of input channels, one
-    /// 32-bit pair per pixel, read where each pixel's input lies (any stride).
-    fn xtile_rows_func(&self, buffers: &[Buffer]) -> Func {
-        let mr = self.mr;
-        let np = self.shape.pixel_count(self.extents);
-        let x = &buffers[self.shape.x.tensor].name;
-        let xt = self.xt.map_or("xt", |b| buffers[b.0].name.as_str());
-        let c = self.pair.unwrap_or(0);
-        let ce = self.extents[c];
-        let sc = self.xread.coef[c];
-        let mut body = vec![Stmt::Assume(format!("p0 >= 0 && p0 < {np}"))];
-        for m in 0..mr {
-            let px = format!("px_{m}");
-            body.push(let_long(
-                &px,
-                format!("p0 + {m} < {np} ? p0 + {m} : {}", np - 1),
-            ));
-            body.push(self.pixel_lets(&px, m));
-            body.push(self.x_offset(m));
-        }
-        let copies = (0..mr)
-            .map(|m| {
-                let hi = if ce % 2 == 1 {
-                    format!(
-                        "(2 * cp + 1 < {ce} ? (unsigned int){x}[xs_{m} + (2 * cp + 1) * {sc}] : 0u)"
-                    )
-                } else {
-                    format!("(unsigned int){x}[xs_{m} + (2 * cp + 1) * {sc}]")
-                };
-                Stmt::Assign {
-                    dst: Target::Var(format!("((unsigned int *){xt})[cp * {mr} + {m}]")),
-                    op: AssignOp::Set,
-                    value: Value::Code(format!(
-                        "(unsigned int){x}[xs_{m} + 2 * cp * {sc}] | {hi} << 16"
-                    )),
-                }
-            })
-            .collect();
-        body.push(for_each(
-            "cp",
-            ce.div_ceil(2),
-            LoopKind::Serial,
-            Layout::Braced,
-            copies,
-        ));
-        let mut params: Vec<Param> = self
-            .kernel
-            .inputs()
-            .into_iter()
-            .map(|i| Param::Buffer {
-                buf: BufId(i),
-                konst: true,
-            })
-            .collect();
-        params.extend(self.xt.map(|buf| Param::Buffer { buf, konst: false }));
-        params.push(Param::Scalar {
-            ty: IntType::Long,
-            name: "p0".into(),
-        });
-        Func {
-            name: XTILE.into(),
-            params,
-            body,
-        }
-    }
-
-    /// `td_conv_tiles(inputs.., wall, out)` (pairs with the fused copy): pixel tiles
+    /// `td_conv_tiles(inputs.., wall, out)` (pixel pairs with the fused copy): pixel tiles
     /// outermost, each thread copying a pixel tile's pairs once ([`Conv::xtile_func`]) and
     /// running every channel tile on them, on the panels in `wall`.
     fn fused_tiles_func(&self, buffers: &[Buffer]) -> Func {
@@ -2276,21 +2191,15 @@ impl Conv<'_> {
             .map(|i| buffers[i].name.clone())
             .collect();
         let xt = self.xt.map_or(BufId(0), |b| b);
-        let (pv, pixel_loop) = if self.tile.pixel_vector {
-            ("t", tiles("t", self.pixel_tiles().1, 1))
-        } else {
-            let np = self.shape.pixel_count(self.extents);
-            ("p0", tiles("p0", np, self.mr))
-        };
         copy_args.push(buffers[xt.0].name.clone());
-        copy_args.push(pv.into());
-        let mut tile_args = self.args(buffers, &["f0", pv]);
+        copy_args.push("t".into());
+        let mut tile_args = self.args(buffers, &["f0", "t"]);
         for a in tile_args.iter_mut().filter(|a| *a == wp) {
             *a = self.wall_panel(wall);
         }
         let work = vec![
             Stmt::If {
-                cond: format!("{pv} != pk_t"),
+                cond: "t != pk_t".into(),
                 then: vec![
                     Stmt::Call {
                         func: XTILE.into(),
@@ -2299,7 +2208,7 @@ impl Conv<'_> {
                     Stmt::Assign {
                         dst: Target::Var("pk_t".into()),
                         op: AssignOp::Set,
-                        value: Value::Code(pv.into()),
+                        value: Value::Code("t".into()),
                     },
                 ],
                 els: None,
@@ -2326,7 +2235,7 @@ impl Conv<'_> {
             },
         ];
         region.extend(band(
-            vec![pixel_loop, tiles("f0", fe, self.v)],
+            vec![tiles("t", self.pixel_tiles().1, 1), tiles("f0", fe, self.v)],
             vec![Stmt::Block(work)],
         ));
         region.push(Stmt::Free(xt));
