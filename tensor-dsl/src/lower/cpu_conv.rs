@@ -415,10 +415,10 @@ pub fn lower<'a>(
         l.pack_func(),
         l.prepack_func(&buffers),
     ];
-    if l.xt.is_some() {
-        helpers.push(l.xtile_func(&buffers));
-        helpers.push(l.fused_tiles_func(&buffers));
-        helpers.push(l.fused_run_func(&buffers));
+    if let (Some(xt), Some(walls)) = (l.xt, l.walls) {
+        helpers.push(l.xtile_func(&buffers, xt));
+        helpers.push(l.fused_tiles_func(&buffers, xt));
+        helpers.push(l.fused_run_func(&buffers, walls));
     } else {
         helpers.push(l.run_func(&buffers, &ranges));
     }
@@ -2079,11 +2079,11 @@ impl Conv<'_> {
     /// thread's `xt` with pixel tile `t`'s pairs — for each pair of input channels, the
     /// tile's pixels from its first vector's on (the tile's span, cut at the run's end),
     /// each as one 32-bit pair (an odd last channel paired with zero).
-    fn xtile_func(&self, buffers: &[Buffer]) -> Func {
+    fn xtile_func(&self, buffers: &[Buffer], xt: BufId) -> Func {
         let (mr, run, lanes) = (self.mr, self.run, PIXEL_LANES);
         let (per_run, tiles) = self.pixel_tiles();
         let x = &buffers[self.shape.x.tensor].name;
-        let xt = self.xt.map_or("xt", |b| buffers[b.0].name.as_str());
+        let xt_name = &buffers[xt.0].name;
         let c = self.pair.unwrap_or(0);
         let ce = self.extents[c];
         let sc = self.xread.coef[c];
@@ -2100,7 +2100,7 @@ impl Conv<'_> {
             format!("(unsigned int){x}[xb + (2 * cp + 1) * {sc} + p]")
         };
         let copy = Stmt::Assign {
-            dst: Target::Var(format!("((unsigned int *){xt})[cp * {mr} + p]")),
+            dst: Target::Var(format!("((unsigned int *){xt_name})[cp * {mr} + p]")),
             op: AssignOp::Set,
             value: Value::Code(format!(
                 "(unsigned int){x}[xb + 2 * cp * {sc} + p] | {hi} << 16"
@@ -2127,7 +2127,10 @@ impl Conv<'_> {
                 konst: true,
             })
             .collect();
-        params.extend(self.xt.map(|buf| Param::Buffer { buf, konst: false }));
+        params.push(Param::Buffer {
+            buf: xt,
+            konst: false,
+        });
         params.push(Param::Scalar {
             ty: IntType::Long,
             name: "t".into(),
@@ -2163,7 +2166,7 @@ impl Conv<'_> {
     /// `td_conv_tiles(inputs.., wall, out)` (pixel pairs with the fused copy): pixel tiles
     /// outermost, each thread copying a pixel tile's pairs once ([`Conv::xtile_func`]) and
     /// running every channel tile on them, on the panels in `wall`.
-    fn fused_tiles_func(&self, buffers: &[Buffer]) -> Func {
+    fn fused_tiles_func(&self, buffers: &[Buffer], xt: BufId) -> Func {
         let fe = self.extents[self.shape.f];
         let kind = if self.config.parallel {
             LoopKind::Parallel
@@ -2190,7 +2193,6 @@ impl Conv<'_> {
             .into_iter()
             .map(|i| buffers[i].name.clone())
             .collect();
-        let xt = self.xt.map_or(BufId(0), |b| b);
         copy_args.push(buffers[xt.0].name.clone());
         copy_args.push("t".into());
         let mut tile_args = self.args(buffers, &["f0", "t"]);
@@ -2251,7 +2253,7 @@ impl Conv<'_> {
 
     /// `td_conv_run(inputs.., wall, out)` with the fused copy: the tiles on the prepacked
     /// weights, or where `wall` is null on every panel packed first into scratch.
-    fn fused_run_func(&self, buffers: &[Buffer]) -> Func {
+    fn fused_run_func(&self, buffers: &[Buffer], walls: BufId) -> Func {
         let name = |b: BufId| buffers[b.0].name.clone();
         let inputs: Vec<String> = self
             .kernel
@@ -2260,7 +2262,6 @@ impl Conv<'_> {
             .map(|p| name(BufId(p)))
             .collect();
         let out = name(BufId(self.kernel.output));
-        let walls = self.walls.map_or(self.wall, |b| b);
         let call = |w: String| {
             let mut args = inputs.clone();
             args.push(w);
