@@ -7,18 +7,21 @@
 //! `td_dot2(acc, td_pair(&xp[..]), td_pairs(&wp[..]))` ([`super::cpu_pairs::PRELUDE`]); a
 //! pixel-vector tile in pairs loads 16 pixels' pairs as one vector (they lie one after
 //! another in the copy) and broadcasts each channel's weight pair. The copy stores each
-//! pair as one 32-bit value, which GCC vectorizes. Where the input is read at each point
-//! only through the pair index (a 1×1, stride-1, unpadded convolution), pixel pairs copy
-//! no whole input: each thread copies one pixel tile's pairs into a small buffer
-//! (`td_conv_xtile`) and runs every channel tile on it, pixel tiles outermost, on panels
-//! prepacked or packed first into scratch (`td_conv_tiles`). Why: the whole copy took a
-//! quarter of a 1×1 convolution over 128 channels of 136×136 (YOLO9000's Y3: 297–311
-//! GFLOPS, 408–426 with the copy left out); per tile, Y3 ran at 302–356 and R1 of
-//! ResNet-50 at 364–406 against 341 at best before.
-//! Why: widened to `f32`, a `bf16` convolution ran at the `f32` one's speed at best; in
-//! pairs ResNet-50's 3×3 layers over 28×28 and 7×7 ran 1.9–2.0× their `f32` default
-//! (generated C timed side by side, two Zen 4 cores: 404–437 against 194–228 GFLOPS, 527–551
-//! against 263–272 nominal).
+//! pair as one 32-bit value, which GCC vectorizes. Why: widened to `f32`, a `bf16`
+//! convolution ran at the `f32` one's speed at best; in pairs ResNet-50's 3×3 layers over
+//! 28×28 and 7×7 ran 1.9–2.0× their `f32` default (generated C timed side by side, two Zen 4
+//! cores: 404–437 against 194–228 GFLOPS, 527–551 against 263–272 nominal).
+//!
+//! Where the input is read at each point only through the pair index (a 1×1, stride-1,
+//! unpadded convolution), pixel pairs copy no whole input: each thread copies one pixel
+//! tile's pairs into a small buffer (`td_conv_xtile`) and runs every channel tile on it,
+//! pixel tiles outermost, on panels prepacked or packed first into scratch
+//! (`td_conv_tiles`). Why: the whole copy took a quarter of a 1×1 convolution over 128
+//! channels of 136×136 (YOLO9000's Y3: 297–311 GFLOPS, 408–426 with the copy left out); per
+//! tile, Y3 ran at 302–356 and R1 of ResNet-50 at 364–406 against 341 at best before (in the
+//! bench, best rounds: R1 74.8 → 64.8 µs, Y3 953 → 766 µs). Channel tiles keep the whole
+//! copy: gathering per pixel tile measured slower on the strided 1×1 layers (R4, R7, R10 of
+//! ResNet-50, 5–9% in the bench).
 //!
 //! ```
 //! use tensor_dsl::{ir::parse_text, lower, template::cpu::CpuConfig};
