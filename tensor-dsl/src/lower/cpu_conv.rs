@@ -910,6 +910,64 @@ impl Conv<'_> {
         out
     }
 
+    /// `pb` (the first pixel of tile `t`'s run) and `p0` (the tile's first pixel), in a
+    /// pixel-vector tile and in the copy of its pairs, which must agree.
+    fn pixel_tile_start(&self) -> [Stmt; 2] {
+        let (per_run, _) = self.pixel_tiles();
+        let (run, mr) = (self.run, self.mr);
+        [
+            let_long("pb", format!("t / {per_run} * {run}")),
+            let_long("p0", format!("pb + t % {per_run} * {mr}")),
+        ]
+    }
+
+    /// The first pixel of vector `j` of a pixel-vector tile (`pb`, `p0` in scope): `p0 +
+    /// 16 j`, or, for a vector that would pass the end of its run, moved back to end there.
+    fn vector_start(&self, j: usize) -> String {
+        let (run, lanes) = (self.run, PIXEL_LANES);
+        let at = format!("p0 + {}", j * lanes);
+        if run.is_multiple_of(self.mr) {
+            at
+        } else {
+            format!("{at} + {lanes} <= pb + {run} ? {at} : pb + {}", run - lanes)
+        }
+    }
+
+    /// A loop over tiles: `var` from 0 to `e` in steps of `step`, shared out among the
+    /// threads where the config is parallel.
+    fn tile_loop(&self, var: &str, e: usize, step: usize) -> Loop {
+        Loop {
+            var: var.into(),
+            ty: IntType::Long,
+            start: "0".into(),
+            end: int(e),
+            step: Step::Add(step),
+            trip: e.div_ceil(step),
+            kind: if self.config.parallel {
+                LoopKind::Parallel
+            } else {
+                LoopKind::Serial
+            },
+            index: None,
+            layout: Layout::Flat,
+            body: Vec::new(),
+        }
+    }
+
+    /// The call of the tile on channel tile `f0` and pixel tile `pixel_var`, reading the
+    /// panel `panel` (C text) in place of this thread's.
+    fn tile_call(&self, buffers: &[Buffer], pixel_var: &str, panel: &str) -> Stmt {
+        let wp = &buffers[self.wp.0].name;
+        let mut args = self.args(buffers, &["f0", pixel_var]);
+        for a in args.iter_mut().filter(|a| *a == wp) {
+            *a = panel.to_string();
+        }
+        Stmt::Call {
+            func: TILE.into(),
+            args,
+        }
+    }
+
     /// Tiles of a pixel-vector schedule per run of pixels, and in all.
     fn pixel_tiles(&self) -> (usize, usize) {
         let per_run = self.run.div_ceil(self.mr);
@@ -926,33 +984,27 @@ impl Conv<'_> {
     fn pixel_tile_func(&self, buffers: &[Buffer]) -> Func {
         let (v, mr, run, lanes) = (self.v, self.mr, self.run, PIXEL_LANES);
         let nvec = mr / lanes;
-        let (per_run, tiles) = self.pixel_tiles();
+        let (_, tiles) = self.pixel_tiles();
         let fe = self.extents[self.shape.f];
         let f = self.shape.f;
         let wp = &buffers[self.wp.0].name;
         let out = &buffers[self.kernel.output].name;
         let tail = !run.is_multiple_of(mr);
-        let mut body = vec![
-            Stmt::Assume(format!("f0 >= 0 && f0 < {fe} && t >= 0 && t < {tiles}")),
-            let_long("pb", format!("t / {per_run} * {run}")),
-            let_long("p0", format!("pb + t % {per_run} * {mr}")),
-        ];
+        let mut body = vec![Stmt::Assume(format!(
+            "f0 >= 0 && f0 < {fe} && t >= 0 && t < {tiles}"
+        ))];
+        body.extend(self.pixel_tile_start());
         for j in 0..nvec {
             let at = format!("p0 + {}", j * lanes);
             let ps = format!("ps_{j}");
+            body.push(let_long(&ps, self.vector_start(j)));
             if tail {
-                body.push(let_long(
-                    &ps,
-                    format!("{at} + {lanes} <= pb + {run} ? {at} : pb + {}", run - lanes),
-                ));
                 // The lanes already stored: those before the vector's own first pixel,
                 // all of them past the run's end.
                 body.push(let_long(
                     &format!("po_{j}"),
                     format!("{at} + {lanes} <= pb + {run} ? 0 : {at} < pb + {run} ? {at} - {ps} : {lanes}"),
                 ));
-            } else {
-                body.push(let_long(&ps, at));
             }
             body.push(self.pixel_lets(&ps, j));
             body.push(match self.xt {
@@ -2083,8 +2135,9 @@ impl Conv<'_> {
     /// tile's pixels from its first vector's on (the tile's span, cut at the run's end),
     /// each as one 32-bit pair (an odd last channel paired with zero).
     fn xtile_func(&self, buffers: &[Buffer], xt: BufId) -> Func {
-        let (mr, run, lanes) = (self.mr, self.run, PIXEL_LANES);
-        let (per_run, tiles) = self.pixel_tiles();
+        let (mr, run) = (self.mr, self.run);
+        let (_, tiles) = self.pixel_tiles();
+        let [pb, p0] = self.pixel_tile_start();
         let x = &buffers[self.shape.x.tensor].name;
         let xt_name = &buffers[xt.0].name;
         let c = self.pair.unwrap_or(0);
@@ -2143,12 +2196,9 @@ impl Conv<'_> {
             params,
             body: vec![
                 Stmt::Assume(format!("t >= 0 && t < {tiles}")),
-                let_long("pb", format!("t / {per_run} * {run}")),
-                let_long("p0", format!("pb + t % {per_run} * {mr}")),
-                let_long(
-                    "ps",
-                    format!("p0 + {lanes} <= pb + {run} ? p0 : pb + {}", run - lanes),
-                ),
+                pb,
+                p0,
+                let_long("ps", self.vector_start(0)),
                 let_long(
                     "np",
                     format!("pb + {run} - ps < {mr} ? pb + {run} - ps : {mr}"),
@@ -2171,25 +2221,7 @@ impl Conv<'_> {
     /// running every channel tile on them, on the panels in `wall`.
     fn fused_tiles_func(&self, buffers: &[Buffer], xt: BufId) -> Func {
         let fe = self.extents[self.shape.f];
-        let kind = if self.config.parallel {
-            LoopKind::Parallel
-        } else {
-            LoopKind::Serial
-        };
-        let tiles = |var: &str, e: usize, step: usize| Loop {
-            var: var.into(),
-            ty: IntType::Long,
-            start: "0".into(),
-            end: int(e),
-            step: Step::Add(step),
-            trip: e.div_ceil(step),
-            kind,
-            index: None,
-            layout: Layout::Flat,
-            body: Vec::new(),
-        };
         let wall = &buffers[self.wall.0].name;
-        let wp = &buffers[self.wp.0].name;
         let mut copy_args: Vec<String> = self
             .kernel
             .inputs()
@@ -2198,10 +2230,6 @@ impl Conv<'_> {
             .collect();
         copy_args.push(buffers[xt.0].name.clone());
         copy_args.push("t".into());
-        let mut tile_args = self.args(buffers, &["f0", "t"]);
-        for a in tile_args.iter_mut().filter(|a| *a == wp) {
-            *a = self.wall_panel(wall);
-        }
         let work = vec![
             Stmt::If {
                 cond: "t != pk_t".into(),
@@ -2219,10 +2247,7 @@ impl Conv<'_> {
                 els: None,
                 braced: true,
             },
-            Stmt::Call {
-                func: TILE.into(),
-                args: tile_args,
-            },
+            self.tile_call(buffers, "t", &self.wall_panel(wall)),
         ];
         let mut region = vec![
             Stmt::Comment(format!(
@@ -2240,7 +2265,10 @@ impl Conv<'_> {
             },
         ];
         region.extend(band(
-            vec![tiles("t", self.pixel_tiles().1, 1), tiles("f0", fe, self.v)],
+            vec![
+                self.tile_loop("t", self.pixel_tiles().1, 1),
+                self.tile_loop("f0", fe, self.v),
+            ],
             vec![Stmt::Block(work)],
         ));
         region.push(Stmt::Free(xt));
@@ -2304,23 +2332,7 @@ impl Conv<'_> {
             self.extents[self.shape.f],
             self.shape.pixel_count(self.extents),
         );
-        let kind = if self.config.parallel {
-            LoopKind::Parallel
-        } else {
-            LoopKind::Serial
-        };
-        let tiles = |var: &str, e: usize, step: usize| Loop {
-            var: var.into(),
-            ty: IntType::Long,
-            start: "0".into(),
-            end: int(e),
-            step: Step::Add(step),
-            trip: e.div_ceil(step),
-            kind,
-            index: None,
-            layout: Layout::Flat,
-            body: Vec::new(),
-        };
+        let tiles = |var: &str, e: usize, step: usize| self.tile_loop(var, e, step);
         let wall = &buffers[self.wall.0].name;
         let mut refill = vec![Stmt::If {
             cond: format!("!{wall}"),
@@ -2347,16 +2359,7 @@ impl Conv<'_> {
         };
         // The tile on channel tile `f0`'s panel: `panel` in place of this thread's.
         let wp = &buffers[self.wp.0].name;
-        let tile_call = |panel: String| {
-            let mut args = self.args(buffers, &["f0", pixel_var]);
-            for a in args.iter_mut().filter(|a| *a == wp) {
-                a.clone_from(&panel);
-            }
-            Stmt::Call {
-                func: TILE.into(),
-                args,
-            }
-        };
+        let tile_call = |panel: String| self.tile_call(buffers, pixel_var, &panel);
         let work = vec![Stmt::Block(vec![
             Stmt::If {
                 cond: "f0 != pk_f0".into(),
