@@ -188,6 +188,46 @@ mod tests {
         eprintln!("checked: {ran:?}\n{names:#?}");
     }
 
+    /// `op`'s inputs rounded to `dtype` (values exact in it, as the bench's are) and the
+    /// reference output on them.
+    fn exact_inputs(op: &Op, dtype: DType) -> (Vec<Vec<f32>>, Vec<f32>) {
+        let (data, _) = reference(op);
+        let exact: Vec<Vec<f32>> = data
+            .iter()
+            .map(|v| tensor_dsl::Buffer::from_f32(dtype, v).to_f32())
+            .collect();
+        let (_, want) = crate::baseline::testing::reference_on(op, &exact);
+        (exact, want)
+    }
+
+    /// A half-precision column on `exact`: twice, then on a moved copy of the inputs, each
+    /// result against `want`. The column's name, or `None` (said why) where it is skipped.
+    fn check_half_column(
+        column: Column,
+        op: &Op,
+        exact: &[Vec<f32>],
+        want: &[f32],
+    ) -> Option<String> {
+        match column {
+            Column::Ready { mut baseline, .. } => {
+                let name = baseline.name();
+                let moved = exact.to_vec();
+                for data in [exact, exact, &moved] {
+                    let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
+                    let mut got = vec![f32::NAN; want.len()];
+                    baseline.run(&refs, &mut got).unwrap();
+                    baseline.fetch(&mut got).unwrap();
+                    assert_close(&name, op, &got, want);
+                }
+                Some(name)
+            }
+            Column::Skipped { name, reason, .. } => {
+                eprintln!("skipped {name}: {reason}");
+                None
+            }
+        }
+    }
+
     /// oneDNN's bf16 matmul, where this CPU has one, on inputs exact in bf16 (as the bench's
     /// are) agrees with the reference; twice, and again after the inputs moved.
     #[test]
@@ -196,28 +236,9 @@ mod tests {
             if !matches!(op, Op::Matmul { .. } | Op::BatchMatmul { .. }) {
                 continue;
             }
-            let (data, _) = reference(&op);
-            let exact: Vec<Vec<f32>> = data
-                .iter()
-                .map(|v| tensor_dsl::Buffer::from_f32(DType::BF16, v).to_f32())
-                .collect();
-            let (_, want) = crate::baseline::testing::reference_on(&op, &exact);
+            let (exact, want) = exact_inputs(&op, DType::BF16);
             for column in for_op(&op, &[&exact[0], &exact[1]], DType::BF16) {
-                match column {
-                    Column::Ready { mut baseline, .. } => {
-                        let name = baseline.name();
-                        let moved = exact.clone();
-                        for data in [&exact, &exact, &moved] {
-                            let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
-                            let mut got = vec![f32::NAN; want.len()];
-                            baseline.run(&refs, &mut got).unwrap();
-                            assert_close(&name, &op, &got, &want);
-                        }
-                    }
-                    Column::Skipped { name, reason, .. } => {
-                        eprintln!("skipped {name}: {reason}");
-                    }
-                }
+                check_half_column(column, &op, &exact, &want);
             }
         }
     }
@@ -234,32 +255,13 @@ mod tests {
                 if !matches!(op, Op::Conv2d(_)) {
                     continue;
                 }
-                let (data, _) = reference(&op);
-                let exact: Vec<Vec<f32>> = data
-                    .iter()
-                    .map(|v| tensor_dsl::Buffer::from_f32(dtype, v).to_f32())
-                    .collect();
-                let (_, want) = crate::baseline::testing::reference_on(&op, &exact);
+                let (exact, want) = exact_inputs(&op, dtype);
                 let columns = for_op(&op, &[&exact[0], &exact[1]], dtype);
                 assert_eq!(columns.len(), 2, "{dtype} {op:?}: two oneDNN columns");
                 for column in columns {
-                    match column {
-                        Column::Ready { mut baseline, .. } => {
-                            let name = baseline.name();
-                            assert!(name.contains(&format!(" {dtype} conv ")), "{name}");
-                            let moved = exact.clone();
-                            for data in [&exact, &exact, &moved] {
-                                let refs: Vec<&[f32]> = data.iter().map(Vec::as_slice).collect();
-                                let mut got = vec![f32::NAN; want.len()];
-                                baseline.run(&refs, &mut got).unwrap();
-                                baseline.fetch(&mut got).unwrap();
-                                assert_close(&name, &op, &got, &want);
-                            }
-                            checked.push(name);
-                        }
-                        Column::Skipped { name, reason, .. } => {
-                            eprintln!("skipped {name}: {reason}");
-                        }
+                    if let Some(name) = check_half_column(column, &op, &exact, &want) {
+                        assert!(name.contains(&format!(" {dtype} conv ")), "{name}");
+                        checked.push(name);
                     }
                 }
             }

@@ -71,18 +71,9 @@ fn generated_c_conv_transposed_pack() {
     insta::assert_snapshot!("c_conv_transposed_pack", code);
 }
 
-/// The convolution template in `bf16` pairs (`conv_vector=pairs`): 5 input channels (the
-/// copy's last pair and the panel's last point take channel 4 and a zero), 40 output
-/// channels in 32-channel tiles, a bias and ReLU; parallel whatever the machine.
-#[test]
-fn generated_c_conv_bf16_pairs() {
-    let mut kernel = tensor_dsl::ir::parse_text(
-        "conv",
-        "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]; \
-         y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
-        None,
-    )
-    .unwrap();
+/// The convolution `text` with its inputs `x` and `w` in `bf16`.
+fn bf16_conv(text: &str) -> tensor_dsl::ir::Kernel {
+    let mut kernel = tensor_dsl::ir::parse_text("conv", text, None).unwrap();
     for p in kernel
         .params
         .iter_mut()
@@ -90,26 +81,46 @@ fn generated_c_conv_bf16_pairs() {
     {
         p.dtype = tensor_dsl::ir::DType::BF16;
     }
+    kernel
+}
+
+/// `base` in `bf16` pairs, `vector` channels by `tile`, with 512-bit vectors and parallel
+/// whatever the machine.
+fn in_pairs(
+    base: CpuConfig,
+    vector: usize,
+    tile: tensor_dsl::template::cpu_conv::ConvTile,
+) -> CpuConfig {
+    CpuConfig {
+        parallel: true,
+        pairs: true,
+        vector,
+        wide_simd: true,
+        conv: Some(tile),
+        ..base
+    }
+}
+
+/// The convolution template in `bf16` pairs (`conv_vector=pairs`): 5 input channels (the
+/// copy's last pair and the panel's last point take channel 4 and a zero), 40 output
+/// channels in 32-channel tiles, a bias and ReLU; parallel whatever the machine.
+#[test]
+fn generated_c_conv_bf16_pairs() {
+    let kernel = bf16_conv(
+        "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]; \
+         y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+    );
     let shapes: [&[usize]; 4] = [&[1, 5, 6, 6], &[40, 5, 3, 3], &[40], &[1, 40, 6, 6]];
     let extents = [1, 40, 6, 6, 5, 3, 3];
     let base = CpuConfig::heuristic(&kernel, &extents, 16);
-    let config = CpuConfig {
-        parallel: true,
-        pairs: true,
-        vector: 32,
-        wide_simd: true,
-        conv: base
-            .conv
-            .clone()
-            .map(|t| tensor_dsl::template::cpu_conv::ConvTile {
-                pixels: 6,
-                pad: true,
-                transpose: false,
-                pixel_vector: false,
-                ..t
-            }),
-        ..base
+    let tile = tensor_dsl::template::cpu_conv::ConvTile {
+        pixels: 6,
+        pad: true,
+        transpose: false,
+        pixel_vector: false,
+        ..base.conv.clone().unwrap()
     };
+    let config = in_pairs(base, 32, tile);
     let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
     assert!(code.contains("td_dot2("), "{code}");
     insta::assert_snapshot!("c_conv_bf16_pairs", code);
@@ -122,33 +133,19 @@ fn generated_c_conv_bf16_pairs() {
 /// scratch on calls without prepacked weights.
 #[test]
 fn generated_c_conv_bf16_pixel_pairs() {
-    let mut kernel = tensor_dsl::ir::parse_text(
-        "conv",
-        "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]",
-        None,
-    )
-    .unwrap();
-    for p in kernel.params.iter_mut().filter(|p| !p.is_output) {
-        p.dtype = tensor_dsl::ir::DType::BF16;
-    }
+    let kernel = bf16_conv("y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]");
     let shapes: [&[usize]; 3] = [&[1, 7, 6, 6], &[20, 7, 1, 1], &[1, 20, 6, 6]];
     let extents = [1, 20, 6, 6, 7, 1, 1];
     let base = CpuConfig::heuristic(&kernel, &extents, 16);
-    let config = CpuConfig {
-        parallel: true,
-        pairs: true,
-        vector: 8,
-        wide_simd: true,
-        conv: Some(tensor_dsl::template::cpu_conv::ConvTile {
-            pixels: 32,
-            pad: true,
-            transpose: false,
-            vector_store: true,
-            pixel_vector: true,
-            pixels_outer: true,
-        }),
-        ..base
+    let tile = tensor_dsl::template::cpu_conv::ConvTile {
+        pixels: 32,
+        pad: true,
+        transpose: false,
+        vector_store: true,
+        pixel_vector: true,
+        pixels_outer: true,
     };
+    let config = in_pairs(base, 8, tile);
     let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
     assert!(code.contains("td_conv_xtile("), "{code}");
     insta::assert_snapshot!("c_conv_bf16_pixel_pairs", code);
