@@ -1623,25 +1623,32 @@ impl Conv<'_> {
         }
     }
 
-    /// Fills this thread's panel with the weights of channels `f0..f0 + vector`.
-    fn pack_weights(&self) -> Vec<Stmt> {
+    /// The weights' element offset of channel `f0 + v` at the reduction loops' point, as
+    /// terms for [`linear`]; `pair`: `(c, h)`, index `c` read at `2 c + h` (its loop runs
+    /// over pairs).
+    fn weight_terms(&self, pair: Option<(usize, usize)>) -> Vec<(i64, String)> {
         let w = &self.shape.w;
-        let fe = self.extents[self.shape.f];
         let st = strides(self.shapes[w.tensor]);
-        let terms: Vec<(i64, String)> = w
-            .dims
+        w.dims
             .iter()
             .enumerate()
             .filter_map(|(d, map)| {
                 let i = map.as_var()?;
-                let name = if i == self.shape.f {
-                    "(f0 + v)".to_string()
-                } else {
-                    self.names[i].clone()
+                let name = match pair {
+                    _ if i == self.shape.f => "(f0 + v)".to_string(),
+                    Some((c, h)) if i == c => format!("(2 * {} + {h})", self.names[c]),
+                    _ => self.names[i].clone(),
                 };
                 Some((st[d] as i64, name))
             })
-            .collect();
+            .collect()
+    }
+
+    /// Fills this thread's panel with the weights of channels `f0..f0 + vector`.
+    fn pack_weights(&self) -> Vec<Stmt> {
+        let w = &self.shape.w;
+        let fe = self.extents[self.shape.f];
+        let terms = self.weight_terms(None);
         let mv = Stmt::Move {
             dst: (self.wp, format!("({}) * {} + v", self.point(), self.v)),
             src: (BufId(w.tensor), linear(&terms)),
@@ -1800,26 +1807,10 @@ impl Conv<'_> {
     fn pack_pairs(&self, c: usize) -> Vec<Stmt> {
         let w = &self.shape.w;
         let (fe, ce) = (self.extents[self.shape.f], self.extents[c]);
-        let st = strides(self.shapes[w.tensor]);
         let row = self.v * 2;
         let moves = (0..2)
             .map(|h| {
-                let terms: Vec<(i64, String)> = w
-                    .dims
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(d, map)| {
-                        let i = map.as_var()?;
-                        let name = if i == self.shape.f {
-                            "(f0 + v)".to_string()
-                        } else if i == c {
-                            format!("(2 * {} + {h})", self.names[c])
-                        } else {
-                            self.names[i].clone()
-                        };
-                        Some((st[d] as i64, name))
-                    })
-                    .collect();
+                let terms = self.weight_terms(Some((c, h)));
                 let mut guard = vec![format!("f0 + v < {fe}")];
                 if h == 1 && ce % 2 == 1 {
                     guard.push(format!("2 * {} + 1 < {ce}", self.names[c]));
