@@ -252,16 +252,18 @@ impl CpuConfig {
 
     /// The analytic default on `machine` (`L` lanes, `R` vector registers, its L2):
     ///
-    /// * the output's innermost axis is the vector axis, two vectors wide (`2L`) where it
-    ///   is longer than one (with 8 lanes or more: its last tile is then vector code over
-    ///   a zero-padded panel), else one, else its extent rounded up to a power of two; the
-    ///   next axis is unrolled;
-    /// * the register tile holds `R / 2` vector accumulators (16 `zmm` of 32 with AVX-512,
-    ///   8 `ymm` of 16 with AVX2) — the other half holds the panel row and the broadcasts —
-    ///   in at most 8 rows (as many as a two-vector tile has where the tile is one vector
-    ///   wide), the last tile of the axis a function of its own size where they do not
-    ///   divide it: in single-core checks on a 2-core AVX-512 EPYC (packed panel, K = 1024
-    ///   and 4096) 12 and 14 rows of two vectors ran slower than 8, 6×64 as fast;
+    /// * the output's innermost axis is the vector axis: with 32 vector registers and an
+    ///   axis of at least four vectors, four vectors wide in 6 rows ([`wide_tile`]: 24
+    ///   accumulators); otherwise two vectors wide (`2L`) where it is longer than one
+    ///   (with 8 lanes or more: its last tile is then vector code over a zero-padded
+    ///   panel), else one, else its extent rounded up to a power of two; the next axis is
+    ///   unrolled;
+    /// * a tile that is not the wide one holds `R / 2` vector accumulators (8 `ymm` of 16
+    ///   with AVX2) — the other half holds the panel row and the broadcasts — in at most 8
+    ///   rows (as many as a two-vector tile has where the tile is one vector wide), the
+    ///   last tile of the axis a function of its own size where they do not divide it: in
+    ///   single-core checks on a 2-core AVX-512 EPYC (packed panel, K = 1024 and 4096) 12
+    ///   and 14 rows of two vectors ran slower than 8;
     /// * the vector operand is packed into a per-thread panel, and with 8 lanes or more the
     ///   packed tiles are explicit vector code ([`CpuConfig::vector_code`]); 512-bit vectors
     ///   are asked for where there are 16 lanes;
@@ -275,6 +277,30 @@ impl CpuConfig {
             return crate::template::rows::RowsCpuConfig::heuristic_for(&plan, machine.lanes)
                 .to_cpu_config();
         }
+        let wide = kernel
+            .spatial()
+            .last()
+            .is_some_and(|&v| wide_tile(machine, extents[v]));
+        let cfg = Self::tile_default(kernel, extents, machine, wide);
+        let unblocked = CpuConfig {
+            k_block: 0,
+            ..cfg.clone()
+        };
+        if wide && panel_bytes(kernel, extents, &unblocked) > machine.l2_bytes {
+            // The wide tile's panel would not fit in L2 (the two-vector one's is about half):
+            // the tile and its reduction blocking stay what they were measured as.
+            return Self::tile_default(kernel, extents, machine, false);
+        }
+        cfg
+    }
+
+    /// [`Self::heuristic_for`]'s register tile, the wide one ([`wide_tile`]) or not.
+    fn tile_default(
+        kernel: &Kernel,
+        extents: &[usize],
+        machine: &CpuMachine,
+        wide: bool,
+    ) -> CpuConfig {
         let spatial = kernel.spatial();
         let lanes = machine.lanes.max(1);
         let vector_axis = spatial.last().copied();
@@ -283,7 +309,9 @@ impl CpuConfig {
             None => 1,
             Some(v) => {
                 let e = extents[v];
-                if e > lanes && lanes >= 8 {
+                if wide {
+                    WIDE_VECTORS * lanes
+                } else if e > lanes && lanes >= 8 {
                     // Also where the axis is shorter than two vectors: the edge tile is
                     // vector code over a zero-padded panel (`lower::cpu_micro`).
                     2 * lanes
@@ -297,7 +325,11 @@ impl CpuConfig {
         let wide_simd = lanes >= 16;
         // A tile one vector wide (a narrow axis) keeps the height of a two-vector one.
         let vectors = vector.div_ceil(lanes).max(2);
-        let rows = (machine.vector_registers / 2 / vectors).clamp(1, 8);
+        let rows = if wide {
+            machine.vector_registers * 3 / 4 / vectors
+        } else {
+            (machine.vector_registers / 2 / vectors).clamp(1, 8)
+        };
         // Also where the rows do not divide the axis: the edge tile is a function of its own
         // constant size. (Before edge tiles had constant sizes, 8 rows on a 14-row axis made
         // a 1×1 convolution 2× slower, and such axes got at most 4.)
@@ -420,6 +452,23 @@ impl CpuConfig {
     }
 }
 
+/// Vectors across the analytic default's wide register tile ([`wide_tile`]).
+pub const WIDE_VECTORS: usize = 4;
+
+/// Whether the analytic default takes the wide register tile on `machine` for a vector axis
+/// of `extent`: [`WIDE_VECTORS`] vectors across and 3/4 of the register file in
+/// accumulators (6 rows of 4 `zmm` with AVX-512's 32 registers; the panel row and a
+/// broadcast take 5 of the other 8), where there are 32 registers and the axis is at least
+/// that wide ([`CpuConfig::heuristic_for`] also wants its whole panel in L2: where it is
+/// not, the two-vector tile and its reduction blocking stay). Why: on a 2-core AVX-512 Zen 4, every BERT and OpEvo matmul ran 1–5% faster
+/// as 6×64 than as 8×32 (with the panel packed at each call and packed ahead), the batched
+/// ones about 10%, and `bf16` pairs 1–3% (generated C, interleaved call by call with an
+/// FMA loop at the machine's peak; `bench/results/2026-11-27-zen4-cpu-wide-tile/`).
+/// With 16 registers (AVX2) the tile keeps half the file, as before: nothing measured it.
+pub fn wide_tile(machine: &CpuMachine, extent: usize) -> bool {
+    machine.vector_registers >= 32 && machine.lanes >= 8 && extent >= WIDE_VECTORS * machine.lanes
+}
+
 /// The reduction block of the analytic default: 0 when the whole packed panel fits in
 /// `l2` bytes (or nothing can be blocked), else the largest block of [`K_BLOCK_CHOICES`]
 /// whose panel takes at most half of it.
@@ -429,8 +478,7 @@ fn l2_k_block(kernel: &Kernel, extents: &[usize], cfg: &CpuConfig, l2: usize) ->
         Some(&r0) if kernel.kind == BodyKind::Sum && output_is_f32(kernel) => extents[r0],
         _ => return 0,
     };
-    let panel = panel_points(kernel, extents, cfg).saturating_mul(row);
-    if panel <= l2 {
+    if panel_bytes(kernel, extents, cfg) <= l2 {
         return 0;
     }
     let others = panel_points(kernel, extents, cfg) / blockable.max(1);
@@ -441,6 +489,14 @@ fn l2_k_block(kernel: &Kernel, extents: &[usize], cfg: &CpuConfig, l2: usize) ->
         .filter(|&b| b.saturating_mul(others).saturating_mul(row) <= l2 / 2)
         .max()
         .unwrap_or(0)
+}
+
+/// Bytes of `cfg`'s whole packed panel (every reduction point × the padded vector tile, as
+/// `f32`).
+fn panel_bytes(kernel: &Kernel, extents: &[usize], cfg: &CpuConfig) -> usize {
+    panel_points(kernel, extents, cfg)
+        .saturating_mul(pack_stride(cfg.vector))
+        .saturating_mul(4)
 }
 
 /// Whether `cfg` is a point of the space with `kernel=pairs` on a machine of `lanes`: the
@@ -847,13 +903,20 @@ mod tests {
             l3_bytes: 32 << 20,
             bf16_dot: false,
         };
-        // AVX-512: 16 of 32 zmm as accumulators, 8 rows of two vectors, vector code.
+        // AVX-512: 24 of 32 zmm as accumulators, 6 rows of four vectors, vector code.
         let avx512 = CpuConfig::heuristic_for(&k, &[512, 512, 512], &m(16, 1 << 20));
         assert_eq!(
             (avx512.unroll, avx512.vector, avx512.vector_code),
-            (8, 32, 16)
+            (6, 64, 16)
         );
         assert!(avx512.wide_simd && avx512.k_block == 0);
+        // An axis narrower than four vectors: 16 zmm, 8 rows of two.
+        let narrow = CpuConfig::heuristic_for(&k, &[512, 48, 512], &m(16, 1 << 20));
+        assert_eq!((narrow.unroll, narrow.vector), (8, 32));
+        // A wide panel (K x 72 floats) larger than L2: the two-vector tile, whose panel
+        // (K x 40) fits, unblocked as before: 4096 x 288 B = 1.13 MiB, 4096 x 160 B = 640 KiB.
+        let deep = CpuConfig::heuristic_for(&k, &[512, 1024, 4096], &m(16, 1 << 20));
+        assert_eq!((deep.unroll, deep.vector, deep.k_block), (8, 32, 0));
         // AVX2: 8 of 16 ymm, 4 rows of two vectors.
         let avx2 = CpuConfig::heuristic_for(&k, &[512, 512, 512], &m(8, 1 << 20));
         assert_eq!((avx2.unroll, avx2.vector, avx2.vector_code), (4, 16, 8));
@@ -877,9 +940,15 @@ mod tests {
     fn vector_code_is_a_knob_and_old_records_read_as_loops() {
         let k = matmul();
         let t = CpuTemplate::new(&k, &[512, 64, 1024], 16).unwrap();
-        let vectors = t.decode(&t.default_config()).unwrap();
-        assert_eq!(vectors.vector_code, 16);
-        let text = t.space().format(&t.default_config()).unwrap();
+        assert_eq!(t.decode(&t.default_config()).unwrap().vector_code, 16);
+        // An 8×32 tile (a loop tile of that size is a point too; the default's 6×64 is not).
+        let vectors = CpuConfig {
+            vector: 32,
+            unroll: 8,
+            ..t.decode(&t.default_config()).unwrap()
+        };
+        let point = t.encode(&vectors).unwrap();
+        let text = t.space().format(&point).unwrap();
         assert!(text.contains("kernel=vectors"), "{text}");
         // A record from before the knob: the loop tile it measured.
         let old = text.replace(";kernel=vectors", "");
@@ -904,6 +973,7 @@ mod tests {
         for (unroll, ok) in [(14, true), (16, false)] {
             let cfg = CpuConfig {
                 unroll,
+                vector: 32,
                 ..vectors.clone()
             };
             assert_eq!(t.encode(&cfg).is_some(), ok, "unroll {unroll}");
