@@ -460,11 +460,15 @@ pub const WIDE_VECTORS: usize = 4;
 /// accumulators (6 rows of 4 `zmm` with AVX-512's 32 registers; the panel row and a
 /// broadcast take 5 of the other 8), where there are 32 registers and the axis is at least
 /// that wide ([`CpuConfig::heuristic_for`] also wants its whole panel in L2: where it is
-/// not, the two-vector tile and its reduction blocking stay). Why: on a 2-core AVX-512 Zen 4 the BERT and OpEvo matmuls ran at 0.98–1.04
-/// of 8×32's speed as 6×64 (mostly 1.02–1.04; the panel packed at each call and ahead), the
-/// batched ones at 1.08–1.16, `bf16` pairs at 1.00–1.05 (generated C, interleaved call by
-/// call with an FMA loop at the machine's peak; `bench/results/2026-11-27-zen4-cpu-wide-tile/`).
-/// With 16 registers (AVX2) the tile keeps half the file, as before: nothing measured it.
+/// not, the two-vector tile and its reduction blocking stay).
+///
+/// Why: on a 2-core AVX-512 Zen 4 the BERT and OpEvo matmuls ran at 0.98–1.04 of 8×32's
+/// speed as 6×64 (mostly 1.02–1.04; the panel packed at each call and ahead), the batched
+/// ones at 1.08–1.16, `bf16` pairs at 1.00–1.05 (generated C, interleaved call by call with
+/// an FMA loop at the machine's peak; `bench/results/2026-11-27-zen4-cpu-wide-tile/`). More
+/// accumulators as more rows of two vectors did not pay: 12 rows 4 KiB apart overflow an
+/// 8-way L1 (12×32 ran at 0.76–0.93 of 8×32 on 512×64×1024). With 16 registers (AVX2) the
+/// tile keeps half the file, as before: nothing measured it.
 pub fn wide_tile(machine: &CpuMachine, extent: usize) -> bool {
     machine.vector_registers >= 32 && machine.lanes >= 8 && extent >= WIDE_VECTORS * machine.lanes
 }
