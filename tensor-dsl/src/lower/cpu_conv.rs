@@ -88,6 +88,10 @@ pub const TILES: &str = "td_conv_tiles";
 /// unrolled (GCC 12, timed single-threaded).
 pub const UNROLL_SHORT: usize = 8;
 
+/// Most steps of the window's rows and columns together for the rows' loop to be unrolled
+/// too ([`Conv::unrolled_window_row`]): a 3×3 window.
+pub const UNROLL_WINDOW: usize = 9;
+
 /// Bytes of the weight panel filled per slice of the first reduction index.
 pub const PACK_SLICE_BYTES: usize = 16 << 10;
 
@@ -641,9 +645,10 @@ impl Conv<'_> {
         body: Vec<Stmt>,
     ) -> Vec<Stmt> {
         let last = self.shape.reduction.last().copied();
+        let row = self.unrolled_window_row();
         self.shape.reduction.iter().rev().fold(body, |inner, &r| {
             let e = self.steps_of(r);
-            let kind = if Some(r) == last && self.unrolled(r) {
+            let kind = if Some(r) == last && self.unrolled(r) || Some(r) == row {
                 LoopKind::Unrolled(e)
             } else {
                 kind
@@ -662,6 +667,31 @@ impl Conv<'_> {
     /// Whether reduction index `r`'s loop is unrolled (the innermost one, when short).
     fn unrolled(&self, r: usize) -> bool {
         self.shape.reduction.last() == Some(&r) && (2..=UNROLL_SHORT).contains(&self.steps_of(r))
+    }
+
+    /// The reduction index whose loop is unrolled around the unrolled innermost one (the
+    /// window row around the window column), where the two together take at most
+    /// [`UNROLL_WINDOW`] steps, the input is `f32` and every pixel index reads it at
+    /// stride 1. Why: with the rows of a 3×3 window unrolled, stride-1 3×3 layers ran 1–5%
+    /// faster (ResNet-50's R2, R5 and R8, an Inception-like 96-channel 35×35 one), while a
+    /// stride-2 3×3 layer ran 7% slower and the 7×7 stride-2 stem 3% slower; a 5×5 was level
+    /// (generated C interleaved call by call, two Zen 4 cores;
+    /// `bench/results/2026-11-27-zen4-cpu-wide-tile/`).
+    fn unrolled_window_row(&self) -> Option<usize> {
+        let [.., row, col] = self.shape.reduction[..] else {
+            return None;
+        };
+        let unit_stride = self.shape.x.dims.iter().all(|d| {
+            d.terms
+                .iter()
+                .all(|&(i, k)| k == 1 || !self.shape.pixels.contains(&i))
+        });
+        let f32_input = self.kernel.params[self.shape.x.tensor].dtype == crate::ir::DType::F32;
+        (f32_input
+            && unit_stride
+            && self.unrolled(col)
+            && self.steps_of(row) * self.steps_of(col) <= UNROLL_WINDOW)
+            .then_some(row)
     }
 
     /// The innermost pixel axis where every tile lies in one row of it (the tile's
