@@ -89,7 +89,7 @@ pub const TILES: &str = "td_conv_tiles";
 pub const UNROLL_SHORT: usize = 8;
 
 /// Most steps of the window's rows and columns together for the rows' loop to be unrolled
-/// too ([`Conv::unrolled_window_row`]): a 3×3 window.
+/// too (`Conv::unrolled_window_row`): a 3×3 window.
 pub const UNROLL_WINDOW: usize = 9;
 
 /// Bytes of the weight panel filled per slice of the first reduction index.
