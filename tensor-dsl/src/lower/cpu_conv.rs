@@ -635,7 +635,8 @@ impl Conv<'_> {
 
     /// Loops over every reduction index (kernel order) around `body`.
     /// The innermost one is unrolled instead when it is short (at most
-    /// [`UNROLL_SHORT`] steps, the `s` of a 3×3 or 7×7 window).
+    /// [`UNROLL_SHORT`] steps, the `s` of a 3×3 or 7×7 window), and the one around it too
+    /// where [`Conv::unrolled_window_row`] says so.
     /// `bounds`: reduction indices whose loop runs over a range computed in the tile
     /// (C names of its start and end), not the whole extent.
     fn reduction_loops(
