@@ -1933,20 +1933,9 @@ impl Conv<'_> {
                 },
             ],
             body: vec![Stmt::Loop(Loop {
-                var: "f0".into(),
-                ty: IntType::Long,
-                start: "0".into(),
-                end: int(fe),
-                step: Step::Add(v),
-                trip: fe.div_ceil(v),
-                kind: if self.config.parallel {
-                    LoopKind::Parallel
-                } else {
-                    LoopKind::Serial
-                },
-                index: None,
                 layout: Layout::Braced,
                 body: vec![call],
+                ..self.tile_loop("f0", fe, v)
             })],
         }
     }
