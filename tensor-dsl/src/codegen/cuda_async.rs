@@ -1,7 +1,7 @@
 //! The device helpers of the SIMT GEMM nest's memory primitives, prepended to a CUDA source
 //! that uses them ([`prelude`]): `cp.async` copies of `f32` data with zero fill, their
-//! commit and wait ([`crate::lower::Stmt::AsyncCopy`], `AsyncCommit`, `AsyncWait`), the
-//! shared-memory address they take ([`crate::lower::Value::SharedAddress`]) and an opaque
+//! commit and wait ([`crate::lower::Stmt::AsyncCopy`], `AsyncCommit`, `AsyncWait`), split-K's
+//! GPU-scope release/acquire fence (`td_fence_acq_rel`), the shared-memory address they take ([`crate::lower::Value::SharedAddress`]) and an opaque
 //! pointer (`td_opaque`: a per-thread base pointer the compiler cannot re-associate, so a
 //! table offset is added to it with one `IMAD.WIDE`).
 //!
@@ -59,6 +59,19 @@ pub fn prelude(body: &str) -> String {
              \x20   asm volatile(\"cp.async.wait_group %0;\" :: \"n\"(N) : \"memory\");\n\
              #else\n\
              \x20   td_emu_cp_async_wait(N);\n\
+             #endif\n\
+             }}\n"
+        ));
+    }
+    if body.contains("td_fence_acq_rel(") {
+        h.push_str(&format!(
+            "/* A release and acquire fence at GPU scope (split-K's hand-over between blocks);\n \
+             * lighter than __threadfence(), which is sequentially consistent. */\n\
+             {q} void td_fence_acq_rel() {{\n\
+             #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700\n\
+             \x20   asm volatile(\"fence.acq_rel.gpu;\" ::: \"memory\");\n\
+             #else\n\
+             \x20   __threadfence();\n\
              #endif\n\
              }}\n"
         ));

@@ -10,8 +10,12 @@
 //! thread 0:    ticket = atom.add(td_arrivals[tile], 1); the last (ticket == splits-1)
 //!              resets td_arrivals[tile] to 0 for the next launch
 //! the others exit; the last block: fence, acc = sum over splits 0, 1, ... (split order,
-//! whatever the arrival order), then the epilogue and the store
+//! whatever the arrival order; per trip to L2 the partials of up to 32 values, a chunk of
+//! accumulators over a group of splits: `sum_shape`), then the epilogue and the store
 //! ```
+//!
+//! The SIMT GEMM nest ([`crate::lower::gpu_simt`]) splits the same way and takes its
+//! sum's shape from [`sum_shape`].
 //!
 //! The partial sums live in the module, so two launches of the same module must not run
 //! at once (the runtime launches on one stream). The slot is laid out accumulator-major,
@@ -42,6 +46,30 @@ pub struct SplitK {
     pub accumulators: usize,
     /// Threads per block.
     pub threads: usize,
+}
+
+/// Most partial sums a thread of the last block loads per trip to the workspace: the tail of
+/// a split kernel is a chain of such trips after the whole main loop, and they sit beside the
+/// thread's accumulators, within the registers the main loop already holds.
+pub const SUM_IN_FLIGHT: usize = 32;
+
+/// `(chunk, group)` of a split tile's sum: per trip to the workspace, `chunk` of the thread's
+/// `accumulators` over `group` consecutive splits (the largest divisors of each with
+/// `chunk · group` within [`SUM_IN_FLIGHT`], `chunk` first; at least 1 each). The sum stays
+/// in split order per accumulator.
+///
+/// ```
+/// use tensor_dsl::codegen::split_k::sum_shape;
+/// assert_eq!(sum_shape(64, 8), (32, 1));
+/// assert_eq!(sum_shape(16, 8), (16, 2));
+/// assert_eq!(sum_shape(4, 16), (4, 8));
+/// ```
+pub fn sum_shape(accumulators: usize, splits: usize) -> (usize, usize) {
+    let largest_divisor =
+        |n: usize, most: usize| (1..=most.max(1)).rev().find(|d| n % d == 0).unwrap_or(1);
+    let chunk = largest_divisor(accumulators.max(1), SUM_IN_FLIGHT);
+    let group = largest_divisor(splits.max(1), SUM_IN_FLIGHT / chunk);
+    (chunk, group)
 }
 
 impl SplitK {
@@ -151,15 +179,32 @@ impl SplitK {
         let _ = writeln!(out, "{ind}__syncthreads();");
         let _ = writeln!(out, "{ind}if (!td_last) return;");
         let _ = writeln!(out, "{ind}td_fence_gpu();");
+        // `chunk` accumulators over `group` splits per trip to L2: the group's partials are
+        // all loaded (in order: the loads are volatile) before any is added.
+        let (c, g) = sum_shape(a, s);
         let _ = writeln!(
             out,
             "{ind}{}",
             guard(&format!(
-                "\n{ind}    #pragma unroll\n{ind}    for (int x = 0; x < {a}; ++x) {{\n\
-                 {ind}        float v = 0.0f;\n\
+                "\n{ind}    #pragma unroll\n\
+                 {ind}    for (int x0 = 0; x0 < {a}; x0 += {c}) {{\n\
+                 {ind}        float v[{c}];\n\
                  {ind}        #pragma unroll\n\
-                 {ind}        #pragma unroll 1\n{ind}        for (int sp = 0; sp < {s}; ++sp) v += td_load_partial(td_slot + sp * {} + x * {t});\n\
-                 {ind}        ({acc})[x] = v;\n\
+                 {ind}        for (int x = 0; x < {c}; ++x) v[x] = 0.0f;\n\
+                 {ind}        #pragma unroll 1\n\
+                 {ind}        for (int sp = 0; sp < {s}; sp += {g}) {{\n\
+                 {ind}            float p[{g}][{c}];\n\
+                 {ind}            #pragma unroll\n\
+                 {ind}            for (int z = 0; z < {g}; ++z)\n\
+                 {ind}                #pragma unroll\n\
+                 {ind}                for (int x = 0; x < {c}; ++x) p[z][x] = td_load_partial(td_slot + (sp + z) * {} + (x0 + x) * {t});\n\
+                 {ind}            #pragma unroll\n\
+                 {ind}            for (int z = 0; z < {g}; ++z)\n\
+                 {ind}                #pragma unroll\n\
+                 {ind}                for (int x = 0; x < {c}; ++x) v[x] += p[z][x];\n\
+                 {ind}        }}\n\
+                 {ind}        #pragma unroll\n\
+                 {ind}        for (int x = 0; x < {c}; ++x) ({acc})[x0 + x] = v[x];\n\
                  {ind}    }}\n{ind}",
                 self.tiles * slot
             ))

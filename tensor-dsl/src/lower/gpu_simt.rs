@@ -1674,7 +1674,7 @@ fn split_epilogue(
         }],
     ));
     out.push(Stmt::Call {
-        func: "__threadfence".into(),
+        func: "td_fence_acq_rel".into(),
         args: Vec::new(),
     });
     out.push(let_int(
@@ -1685,9 +1685,12 @@ fn split_epilogue(
             s.split - 1
         ),
     ));
-    // The sum, 16 accumulators at a time over the splits (a rolled loop), so the loads in
-    // flight stay within registers.
-    let chunk = n.min(16);
+    // The sum, `chunk` accumulators at a time over groups of `group` splits (a rolled loop):
+    // a group's partials are all loaded before any is added, in split order, so the tail
+    // (a chain of trips to L2 after the whole main loop) takes one trip per
+    // `chunk · group` partials, while the rolled loop keeps the loads in flight within the
+    // registers the main loop already holds.
+    let (chunk, group) = crate::codegen::split_k::sum_shape(n, s.split);
     let add = Stmt::Assign {
         dst: Target::Elem {
             buf: acc,
@@ -1697,7 +1700,10 @@ fn split_epilogue(
         // Read past L1 (which is not coherent across SMs).
         value: Value::Code(format!(
             "__ldcg(&td_ws[{}])",
-            at("td_zz", &format!("td_c * {chunk} + n"))
+            at(
+                &format!("(td_zg * {group} + td_zz)"),
+                &format!("td_c * {chunk} + n")
+            )
         )),
     };
     let sum = loop_(
@@ -1706,16 +1712,22 @@ fn split_epilogue(
         LoopKind::Unrolled(n / chunk),
         None,
         vec![loop_(
-            "td_zz",
-            s.split,
+            "td_zg",
+            s.split / group,
             LoopKind::InOrder,
             None,
             vec![loop_(
-                "n",
-                chunk,
-                LoopKind::Unrolled(chunk),
+                "td_zz",
+                group,
+                LoopKind::Unrolled(group),
                 None,
-                vec![add],
+                vec![loop_(
+                    "n",
+                    chunk,
+                    LoopKind::Unrolled(chunk),
+                    None,
+                    vec![add],
+                )],
             )],
         )],
     );
@@ -1737,7 +1749,7 @@ fn split_epilogue(
         "td_last".into(),
         vec![
             Stmt::Call {
-                func: "__threadfence".into(),
+                func: "td_fence_acq_rel".into(),
                 args: Vec::new(),
             },
             zero,

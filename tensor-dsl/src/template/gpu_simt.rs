@@ -34,8 +34,10 @@
 //! * **split** (split-K across blocks): `split` blocks share an output tile, each a
 //!   contiguous range of the outer reduction loops' iterations when there are at least as
 //!   many (a convolution's `r, s`), else of the k-tiles (as equal as they divide); each writes its partial tile to a workspace (a module
-//!   global), `__threadfence()`, and counts itself in the tile's arrival counter; the last to
-//!   arrive sums the partials in split order (the same bits whatever the arrival order),
+//!   global), fences (`fence.acq_rel.gpu`), and counts itself in the tile's arrival counter;
+//!   the last to arrive fences and sums the partials in split order (the same bits whatever
+//!   the arrival order; every split's partials of a few accumulators loaded at once, so the
+//!   sum costs a few trips to L2, not one per split),
 //!   applies the epilogue, stores, and resets the counter for the next launch. Nobody waits
 //!   for another block, so no launch order can deadlock. The workspace is at most
 //!   [`MAX_WORKSPACE_BYTES`] per kernel and belongs to its loaded module: two launches of
