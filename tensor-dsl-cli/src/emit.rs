@@ -46,16 +46,14 @@ pub fn run(
 ) -> Result<ExitCode, String> {
     let p = problem(&args.name, &args.kernel, &args.shapes, &args.dtypes)?;
     let target = parse_target(target)?;
-    // `config:TEXT`: one configuration as records and `emit` write it (CPU, einsum kernels).
+    // `config:TEXT`: one configuration as records and `emit` write it (einsum kernels).
     let text = configs.trim().strip_prefix("config:").map(str::trim);
     let selection = match text {
         Some(_) => Selection::Default,
         None => parse_selection(configs)?,
     };
-    if text.is_some() && (p.kernel.is_staged() || target != Target::Cpu) {
-        return Err(
-            "--configs config:TEXT is for the CPU target and kernels of one statement".into(),
-        );
+    if text.is_some() && p.kernel.is_staged() {
+        return Err("--configs config:TEXT is for kernels of one statement".into());
     }
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let shapes = p.shape_refs();
@@ -92,7 +90,7 @@ pub fn run(
             }
             Target::Cuda { sm, arch_specific } => {
                 let gpu = Target::gpu(sm, arch_specific);
-                written = crate::verify::emit_cuda(&p, &gpu, selection, seed, out)?;
+                written = crate::verify::emit_cuda(&p, &gpu, selection, text, seed, out)?;
             }
         }
     }

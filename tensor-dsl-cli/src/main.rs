@@ -63,7 +63,7 @@ enum Command {
         #[arg(long, default_value = "cpu")]
         target: String,
         /// `default`, `random:N` (N distinct valid configurations), or `config:TEXT`, one
-        /// configuration's text as records and this command write it (CPU target, kernels of
+        /// configuration's text as records, `inspect` and this command write it (kernels of
         /// one statement).
         #[arg(long, default_value = "default")]
         configs: String,

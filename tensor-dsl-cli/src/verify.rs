@@ -113,17 +113,24 @@ pub fn run(args: &KernelArgs, device: &str, configs: &str, seed: u64) -> Result<
 
 /// Writes CUDA sources (and config JSON with the launch geometry) for the selected GPU
 /// configurations of the call's CUDA space (tensor cores for half-precision GEMMs on sm_80+,
-/// else SIMT); returns how many.
+/// else SIMT), or for the one configuration `text` names; returns how many.
 pub fn emit_cuda(
     p: &Problem,
     target: &GpuTarget,
     selection: Selection,
+    text: Option<&str>,
     seed: u64,
     out: &Path,
 ) -> Result<usize, String> {
     let shapes = p.shape_refs();
     let t = CudaSpace::new(&p.kernel, &p.extents, &shapes, target)?;
-    let points = pick(t.space(), &t.default_point()?, selection, seed)?;
+    let points = match text {
+        Some(text) => vec![t
+            .space()
+            .parse(text)
+            .map_err(|e| format!("config:{text}: {e}"))?],
+        None => pick(t.space(), &t.default_point()?, selection, seed)?,
+    };
     for (n, c) in points.iter().enumerate() {
         let schedule = t.decode(c)?;
         let src = tensor_dsl::template::cuda::generate(&p.kernel, &p.extents, &shapes, &schedule);

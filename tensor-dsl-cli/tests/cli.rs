@@ -85,6 +85,43 @@ fn emit_writes_a_given_config() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A GPU configuration's text (as `inspect` and the GPU records write it) emits that one
+/// CUDA source; a text the SIMT space does not have is refused.
+#[test]
+fn emit_writes_a_given_cuda_config() {
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-cli-emit2-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = "bm=64;bn=32;bk=16;tm=4;tn=4;warp_m=8;unroll=2;vector=4;pipeline=0;raster=8;split=8";
+    let run = |config: &str| {
+        let a = [
+            "emit",
+            "--kernel",
+            "c[[i,j]] += a[[i,k]] * b[[k,j]]",
+            "--shapes",
+            "a=512x1024,b=1024x64,c=512x64",
+            "--target",
+            "cuda:sm_90",
+            "--configs",
+            &format!("config:{config}"),
+            "--out",
+            dir.to_str().unwrap(),
+        ];
+        tensor_dsl(&a)
+    };
+    let (code, out, err) = run(text);
+    assert_eq!(code, 0, "{out}{err}");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config_0000.json")).unwrap())
+            .unwrap();
+    assert_eq!(meta["config"].as_str().unwrap(), text);
+    let src = std::fs::read_to_string(dir.join("config_0000.cu")).unwrap();
+    assert!(src.contains("split-K 8"), "{src}");
+    let (code, _, err) = run("bm=48");
+    assert_ne!(code, 0);
+    assert!(err.contains("config:bm=48"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn emit_writes_one_source_and_json_per_config() {
     let dir = std::env::temp_dir().join(format!("tensor-dsl-cli-emit-{}", std::process::id()));
