@@ -889,6 +889,46 @@ impl Conv<'_> {
         }
     }
 
+    /// The pixel indices of tile pixel `m > 0` from those of pixel `m - 1`: one step along
+    /// the fused pixel axis (the innermost index plus one, carried outward where it wraps),
+    /// none past the last pixel (a pixel past the end repeats the last one, as
+    /// [`Conv::pixel_lets`] clamps it). A division and a remainder per index and pixel took
+    /// a tenth of the time of a 3-channel 3×3 convolution's tiles (27 points, 149-pixel
+    /// rows that tiles cross); stepping measured 3–4% faster there.
+    fn next_pixel(&self, m: usize) -> Vec<Stmt> {
+        let np = self.shape.pixel_count(self.extents);
+        let mut out = Vec::new();
+        let mut carry = if np.is_multiple_of(self.mr) {
+            "1".to_string()
+        } else {
+            let a = format!("td_a_{m}");
+            out.push(let_long(&a, format!("p0 + {m} < {np}")));
+            a
+        };
+        // The outermost index that moves: it never wraps (the last pixel is clamped).
+        let outermost = self
+            .shape
+            .pixels
+            .iter()
+            .copied()
+            .find(|&t| self.extents[t] > 1);
+        for &t in self.shape.pixels.iter().rev() {
+            let (e, name) = (self.extents[t], self.pixel_var(t, m));
+            let prev = self.pixel_var(t, m - 1);
+            if e == 1 {
+                out.push(let_long(&name, "0".into()));
+            } else if Some(t) == outermost {
+                out.push(let_long(&name, format!("{prev} + {carry}")));
+            } else {
+                let sum = format!("td_s_{name}");
+                out.push(let_long(&sum, format!("{prev} + {carry}")));
+                out.push(let_long(&name, format!("{sum} == {e} ? 0 : {sum}")));
+                carry = format!("({sum} == {e})");
+            }
+        }
+        out
+    }
+
     /// `const long xs_<m> = ...`: the input's flat offset of tile pixel `m` (its pixel
     /// indices' part; the reduction's is added in the hot loop).
     fn x_offset(&self, m: usize) -> Stmt {
@@ -1434,6 +1474,12 @@ impl Conv<'_> {
                             })
                             .collect(),
                     });
+                }
+                _ if m > 0 => {
+                    body.extend(self.next_pixel(m));
+                    if !self.xread.guarded {
+                        body.push(self.x_offset(m));
+                    }
                 }
                 _ => {
                     body.push(let_long(
