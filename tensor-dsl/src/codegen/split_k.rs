@@ -65,8 +65,12 @@ pub const SUM_IN_FLIGHT: usize = 32;
 /// assert_eq!(sum_shape(4, 16), (4, 8));
 /// ```
 pub fn sum_shape(accumulators: usize, splits: usize) -> (usize, usize) {
-    let largest_divisor =
-        |n: usize, most: usize| (1..=most.max(1)).rev().find(|d| n % d == 0).unwrap_or(1);
+    let largest_divisor = |n: usize, most: usize| {
+        (1..=most.max(1))
+            .rev()
+            .find(|&d| n.is_multiple_of(d))
+            .unwrap_or(1)
+    };
     let chunk = largest_divisor(accumulators.max(1), SUM_IN_FLIGHT);
     let group = largest_divisor(splits.max(1), SUM_IN_FLIGHT / chunk);
     (chunk, group)
