@@ -23,6 +23,14 @@
 //! copy: gathering per pixel tile measured slower on the strided 1×1 layers (R4, R7, R10 of
 //! ResNet-50, 5–9% in the bench).
 //!
+//! A pixel-vector tile over a strided window (`S·q + s`, [`ConvShape::window_axis`]) reads
+//! a window-expanded copy: the input axis becomes two, the tap `s` and the pixel `q`, each
+//! tap's row holding `x[S·q + s]` over `q` (`R/S` times the input along that axis), so 16
+//! consecutive output pixels are one vector load. Interleaved against the channel-vector
+//! default (two Zen 4 cores): ResNet-50's 7×7 stride-2 stem with 16 × 16 pixel tiles at
+//! 1.04 of it (168 against 162 GFLOPS, medians), a 3×3 stride-2 layer over 3 channels
+//! level (149 against 148); the default keeps channel vectors there and the tuner has both.
+//!
 //! ```
 //! use tensor_dsl::{ir::parse_text, lower, template::cpu::CpuConfig};
 //! let k = parse_text("conv",
@@ -257,15 +265,25 @@ pub fn lower<'a>(
     // what is read) passed through the cache once per channel tile.
     let steps = shape.read_steps(extents);
     let compact = steps.iter().any(|&k| k > 1);
+    // A pixel-vector tile over a strided window (`S·q + s`) reads a window-expanded copy:
+    // per tap `s`, the row `x[S·q + s]` over `q`, so its pixels are one vector load.
+    let window = (tile.pixel_vector && tile.pad && pair.is_none())
+        .then(|| shape.window_axis(extents))
+        .flatten();
     // A pixel-vector tile reads the input in the scratch copy's layout: in place only where
     // that is the input's own.
     let own_layout = !compact
+        && window.is_none()
         && ranges
             .iter()
             .zip(xshape)
             .all(|(&(lo, hi), &n)| lo == 0 && hi + 1 == n as i64);
     let scratch = tile.pad
-        && (outside || xdtype != DType::F32 || compact || (tile.pixel_vector && !own_layout));
+        && (outside
+            || xdtype != DType::F32
+            || compact
+            || window.is_some()
+            || (tile.pixel_vector && !own_layout));
     if pair.is_some() && !scratch {
         return Err("bf16 pairs read the padded copy of the input".into());
     }
@@ -285,19 +303,28 @@ pub fn lower<'a>(
     // The axis of the input that the pair index reads: in the scratch copy it holds pairs,
     // and a trailing axis of 2 the two channels of each.
     let pair_axis = pair.and_then(|c| shape.x.dims.iter().position(|d| d.as_var() == Some(c)));
-    let scratch_dims: Vec<usize> = ranges
-        .iter()
-        .zip(&steps)
-        .enumerate()
-        .map(|(d, (&(lo, hi), &k))| {
-            let n = usize::try_from((hi - lo) / k + 1).unwrap_or(1);
-            if Some(d) == pair_axis {
-                n.div_ceil(2)
-            } else {
-                n
+    // The scratch copy's axes: per axis of `x`, its coordinates read (every `k`-th); the
+    // window axis as two, the tap `s` and the pixel `q` (coordinate `lo + s + S·q`). Each
+    // as (axis of `x`, multiplier of its coordinate).
+    let mut scratch_dims = Vec::new();
+    let mut layout: CopyAxes = Vec::new();
+    for (d, (&(lo, hi), &k)) in ranges.iter().zip(&steps).enumerate() {
+        match window {
+            Some(w) if w.axis == d => {
+                scratch_dims.extend([extents[w.window], extents[w.pixel]]);
+                layout.extend([(d, 1), (d, w.stride)]);
             }
-        })
-        .collect();
+            _ => {
+                let n = usize::try_from((hi - lo) / k + 1).unwrap_or(1);
+                scratch_dims.push(if Some(d) == pair_axis {
+                    n.div_ceil(2)
+                } else {
+                    n
+                });
+                layout.push((d, k));
+            }
+        }
+    }
     let xp = scratch.then(|| {
         let mut dims = scratch_dims.clone();
         if pair.is_some() {
@@ -335,26 +362,38 @@ pub fn lower<'a>(
         })
     });
     let xread = {
-        let (buf, dims, lo): (BufId, Vec<usize>, Vec<i64>) = match xp {
+        let (buf, dims, lo, axes): (BufId, Vec<usize>, Vec<i64>, CopyAxes) = match xp {
             Some(xp) => (
                 xp,
                 scratch_dims.clone(),
                 ranges.iter().map(|r| r.0).collect(),
+                layout.clone(),
             ),
             None => (
                 BufId(shape.x.tensor),
                 xshape.to_vec(),
                 vec![0; xshape.len()],
+                (0..xshape.len()).map(|d| (d, 1)).collect(),
             ),
         };
         let st = strides(&dims);
         let mut coef = vec![0i64; kernel.indices.len()];
         let mut base = 0i64;
-        for (d, map) in shape.x.dims.iter().enumerate() {
-            let (s, k) = (st[d] as i64, steps[d]);
-            base += s * (map.offset - lo[d]) / k;
-            for &(i, c) in &map.terms {
-                coef[i] += s * c / k;
+        for (e, &(d, k)) in axes.iter().enumerate() {
+            let (map, s) = (&shape.x.dims[d], st[e] as i64);
+            match window {
+                // The window axis: the tap along one axis of the copy, the pixel along the
+                // other (the coordinate's offset is the range's low end).
+                Some(w) if w.axis == d => {
+                    let i = if k == 1 { w.window } else { w.pixel };
+                    coef[i] += s;
+                }
+                _ => {
+                    base += s * (map.offset - lo[d]) / k;
+                    for &(i, c) in &map.terms {
+                        coef[i] += s * c / k;
+                    }
+                }
             }
         }
         // In pairs, offsets count `bf16` elements: two per pair (the fused copy reads the
@@ -387,7 +426,7 @@ pub fn lower<'a>(
         xp,
         xread,
         ranges: ranges.clone(),
-        steps,
+        layout,
         v,
         mr,
         transpose,
@@ -442,6 +481,10 @@ pub fn lower<'a>(
         prepack: Some(prepack),
     })
 }
+
+/// Per axis of a copy of the input: the input axis it walks and the stride between the
+/// coordinates it keeps ([`Conv`]'s `layout`).
+type CopyAxes = Vec<(usize, i64)>;
 
 /// The weights' element stride between output channels, if they are `f32` and their
 /// reduction points lie one after another in memory (`w[f][c][r][s]`: point `(c, r, s)` at
@@ -571,8 +614,10 @@ struct Conv<'a> {
     xread: XRead,
     /// The range of each coordinate of the affine input (below 0 or past its extent: padding).
     ranges: Vec<(i64, i64)>,
-    /// Per input axis, the stride between the coordinates the scratch copy keeps.
-    steps: Vec<i64>,
+    /// Per axis of the scratch copy: the axis of the input it walks and the stride
+    /// between the coordinates it keeps (a window-expanded input axis is two: its tap,
+    /// stride 1, and its pixel, stride `S`; see [`ConvShape::window_axis`]).
+    layout: CopyAxes,
     v: usize,
     mr: usize,
     /// Transposed packing: the weights' stride between channels (their reduction points
@@ -2081,9 +2126,19 @@ impl Conv<'_> {
                 let mut guard = Vec::new();
                 let mut src = Vec::new();
                 for (d, &(lo, hi)) in ranges.iter().enumerate() {
-                    let j = match self.steps[d] {
-                        1 => vars[d].clone(),
-                        k => format!("{k} * {}", vars[d]),
+                    let parts: Vec<String> = self
+                        .layout
+                        .iter()
+                        .zip(&vars)
+                        .filter(|((axis, _), _)| *axis == d)
+                        .map(|(&(_, k), var)| match k {
+                            1 => var.clone(),
+                            k => format!("{k} * {var}"),
+                        })
+                        .collect();
+                    let j = match &parts[..] {
+                        [one] => one.clone(),
+                        _ => format!("({})", parts.join(" + ")),
                     };
                     let j = if Some(d) == self.pair_axis {
                         format!("(2 * {j} + {h})")

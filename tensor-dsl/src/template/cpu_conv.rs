@@ -79,8 +79,9 @@ pub struct ConvTile {
     /// [`PIXEL_LANES`], loaded as vectors from the input and stored as vectors into the
     /// output), so an output whose pixels are unit-stride (NCHW) is stored without
     /// transposes. Needs pixels that lie one after another in the (padded) input and in the
-    /// output for at least [`PIXEL_LANES`] ([`ConvShape::pixel_run`]), an `f32` output and
-    /// the unguarded (`pad`) read.
+    /// output for at least [`PIXEL_LANES`] ([`ConvShape::pixel_run`]; a strided window's
+    /// pixels through its window-expanded copy, [`ConvShape::window_axis`]), an `f32`
+    /// output and the unguarded (`pad`) read.
     #[serde(default)]
     pub pixel_vector: bool,
     /// On weights packed ahead (`td_kernel_prepacked`), walk the pixel tiles outermost:
@@ -116,6 +117,19 @@ pub fn contiguous_run(pixels: &[usize], extents: &[usize], stride: impl Fn(usize
         expect *= e as i64;
     }
     run
+}
+
+/// An input axis read as `stride · pixel + window` ([`ConvShape::window_axis`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowAxis {
+    /// The axis of `x`.
+    pub axis: usize,
+    /// The reduction index of the window (`s`).
+    pub window: usize,
+    /// The innermost moving pixel index (`q`).
+    pub pixel: usize,
+    /// Its stride (`S > 1`).
+    pub stride: i64,
 }
 
 /// What makes a kernel a convolution for this template.
@@ -205,12 +219,68 @@ impl ConvShape {
             .collect()
     }
 
+    /// The axis of `x` that the innermost moving pixel index `q` reads with a stride and a
+    /// window (`S·q + s + offset`, `S > 1`, `s` a reduction index; no other index moves
+    /// it, and `q` moves no other axis): a pixel-vector tile ([`ConvTile::pixel_vector`])
+    /// reads it from a window-expanded copy, one row `x[S·q + s]` over `q` per tap `s`
+    /// ([`crate::lower::cpu_conv`]), so 16 consecutive `q` are one vector load. A
+    /// strided 3×3 or 7×7 layer's pixels are otherwise `S` elements apart.
+    pub fn window_axis(&self, extents: &[usize]) -> Option<WindowAxis> {
+        let q = *self.pixels.iter().rev().find(|&&t| extents[t] > 1)?;
+        let mut found = None;
+        for (axis, d) in self.x.dims.iter().enumerate() {
+            let moving: Vec<(usize, i64)> = d
+                .terms
+                .iter()
+                .copied()
+                .filter(|&(i, _)| extents[i] > 1)
+                .collect();
+            if !moving.iter().any(|&(i, _)| i == q) {
+                continue;
+            }
+            if found.is_some() {
+                return None;
+            }
+            let (stride, window) = match moving[..] {
+                [(a, k), (b, 1)] if a == q => (k, b),
+                [(b, 1), (a, k)] if a == q => (k, b),
+                _ => return None,
+            };
+            if stride <= 1 || !self.reduction.contains(&window) {
+                return None;
+            }
+            found = Some(WindowAxis {
+                axis,
+                window,
+                pixel: q,
+                stride,
+            });
+        }
+        found
+    }
+
     /// Pixels of the longest run of the fused pixel axis that lies contiguously both in the
     /// scratch copy of `x` ([`ConvShape::scratch_dims`]) and in the output (whose shape is
     /// the spatial extents): what a pixel-vector tile ([`ConvTile::pixel_vector`]) loads and
     /// stores as vectors. `P·Q` for a 1×1 convolution over NCHW (of any stride), `Q` for a
-    /// padded one.
+    /// padded one and for one read through a window-expanded copy
+    /// ([`ConvShape::window_axis`]).
     pub fn pixel_run(&self, kernel: &Kernel, extents: &[usize]) -> usize {
+        let spatial = kernel.spatial();
+        let mut os = vec![0i64; extents.len()];
+        let mut stride = 1i64;
+        for &t in spatial.iter().rev() {
+            os[t] = stride;
+            stride *= extents[t] as i64;
+        }
+        let out = contiguous_run(&self.pixels, extents, |t| os[t]);
+        if let Some(w) = self.window_axis(extents) {
+            return if os[w.pixel] == 1 {
+                extents[w.pixel].min(out)
+            } else {
+                1
+            };
+        }
         let dims = self.scratch_dims(extents);
         let steps = self.read_steps(extents);
         let mut xs = vec![0i64; extents.len()];
@@ -221,15 +291,7 @@ impl ConvShape {
             }
             stride *= dims[d] as i64;
         }
-        let spatial = kernel.spatial();
-        let mut os = vec![0i64; extents.len()];
-        let mut stride = 1i64;
-        for &t in spatial.iter().rev() {
-            os[t] = stride;
-            stride *= extents[t] as i64;
-        }
         let x = contiguous_run(&self.pixels, extents, |t| xs[t]);
-        let out = contiguous_run(&self.pixels, extents, |t| os[t]);
         x.min(out)
     }
 
@@ -550,7 +612,8 @@ pub const PIXEL_TILE_CHANNELS: usize = 8;
 pub const PIXEL_VECTOR_POINTS: usize = 128;
 
 /// The default's pixel-vector tile, where it pays: AVX-512, an `f32` output, an input read
-/// in place (no padding to copy in, no stride to compact away: with the copy a 1×1
+/// in place (no padding to copy in, no stride to compact away, no window to expand
+/// ([`ConvShape::window_axis`]; level to 1.04 of channel vectors): with the copy a 1×1
 /// stride-2 convolution ran 0.9 of its channel-vector tile, a padded 3×3 one 0.88), a short
 /// reduction ([`PIXEL_VECTOR_POINTS`]) and runs of pixels that two-vector tiles cover
 /// (95% of the computed pixels real ones).
@@ -563,7 +626,8 @@ fn pixel_vector_default(
     let pixels = 2 * PIXEL_LANES;
     let run = shape.pixel_run(kernel, extents);
     let in_place = shape.x.dims.iter().all(|d| d.range(extents).0 >= 0)
-        && shape.read_steps(extents).iter().all(|&k| k == 1);
+        && shape.read_steps(extents).iter().all(|&k| k == 1)
+        && shape.window_axis(extents).is_none();
     let fill = run as f64 / (run.div_ceil(pixels) * pixels) as f64;
     (machine.lanes >= PIXEL_LANES
         && kernel.params[kernel.output].dtype == DType::F32
@@ -744,9 +808,12 @@ impl ConvTemplate {
         let run = shape.pixel_run(kernel, extents);
         let f32_out = kernel.params[kernel.output].dtype == DType::F32;
         let pixel_ok = wide_ok && f32_out && run >= PIXEL_LANES;
+        // (The window-expanded copy holds `f32`, not pairs.)
+        let windowed = shape.window_axis(extents).is_some();
         b.constraint("pixel vectors need a run of pixels", move |c| {
             !matches!(c.index(along), Some(1 | 3))
                 || (pixel_ok
+                    && !(windowed && c.index(along) == Some(3))
                     && c.index(pad) == Some(1)
                     && c.index(store) == Some(1)
                     && value(c, pixels, &PIXEL_CHOICES).is_some_and(|m| {
@@ -995,10 +1062,55 @@ mod tests {
                 .unwrap()
                 .pixel_vector
         );
-        // Padded: runs of one row of the padded copy.
+        // Padded and strided: runs of one output row (of the window-expanded copy).
         let padded = parse_text("conv", CONV, None).unwrap();
         let shape = ConvShape::of(&padded).unwrap();
-        assert_eq!(shape.pixel_run(&padded, &[1, 64, 28, 28, 64, 7, 7]), 1);
+        assert_eq!(shape.pixel_run(&padded, &[1, 64, 28, 28, 64, 7, 7]), 28);
+    }
+
+    /// A strided window (`2·q + s`) along the innermost pixel axis: a pixel-vector tile
+    /// reads it from the window-expanded copy, so its runs are the output rows; the
+    /// default keeps channel vectors there, and bf16 pairs of pixels are not offered.
+    #[test]
+    fn strided_windows_have_runs_of_output_rows() {
+        let k = parse_text(
+            "conv",
+            "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 3, 2 * q + s - 3]] * w[[f, c, r, s]]",
+            None,
+        )
+        .unwrap();
+        let r0 = [1, 64, 112, 112, 3, 7, 7];
+        let shape = ConvShape::of(&k).unwrap();
+        let w = shape.window_axis(&r0).unwrap();
+        assert_eq!((w.axis, w.window, w.pixel, w.stride), (3, 6, 3, 2));
+        assert_eq!(shape.pixel_run(&k, &r0), 112);
+        let t = ConvTemplate::new(&k, &r0, 16).unwrap().unwrap();
+        assert!(
+            !t.decode(&t.default_config())
+                .unwrap()
+                .conv
+                .unwrap()
+                .pixel_vector
+        );
+        let pixels = "conv_channels=16;conv_pixels=16;conv_border=pad;parallel=parallel;\
+                      simd=wide;conv_pack=loops;conv_store=vector;conv_vector=pixels;\
+                      conv_outer=pixels";
+        assert!(
+            t.decode(&t.parse(pixels).unwrap())
+                .unwrap()
+                .conv
+                .unwrap()
+                .pixel_vector
+        );
+        // A stride along the rows only, or none: no window axis.
+        let rows = parse_text(
+            "conv",
+            "y[[n, f, p, q]] += x[[n, c, 2 * p + r, q + s]] * w[[f, c, r, s]]",
+            None,
+        )
+        .unwrap();
+        let shape = ConvShape::of(&rows).unwrap();
+        assert!(shape.window_axis(&[1, 8, 10, 30, 3, 3, 3]).is_none());
     }
 
     /// Pixel tiles outermost (on prepacked weights) where the input does not fit in L2
