@@ -1,9 +1,10 @@
 //! The device helpers of the SIMT GEMM nest's memory primitives, prepended to a CUDA source
 //! that uses them ([`prelude`]): `cp.async` copies of `f32` data with zero fill, their
 //! commit and wait ([`crate::lower::Stmt::AsyncCopy`], `AsyncCommit`, `AsyncWait`), split-K's
-//! GPU-scope release/acquire fence (`td_fence_acq_rel`), the shared-memory address they take ([`crate::lower::Value::SharedAddress`]) and an opaque
-//! pointer (`td_opaque`: a per-thread base pointer the compiler cannot re-associate, so a
-//! table offset is added to it with one `IMAD.WIDE`).
+//! GPU-scope release/acquire fence (`td_fence_acq_rel`), the shared-memory address the
+//! copies take ([`crate::lower::Value::SharedAddress`]) and an opaque pointer (`td_opaque`:
+//! a per-thread base pointer the compiler cannot re-associate, so a table offset is added
+//! to it with one `IMAD.WIDE`).
 //!
 //! Each helper is inline PTX under `__CUDA_ARCH__`; elsewhere (the CPU emulator,
 //! `tests/cuda_emu.h`) it calls the emulator's `cp.async` queue (`td_emu_cp_async`, shared
