@@ -1055,43 +1055,35 @@ mod tests {
         let r12 = [1, 2048, 7, 7, 512, 1, 1];
         assert_eq!(shape.pixel_run(&k, &r12), 49);
         let t = ConvTemplate::new(&k, &r12, 16).unwrap().unwrap();
-        assert!(
-            !t.decode(&t.default_config())
-                .unwrap()
-                .conv
-                .unwrap()
-                .pixel_vector
-        );
+        assert!(!default_pixel_vector(&t));
         // Padded and strided: runs of one output row (of the window-expanded copy).
         let padded = parse_text("conv", CONV, None).unwrap();
         let shape = ConvShape::of(&padded).unwrap();
         assert_eq!(shape.pixel_run(&padded, &[1, 64, 28, 28, 64, 7, 7]), 28);
     }
 
+    /// Whether the template's default is a pixel-vector tile.
+    fn default_pixel_vector(t: &ConvTemplate) -> bool {
+        t.decode(&t.default_config())
+            .unwrap()
+            .conv
+            .unwrap()
+            .pixel_vector
+    }
+
     /// A strided window (`2·q + s`) along the innermost pixel axis: a pixel-vector tile
     /// reads it from the window-expanded copy, so its runs are the output rows; the
-    /// default keeps channel vectors there, and bf16 pairs of pixels are not offered.
+    /// default keeps channel vectors there.
     #[test]
     fn strided_windows_have_runs_of_output_rows() {
-        let k = parse_text(
-            "conv",
-            "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 3, 2 * q + s - 3]] * w[[f, c, r, s]]",
-            None,
-        )
-        .unwrap();
+        let k = parse_text("conv", CONV, None).unwrap();
         let r0 = [1, 64, 112, 112, 3, 7, 7];
         let shape = ConvShape::of(&k).unwrap();
         let w = shape.window_axis(&r0).unwrap();
         assert_eq!((w.axis, w.window, w.pixel, w.stride), (3, 6, 3, 2));
         assert_eq!(shape.pixel_run(&k, &r0), 112);
         let t = ConvTemplate::new(&k, &r0, 16).unwrap().unwrap();
-        assert!(
-            !t.decode(&t.default_config())
-                .unwrap()
-                .conv
-                .unwrap()
-                .pixel_vector
-        );
+        assert!(!default_pixel_vector(&t));
         let pixels = "conv_channels=16;conv_pixels=16;conv_border=pad;parallel=parallel;\
                       simd=wide;conv_pack=loops;conv_store=vector;conv_vector=pixels;\
                       conv_outer=pixels";
