@@ -560,10 +560,11 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
         });
     }
     let pairs = pair_ok && vector.is_multiple_of(16);
+    let parallel = machine.threads > 1 && kernel.flops(extents) >= 65_536.0;
     Some(CpuConfig {
         vector_axis: Some(shape.f),
         vector,
-        parallel: machine.threads > 1 && kernel.flops(extents) >= 65_536.0,
+        parallel,
         pack: true,
         wide_simd: lanes >= 16,
         pairs,
@@ -573,7 +574,16 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             transpose: !pairs && vector.is_multiple_of(TRANSPOSE),
             vector_store: lanes >= 16,
             pixel_vector: false,
-            pixels_outer: !store_bound && pixels_outer_pays(extents, &shape, vector, pad, machine),
+            pixels_outer: !store_bound
+                && pixels_outer_pays(
+                    kernel,
+                    extents,
+                    &shape,
+                    (vector, pixels),
+                    pad,
+                    parallel,
+                    machine,
+                ),
         }),
         ..base
     })
@@ -646,22 +656,47 @@ fn pixel_vector_default(
 }
 
 /// Whether the default walks pixel tiles outermost on prepacked weights
-/// ([`ConvTile::pixels_outer`]) for a channel-vector tile: where the input the tiles read
-/// does not fit in L2 and the weights fit in half of it, so that re-reading the weights
-/// per pixel tile costs less than re-reading the input per channel tile. Single-threaded,
-/// over twelve placements of the buffers each: the 1×1 stride-2 convolution over a
-/// 3.2 MB input read in place (R4 of the bench, 128 KB of weights) ran at 251–260 GFLOPS
-/// with pixel tiles outermost against 216–247; where the input fits (R2, R5, R9, R12 of
-/// the bench) channel tiles outermost were level or up to 5% faster (R12: 4 MB of
-/// weights). Pixel-vector tiles always walk pixel tiles outermost (R1, R3: 2–10% faster).
+/// ([`ConvTile::pixels_outer`]) for a channel-vector tile of `vector` channels × `pixels`.
+///
+/// Over a scratch copy of the input (padded or strided), `parallel`: where the
+/// weights fit in L2 or the tile has at least [`PIXELS_OUTER_LEAST`] pixels. With channel
+/// tiles outermost every thread reads the whole copy, half of it written by the other
+/// core at every call; with pixel tiles outermost each thread reads the rows it copied
+/// (the copy walks rows first, `lower::cpu_conv`) and re-reads the weights once per pixel
+/// tile instead. Two Zen 4 cores, generated C side by side, medians (GFLOPS): ResNet-50's
+/// stem (R0) 150 → 186, 3×3 layers over 56×56, 28×28 and 14×14 (R2, R5, R8) 167 → 207,
+/// 199 → 217, 228 → 238, the 3×3 ones of the unseen workloads 121–195 → 180–222, and one
+/// over 14×14 with 9.4 MB of weights 216 → 234; but over 7×7 (R11: 9.4 MB of weights,
+/// 7-pixel tiles, so 0.57 bytes of weights per multiply-add from L3) 231 → 223.
+///
+/// Elsewhere: where the input the tiles read does not fit in L2 and the weights fit in
+/// half of it, so that re-reading the weights per pixel tile costs less than re-reading
+/// the input per channel tile. Single-threaded, over twelve placements of the buffers
+/// each: the 1×1 stride-2 convolution over a 3.2 MB input read in place (R4 of the bench,
+/// 128 KB of weights) ran at 251–260 GFLOPS with pixel tiles outermost against 216–247;
+/// where the input fits (R2, R5, R9, R12 of the bench) channel tiles outermost were level
+/// or up to 5% faster (R12: 4 MB of weights). Pixel-vector tiles always walk pixel tiles
+/// outermost (R1, R3: 2–10% faster).
 fn pixels_outer_pays(
+    kernel: &Kernel,
     extents: &[usize],
     shape: &ConvShape,
-    vector: usize,
+    (vector, pixels): (usize, usize),
     pad: bool,
+    parallel: bool,
     machine: Machine,
 ) -> bool {
     let elem = 4usize;
+    let bytes = |n: &[usize]| n.iter().fold(elem, |a, &b| a.saturating_mul(b));
+    let channels = extents[shape.f].next_multiple_of(vector.max(1));
+    let weights = bytes(&[shape.points(extents), channels]);
+    let copied = pad
+        && (shape.x.dims.iter().any(|d| d.range(extents).0 < 0)
+            || shape.read_steps(extents).iter().any(|&k| k > 1)
+            || kernel.params[shape.x.tensor].dtype != DType::F32);
+    if copied && parallel {
+        return weights <= machine.l2 || pixels >= PIXELS_OUTER_LEAST;
+    }
     // The input the tiles read: the scratch copy, or the coordinates read in place.
     let dims: Vec<usize> = if pad {
         shape.scratch_dims(extents)
@@ -676,10 +711,13 @@ fn pixels_outer_pays(
             })
             .collect()
     };
-    let bytes = |n: &[usize]| n.iter().fold(elem, |a, &b| a.saturating_mul(b));
-    let channels = extents[shape.f].next_multiple_of(vector.max(1));
-    bytes(&dims) > machine.l2 && bytes(&[shape.points(extents), channels]) <= machine.l2 / 2
+    bytes(&dims) > machine.l2 && weights <= machine.l2 / 2
 }
+
+/// Pixels of a channel-vector tile from which the default walks pixel tiles outermost over
+/// a copied input even where the weights outgrow L2 ([`pixels_outer_pays`]): 13 and 14
+/// measured ahead (2.4 and 9.4 MB of weights), 7 behind.
+pub const PIXELS_OUTER_LEAST: usize = 12;
 
 /// Checks a convolution config against its kernel.
 pub fn validate(kernel: &Kernel, config: &CpuConfig, tile: &ConvTile) -> Result<(), String> {
@@ -1107,10 +1145,12 @@ mod tests {
 
     /// Pixel tiles outermost (on prepacked weights) where the input does not fit in L2
     /// and the weights fit in half of it: R4 of the bench (3.2 MB read in place, 128 KB of
-    /// weights), not R9 (200 KB, 1 MB) nor R2 (a padded 860 KB copy); always with pixel
-    /// vectors (R1).
+    /// weights), not R9 (200 KB, 1 MB); always with pixel vectors (R1). Over a padded copy
+    /// on two cores where the weights fit in L2 (R2, R5) or the tile has 12 pixels or more
+    /// (R8: 2.4 MB of weights, 14-pixel tiles), not over 7×7 (R11: 9.4 MB, 7 pixels); one
+    /// core keeps channel tiles outermost over R2's copy.
     #[test]
-    fn pixel_tiles_go_outermost_where_the_input_outgrows_l2() {
+    fn pixel_tiles_go_outermost_where_the_input_outgrows_l2_or_is_copied() {
         let m = AVX512_TWO_CORES;
         let conv = |stride: usize, pad: usize| {
             parse_text(
@@ -1123,12 +1163,19 @@ mod tests {
             )
             .unwrap()
         };
-        let outer =
-            |k: &Kernel, e: &[usize]| heuristic(k, e, m).unwrap().conv.unwrap().pixels_outer;
+        let outer_on = |k: &Kernel, e: &[usize], m: Machine| {
+            heuristic(k, e, m).unwrap().conv.unwrap().pixels_outer
+        };
+        let outer = |k: &Kernel, e: &[usize]| outer_on(k, e, m);
         assert!(outer(&conv(2, 0), &[1, 128, 28, 28, 256, 1, 1]));
         assert!(!outer(&conv(1, 0), &[1, 1024, 14, 14, 256, 1, 1]));
-        assert!(!outer(&conv(1, 1), &[1, 64, 56, 56, 64, 3, 3]));
         assert!(outer(&conv(1, 0), &[1, 64, 56, 56, 64, 1, 1]));
+        assert!(outer(&conv(1, 1), &[1, 64, 56, 56, 64, 3, 3]));
+        assert!(outer(&conv(1, 1), &[1, 128, 28, 28, 128, 3, 3]));
+        assert!(outer(&conv(1, 1), &[1, 256, 14, 14, 256, 3, 3]));
+        assert!(!outer(&conv(1, 1), &[1, 512, 7, 7, 512, 3, 3]));
+        let one_core = Machine { threads: 1, ..m };
+        assert!(!outer_on(&conv(1, 1), &[1, 64, 56, 56, 64, 3, 3], one_core));
     }
 
     /// A 1×1 stride-2 convolution reads every other coordinate of `x`'s plane: its input
