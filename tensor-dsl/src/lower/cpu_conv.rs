@@ -2209,7 +2209,8 @@ impl Conv<'_> {
         // own tiles read, and fewer lines of the copy move between the cores' caches at
         // every call. With pixel tiles outermost on prepacked weights, ResNet-50's 3×3
         // layer over 56×56 (R2 of the bench) ran at 192 GFLOPS copied channel by channel
-        // and 207 by rows, 218 with no copy at all (two Zen 4 cores, medians).
+        // and 207 by rows (two Zen 4 cores, medians; with no copy at all 208–221,
+        // `bench/results/2026-11-27-zen4-cpu-copy-rows/`).
         let order = self.copy_order(dims.len());
         let dims: Vec<usize> = order.iter().map(|&d| dims[d]).collect();
         let vars: Vec<String> = order.iter().map(|&d| vars[d].clone()).collect();

@@ -658,16 +658,17 @@ fn pixel_vector_default(
 /// Whether the default walks pixel tiles outermost on prepacked weights
 /// ([`ConvTile::pixels_outer`]) for a channel-vector tile of `vector` channels × `pixels`.
 ///
-/// Over a scratch copy of the input (padded or strided), `parallel`: where the
-/// weights fit in L2 or the tile has at least [`PIXELS_OUTER_LEAST`] pixels. With channel
-/// tiles outermost every thread reads the whole copy, half of it written by the other
-/// core at every call; with pixel tiles outermost each thread reads the rows it copied
-/// (the copy walks rows first, `lower::cpu_conv`) and re-reads the weights once per pixel
-/// tile instead. Two Zen 4 cores, generated C side by side, medians (GFLOPS): ResNet-50's
-/// stem (R0) 150 → 186, 3×3 layers over 56×56, 28×28 and 14×14 (R2, R5, R8) 167 → 207,
-/// 199 → 217, 228 → 238, the 3×3 ones of the unseen workloads 121–195 → 180–222, and one
-/// over 14×14 with 9.4 MB of weights 216 → 234; but over 7×7 (R11: 9.4 MB of weights,
-/// 7-pixel tiles, so 0.57 bytes of weights per multiply-add from L3) 231 → 223.
+/// Over a scratch copy of the input (padded or strided), `parallel`: where the weights fit
+/// in L2 or the tile has at least [`PIXELS_OUTER_LEAST`] pixels. With channel tiles
+/// outermost every thread reads the whole copy, half of it written by the other core at
+/// every call; with pixel tiles outermost each thread reads the rows it copied (the copy
+/// walks rows first, `lower::cpu_conv`) and re-reads the weights once per pixel tile
+/// instead. Two Zen 4 cores, generated C side by side, medians in GFLOPS
+/// (`bench/results/2026-11-27-zen4-cpu-copy-rows/`): ResNet-50's stem (R0) 150 → 186, its
+/// 3×3 layers over 56×56, 28×28 and 14×14 (R2, R5, R8) 167 → 207, 199 → 217, 228 → 238,
+/// the unseen 3×3 ones (C0, C3, C6) 171 → 198, 123 → 180, 191 → 222, and one over 14×14
+/// with 9.4 MB of weights 216 → 234; but over 7×7 (R11: 9.4 MB of weights, 7-pixel tiles,
+/// so 0.57 bytes of weights per multiply-add from L3) 231 → 223.
 ///
 /// Elsewhere: where the input the tiles read does not fit in L2 and the weights fit in
 /// half of it, so that re-reading the weights per pixel tile costs less than re-reading
