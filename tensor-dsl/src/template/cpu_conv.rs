@@ -715,9 +715,9 @@ fn pixels_outer_pays(
     bytes(&dims) > machine.l2 && weights <= machine.l2 / 2
 }
 
-/// Pixels of a channel-vector tile from which the default walks pixel tiles outermost over
-/// a copied input even where the weights outgrow L2 ([`pixels_outer_pays`]): 13 and 14
-/// measured ahead (2.4 and 9.4 MB of weights), 7 behind.
+/// Pixels of a channel-vector tile from which the default ([`heuristic`]) walks pixel tiles
+/// outermost over a copied input even where the weights outgrow L2: 13 and 14 measured
+/// ahead (2.4 and 9.4 MB of weights), 7 behind.
 pub const PIXELS_OUTER_LEAST: usize = 12;
 
 /// Checks a convolution config against its kernel.
