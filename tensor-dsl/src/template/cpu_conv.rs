@@ -539,6 +539,8 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     // channel tiles then read.
     let strided = shape.read_steps(extents).iter().any(|&k| k > 1);
     let pad = padded || !strided || fe.div_ceil(vector) >= COMPACT_COPY_TILES;
+    // The tiles then read a scratch copy (`lower::cpu_conv`): padded, strided or `bf16`.
+    let copied = pad && (padded || strided || kernel.params[shape.x.tensor].dtype != DType::F32);
     let base = CpuConfig::naive(kernel);
     // `bf16` inputs on a CPU with `vdpbf16ps`: input channels in pairs, two points per
     // instruction on half the bytes, through the padded copy (which holds the pairs); in
@@ -576,12 +578,11 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             pixel_vector: false,
             pixels_outer: !store_bound
                 && pixels_outer_pays(
-                    kernel,
                     extents,
                     &shape,
                     (vector, pixels),
                     pad,
-                    parallel,
+                    copied && parallel,
                     machine,
                 ),
         }),
@@ -658,10 +659,10 @@ fn pixel_vector_default(
 /// Whether the default walks pixel tiles outermost on prepacked weights
 /// ([`ConvTile::pixels_outer`]) for a channel-vector tile of `vector` channels × `pixels`.
 ///
-/// Over a scratch copy of the input (padded or strided), `parallel`: where the weights fit
-/// in L2 or the tile has at least [`PIXELS_OUTER_LEAST`] pixels. With channel tiles
-/// outermost every thread reads the whole copy, half of it written by the other core at
-/// every call; with pixel tiles outermost each thread reads the rows it copied (the copy
+/// Over a scratch copy of the input that several threads share (`shared_copy`: padded,
+/// strided or `bf16`, and parallel): where the weights fit in L2 or the tile has at least
+/// [`PIXELS_OUTER_LEAST`] pixels. With channel tiles outermost every thread reads the whole
+/// copy, half of it written by the other core at every call; with pixel tiles outermost each thread reads the rows it copied (the copy
 /// walks rows first, `lower::cpu_conv`) and re-reads the weights once per pixel tile
 /// instead. Two Zen 4 cores, generated C side by side, medians in GFLOPS
 /// (`bench/results/2026-11-27-zen4-cpu-copy-rows/`): ResNet-50's stem (R0) 150 → 186, its
@@ -679,23 +680,18 @@ fn pixel_vector_default(
 /// or up to 5% faster (R12: 4 MB of weights). Pixel-vector tiles always walk pixel tiles
 /// outermost (R1, R3: 2–10% faster).
 fn pixels_outer_pays(
-    kernel: &Kernel,
     extents: &[usize],
     shape: &ConvShape,
     (vector, pixels): (usize, usize),
     pad: bool,
-    parallel: bool,
+    shared_copy: bool,
     machine: Machine,
 ) -> bool {
     let elem = 4usize;
     let bytes = |n: &[usize]| n.iter().fold(elem, |a, &b| a.saturating_mul(b));
     let channels = extents[shape.f].next_multiple_of(vector.max(1));
     let weights = bytes(&[shape.points(extents), channels]);
-    let copied = pad
-        && (shape.x.dims.iter().any(|d| d.range(extents).0 < 0)
-            || shape.read_steps(extents).iter().any(|&k| k > 1)
-            || kernel.params[shape.x.tensor].dtype != DType::F32);
-    if copied && parallel {
+    if shared_copy {
         return weights <= machine.l2 || pixels >= PIXELS_OUTER_LEAST;
     }
     // The input the tiles read: the scratch copy, or the coordinates read in place.
