@@ -337,14 +337,6 @@ impl ConvShape {
     }
 }
 
-/// Channel tiles from which an unpadded input's compact copy pays for itself: a 1×1
-/// stride-2 convolution read its input in place faster with 4 tiles (R4 of the bench, 256
-/// channels over 56×56: 0.91 of that with the copy, single-threaded) and with 8 (R7, 512
-/// channels over 28×28, 32×14 tiles: 261 GFLOPS against 246 single-threaded, 503 against
-/// 473 on two threads), and through the copy faster with 16 (R10, 1024 channels over
-/// 14×14: 248 GFLOPS against 230–237).
-pub const COMPACT_COPY_TILES: usize = 16;
-
 /// What the default reads of the machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Machine {
@@ -535,10 +527,16 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             store_bound = true;
         }
     }
-    // An unpadded input is copied only where the copy keeps a fraction of it that enough
-    // channel tiles then read.
+    // An unpadded input read with strides is read in place, never through a compact copy:
+    // two Zen 4 cores, generated C side by side, 1×1 stride-2 convolutions, medians in
+    // GFLOPS (`bench/results/2026-11-27-zen4-cpu-one-zmm/`): 1024 → 512 channels over
+    // 14×14 (R10 of the bench, 16 channel tiles) 196 through the copy against 224 in
+    // place, and 256 → 512 over 56×56, 512 → 1024 over 28×28, 1024 → 2048 over 14×14,
+    // 384 → 768 over 34×34, 512 → 512 over 2×20×20 (16 to 64 tiles) 218 / 221 / 211 /
+    // 215 / 208 against 225 / 229 / 220 / 223 / 227. (A copy keeps only the pixels read,
+    // but every call pays for it, and the threads share it out.)
     let strided = shape.read_steps(extents).iter().any(|&k| k > 1);
-    let pad = padded || !strided || fe.div_ceil(vector) >= COMPACT_COPY_TILES;
+    let pad = padded || !strided;
     // The tiles then read a scratch copy (`lower::cpu_conv`): padded, strided or `bf16`.
     let copied = pad && (padded || strided || kernel.params[shape.x.tensor].dtype != DType::F32);
     let base = CpuConfig::naive(kernel);
@@ -671,14 +669,19 @@ fn pixel_vector_default(
 /// with 9.4 MB of weights 216 → 234; but over 7×7 (R11: 9.4 MB of weights, 7-pixel tiles,
 /// so 0.57 bytes of weights per multiply-add from L3) 231 → 223.
 ///
+/// Over a strided input read in place (`pad` false): always. Single-threaded, over twelve
+/// placements of the buffers each, the 1×1 stride-2 convolution over a 3.2 MB input (R4
+/// of the bench, 128 KB of weights) ran at 251–260 GFLOPS with pixel tiles outermost
+/// against 216–247; on two Zen 4 cores, seven 1×1 stride-2 ones with 0.5 to 8 MB of
+/// weights over 0.7 to 3.2 MB of input were level to 5% faster with pixel tiles outermost
+/// (R10 of the bench 224 against 216, 1024 → 2048 channels over 14×14 220 against 211;
+/// `bench/results/2026-11-27-zen4-cpu-one-zmm/`).
+///
 /// Elsewhere: where the input the tiles read does not fit in L2 and the weights fit in
 /// half of it, so that re-reading the weights per pixel tile costs less than re-reading
-/// the input per channel tile. Single-threaded, over twelve placements of the buffers
-/// each: the 1×1 stride-2 convolution over a 3.2 MB input read in place (R4 of the bench,
-/// 128 KB of weights) ran at 251–260 GFLOPS with pixel tiles outermost against 216–247;
-/// where the input fits (R2, R5, R9, R12 of the bench) channel tiles outermost were level
-/// or up to 5% faster (R12: 4 MB of weights). Pixel-vector tiles always walk pixel tiles
-/// outermost (R1, R3: 2–10% faster).
+/// the input per channel tile; where the input fits (R2, R5, R9, R12 of the bench) channel
+/// tiles outermost were level or up to 5% faster (R12: 4 MB of weights). Pixel-vector
+/// tiles always walk pixel tiles outermost (R1, R3: 2–10% faster).
 fn pixels_outer_pays(
     extents: &[usize],
     shape: &ConvShape,
@@ -694,21 +697,11 @@ fn pixels_outer_pays(
     if shared_copy {
         return weights <= machine.l2 || pixels >= PIXELS_OUTER_LEAST;
     }
-    // The input the tiles read: the scratch copy, or the coordinates read in place.
-    let dims: Vec<usize> = if pad {
-        shape.scratch_dims(extents)
-    } else {
-        shape
-            .x
-            .dims
-            .iter()
-            .map(|d| {
-                let (lo, hi) = d.range(extents);
-                usize::try_from(hi - lo + 1).unwrap_or(1)
-            })
-            .collect()
-    };
-    bytes(&dims) > machine.l2 && weights <= machine.l2 / 2
+    if !pad {
+        // A strided input read in place.
+        return true;
+    }
+    bytes(&shape.scratch_dims(extents)) > machine.l2 && weights <= machine.l2 / 2
 }
 
 /// Pixels of a channel-vector tile from which the default ([`heuristic`]) walks pixel tiles
@@ -1175,11 +1168,11 @@ mod tests {
         assert!(!outer_on(&conv(1, 1), &[1, 64, 56, 56, 64, 3, 3], one_core));
     }
 
-    /// A 1×1 stride-2 convolution reads every other coordinate of `x`'s plane: its input
-    /// is copied compactly where enough channel tiles read the copy (R10 of the bench),
-    /// read in place where few do (R4, R7).
+    /// A strided, unpadded input (a 1×1 stride-2 convolution) is read in place with pixel
+    /// tiles outermost, however many channel tiles read it (R4, R7, R10 of the bench, and
+    /// 1024 → 2048 channels over 14×14).
     #[test]
-    fn strided_inputs_are_copied_compactly_for_many_channel_tiles() {
+    fn strided_inputs_are_read_in_place_with_pixel_tiles_outermost() {
         let k = parse_text(
             "conv",
             "y[[n, f, p, q]] += x[[n, c, 2 * p + r, 2 * q + s]] * w[[f, c, r, s]]",
@@ -1187,13 +1180,21 @@ mod tests {
         )
         .unwrap();
         let shape = ConvShape::of(&k).unwrap();
-        let m = AVX512_TWO_CORES;
         let (r4, r10) = ([1, 128, 28, 28, 256, 1, 1], [1, 512, 7, 7, 1024, 1, 1]);
-        let r7 = [1, 256, 14, 14, 512, 1, 1];
+        let (r7, wide) = ([1, 256, 14, 14, 512, 1, 1], [1, 2048, 7, 7, 1024, 1, 1]);
         assert_eq!(shape.read_steps(&r10), vec![1, 1, 2, 2]);
-        assert!(!heuristic(&k, &r4, m).unwrap().conv.unwrap().pad);
-        assert!(!heuristic(&k, &r7, m).unwrap().conv.unwrap().pad);
-        assert!(heuristic(&k, &r10, m).unwrap().conv.unwrap().pad);
+        for m in [
+            AVX512_TWO_CORES,
+            Machine {
+                threads: 1,
+                ..AVX512_TWO_CORES
+            },
+        ] {
+            for e in [r4, r7, r10, wide] {
+                let tile = heuristic(&k, &e, m).unwrap().conv.unwrap();
+                assert!(!tile.pad && tile.pixels_outer, "{e:?} on {m:?}: {tile:?}");
+            }
+        }
         // A 3×3 window moves along the same axes: nothing to drop.
         assert_eq!(shape.read_steps(&[1, 128, 28, 28, 256, 3, 3]), vec![1; 4]);
     }
