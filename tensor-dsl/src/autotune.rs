@@ -440,7 +440,7 @@ fn strategy_of(
 /// measured best there, else the default) is measured first, then the model's own pick
 /// ([`transfer::model_pick`]) and `default`
 /// (tuning never ends worse than not tuning), then the strategy of `opts` runs; where the
-/// trial budget has room left, the winner and `default` are then measured back to back
+/// trial budget has room left, the winner and `default` are then measured side by side
 /// [`CONFIRM_ROUNDS`] times each ([`tuner::confirm`]) and the best is chosen again. With
 /// `opts.trials == 0` nothing is measured and the pick is the answer. With a time budget
 /// the run may stop early (`tuner::Budget::early_stop`): the user asked for "this many
@@ -516,7 +516,7 @@ pub fn search(
         opts.seed,
         on_trial,
     );
-    // The winner against the default, measured back to back, with what is left of the
+    // The winner against the default, measured side by side, with what is left of the
     // budgets: the trial budget is never exceeded, and with a time budget a round takes
     // at most two of the search's average trials (remeasurements compile nothing, so
     // they take less).

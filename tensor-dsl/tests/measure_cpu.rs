@@ -295,3 +295,54 @@ fn remeasurements_after_vary_run_on_moved_buffers() {
     assert_eq!(m.timings().built, 2);
     assert_eq!(m.timings().moves, 3);
 }
+
+/// Two points remeasured side by side (what the search's last step does with the winner and
+/// the default): both checked and timed, each for `PAIR_SECONDS` of calls, in the runner
+/// that already has them loaded, after a move of the buffers too.
+#[test]
+fn a_pair_is_remeasured_side_by_side_without_compiling_again() {
+    let (mut m, batch) = measured_task(2, 9);
+    m.vary();
+    let [a, b] = m.remeasure_pair(&batch[0], &batch[1]);
+    for o in [&a, &b] {
+        match o {
+            Outcome::Valid { samples } => {
+                let total: f64 = samples.iter().sum();
+                assert!(samples.len() >= 4, "{o:?}");
+                assert!(
+                    total >= 0.9 * tensor_dsl::measure::cpu::PAIR_SECONDS,
+                    "{total}"
+                );
+            }
+            Outcome::Invalid { .. } => panic!("{o:?}"),
+        }
+    }
+    assert_eq!(m.timings().built, 2);
+    assert_eq!(m.timings().moves, 1);
+}
+
+/// In a pair, a wrong result invalidates only its own point; a point whose object was
+/// deleted is built again first.
+#[test]
+fn a_pair_checks_both_outputs() {
+    let (k, shapes, template, batch) = task(2, 11);
+    let bad = batch[1].clone();
+    let mut m = CpuMeasurer::new(&k, &shapes, template)
+        .unwrap()
+        .with_source_hook(Box::new(move |config, src| {
+            if *config == bad {
+                src.replacen(
+                    ENTRY,
+                    &format!("{ENTRY}\n    ((float *)out)[0] = 12345.0f; return;"),
+                    1,
+                )
+            } else {
+                src
+            }
+        }));
+    m.min_seconds = 0.005;
+    let [a, b] = m.remeasure_pair(&batch[0], &batch[1]);
+    assert!(a.is_valid(), "{a:?}");
+    assert!(!b.is_valid(), "{b:?}");
+    assert_eq!(m.timings().built, 2);
+}

@@ -55,6 +55,13 @@ pub trait Measurer {
             })
     }
 
+    /// Measures two configs again side by side, their calls alternating, so that whatever
+    /// else the machine does meanwhile hits both alike ([`crate::confirm`] compares the
+    /// winner with the default so). Defaults to [`Measurer::remeasure`] of each in turn.
+    fn remeasure_pair(&mut self, a: &Config, b: &Config) -> [Outcome; 2] {
+        [self.remeasure(a), self.remeasure(b)]
+    }
+
     /// Measures from here on with the data in other memory, where the measurer can (a CPU
     /// measurer's buffers on fresh pages): what makes a comparison hold for more than one
     /// placement ([`crate::confirm`] varies it each round). Defaults to nothing.

@@ -354,9 +354,11 @@ pub fn tune(
     }
 }
 
-/// Measures `baseline` and the best point of `result` alternately, `rounds` times each
-/// (remeasurements: trials, added to `result` and shown to `on_trial`), then chooses the
-/// best point again by the upper median of every measurement of each config.
+/// Measures `baseline` and the best point of `result` side by side
+/// ([`Measurer::remeasure_pair`]: a CPU measurer alternates their calls every few
+/// milliseconds), `rounds` times (remeasurements: trials, added to `result` and shown to
+/// `on_trial`), then chooses the best point again by the upper median of every measurement
+/// of each config.
 ///
 /// Why: a search compares points measured at different moments, the baseline (the
 /// default, measured first) in a runner that had just started. On the bench's CPU suites
@@ -388,10 +390,11 @@ pub fn confirm(
     for _ in 0..rounds {
         // Each round with the data elsewhere: a winner by placement alone does not last.
         measurer.vary();
-        for c in [baseline, &best] {
+        let outcomes = measurer.remeasure_pair(baseline, &best);
+        for (c, outcome) in [baseline, &best].into_iter().zip(outcomes) {
             let trial = Trial {
                 config: c.clone(),
-                outcome: measurer.remeasure(c),
+                outcome,
             };
             on_trial(&trial);
             result.trials.push(trial);
