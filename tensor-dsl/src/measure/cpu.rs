@@ -156,7 +156,7 @@ static double checked(entry_t kernel, const void *const *a, unsigned char *out, 
    Or a pair, side by side:
      pair object_a symbol_a output_a object_b symbol_b output_b seconds constant place
    both loaded and checked as above, then timed alternately in turns of about 5 ms each
-   (b first in odd turns) until each has run `seconds` and at least 4 turns: stdout
+   (b first in odd turns) until each has run `seconds` and at least 2 turns: stdout
    "moved" as above, then "a S" or "b S" per timed run, then "done"; or "error MESSAGE". */
 int main(int argc, char **argv) {
     if (argc < 2) return 90;
@@ -232,7 +232,7 @@ int main(int argc, char **argv) {
             }
             entry_t ks[2] = {ka, kb};
             const void *const *as[2] = {args, args_b};
-            for (long turn = 0; turn < 4 || total[0] < seconds || total[1] < seconds; ++turn) {
+            for (long turn = 0; turn < 2 || total[0] < seconds || total[1] < seconds; ++turn) {
                 for (int j = 0; j < 2; ++j) {
                     int k = turn % 2 ? 1 - j : j;
                     for (long c = 0; c < per_turn[k]; ++c) {
