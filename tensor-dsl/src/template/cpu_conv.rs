@@ -497,8 +497,22 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             // threads, 1×1 convolutions, 32×14 against the 32×10 tile above: 516 against
             // 489 GFLOPS (R4 of the bench, rows of 28), 525 against 501 (R9, rows of 14);
             // rows of 7 (R10, R12) keep 32×10, which covers their 7×7 planes better.
+            //
+            // Where no such part divides the row, a short reduction (with 32 registers)
+            // takes the widest tile that fits and covers the pixels at >= 95%: its tiles'
+            // fixed costs (loading and storing the accumulators) weigh on few
+            // multiply-adds. Two Zen 4 cores, unpadded 3×3 stride-2 convolutions over 3
+            // channels (27 points) with rows of 149, 111 and 75 pixels, 32×14 against
+            // 32×10: 165 → 175 GFLOPS (a 299×299 stem, N = 2), 143 → 153, 109 → 120; over
+            // 75 points (5×5), 198 → 202 (`bench/results/2026-11-27-zen4-cpu-one-zmm/`).
             if let Some(m) = row_part(row, pixels, |m| fits(vector, m), 2..row + 1) {
                 pixels = m;
+            } else if shape.points(extents) < SHORT_REDUCTION && machine.registers >= 32 {
+                if let Some(m) = (pixels..=14).rev().find(|&m| {
+                    fits(vector, m) && fill(m) >= 0.95 && PIXEL_CHOICES.contains(&(m as i64))
+                }) {
+                    pixels = m;
+                }
             }
         }
     }
@@ -1166,6 +1180,25 @@ mod tests {
         assert!(!outer(&conv(1, 1), &[1, 512, 7, 7, 512, 3, 3]));
         let one_core = Machine { threads: 1, ..m };
         assert!(!outer_on(&conv(1, 1), &[1, 64, 56, 56, 64, 3, 3], one_core));
+    }
+
+    /// A short reduction whose output rows no tile divides takes 14-pixel tiles (the
+    /// register file less four, over two registers of channels); a long one keeps 10.
+    #[test]
+    fn short_reductions_take_the_widest_pixel_tile_that_fits() {
+        let k = parse_text(
+            "conv",
+            "y[[n, f, p, q]] += x[[n, c, 2 * p + r, 2 * q + s]] * w[[f, c, r, s]]",
+            None,
+        )
+        .unwrap();
+        // n, f, p, q, c, r, s: 3 → 32 channels over 299×299 (149×149 out), N = 2.
+        let stem = [2, 32, 149, 149, 3, 3, 3];
+        let cfg = heuristic(&k, &stem, AVX512_TWO_CORES).unwrap();
+        assert_eq!((cfg.vector, cfg.conv.unwrap().pixels), (32, 14));
+        let deep = [2, 32, 149, 149, 64, 3, 3];
+        let cfg = heuristic(&k, &deep, AVX512_TWO_CORES).unwrap();
+        assert_eq!((cfg.vector, cfg.conv.unwrap().pixels), (32, 10));
     }
 
     /// A strided, unpadded input (a 1×1 stride-2 convolution) is read in place with pixel
