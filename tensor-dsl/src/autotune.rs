@@ -396,8 +396,8 @@ fn pick_record(
     Some(r)
 }
 
-/// Back-to-back remeasurements of the default and the winner after a search
-/// ([`tuner::confirm`]), each, where the trial budget has room for them.
+/// Rounds of side-by-side remeasurements of the default and the point that leads after a
+/// search ([`tuner::confirm`]), where the trial budget has room for them.
 pub const CONFIRM_ROUNDS: usize = 3;
 
 /// The `strategy` of a zero-trial pick's record.
@@ -440,8 +440,9 @@ fn strategy_of(
 /// measured best there, else the default) is measured first, then the model's own pick
 /// ([`transfer::model_pick`]) and `default`
 /// (tuning never ends worse than not tuning), then the strategy of `opts` runs; where the
-/// trial budget has room left, the winner and `default` are then measured side by side
-/// [`CONFIRM_ROUNDS`] times each ([`tuner::confirm`]) and the best is chosen again. With
+/// trial budget has room left, the point that leads and `default` are then measured side
+/// by side, up to [`CONFIRM_ROUNDS`] rounds ([`tuner::confirm`]), and the best is chosen
+/// again after each. With
 /// `opts.trials == 0` nothing is measured and the pick is the answer. With a time budget
 /// the run may stop early (`tuner::Budget::early_stop`): the user asked for "this many
 /// seconds at most", and a settled search that the model agrees with has nothing left to

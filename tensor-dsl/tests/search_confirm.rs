@@ -73,3 +73,69 @@ fn the_confirmation_keeps_the_time_budget() {
     );
     assert!((12..12 + 2 * CONFIRM_ROUNDS).contains(&r.trials.len()));
 }
+
+/// Points 12 and 11 measure fast the first time and slow ever after (a lucky moment);
+/// point `x` otherwise takes 1 ms / x.
+struct Lucky {
+    space: SearchSpace,
+    knob: usize,
+    seen: std::collections::HashMap<i64, usize>,
+}
+
+impl tuner::Measurer for Lucky {
+    fn measure(&mut self, batch: &[Config]) -> Vec<tuner::Outcome> {
+        batch
+            .iter()
+            .map(|c| {
+                let x = self.space.discrete_value(c, self.knob).unwrap();
+                let n = self.seen.entry(x).or_default();
+                *n += 1;
+                let s = match (x, *n) {
+                    (12, 1) => 0.5e-4,
+                    (11, 1) => 0.6e-4,
+                    (11 | 12, _) => 2e-3,
+                    _ => 1e-3 / x as f64,
+                };
+                tuner::Outcome::Valid { samples: vec![s] }
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn each_round_of_the_confirmation_takes_the_point_that_then_leads() {
+    let mut b = SearchSpace::builder();
+    let knob = b.discrete("x", &(1..=12).collect::<Vec<i64>>());
+    let space = b.build().unwrap();
+    let mut m = Lucky {
+        space: space.clone(),
+        knob,
+        seen: Default::default(),
+    };
+    let features = |c: &Config| space.to_features(c).unwrap_or_default();
+    let default = space.enumerate(12).unwrap().remove(0);
+    let opts = TuneOptions {
+        strategy: "random".into(),
+        trials: 30,
+        batch: 4,
+        seed: 1,
+        ..TuneOptions::default()
+    };
+    let r = search(
+        &space,
+        Some(default.clone()),
+        &Prior::default(),
+        &opts,
+        &features,
+        &mut m,
+        &mut |_| {},
+    )
+    .unwrap()
+    .result;
+    let x = |c: &Config| space.discrete_value(c, knob).unwrap();
+    // The lucky 12 is compared first, then the lucky 11, then the honest 10, which stays.
+    let compared: Vec<i64> = r.trials[12..].chunks(2).map(|p| x(&p[1].config)).collect();
+    assert_eq!(compared, [12, 11, 10]);
+    assert!(r.trials[12..].chunks(2).all(|p| p[0].config == default));
+    assert_eq!(x(&r.best.unwrap().0), 10);
+}

@@ -356,9 +356,14 @@ pub fn tune(
 
 /// Measures `baseline` and the best point of `result` side by side
 /// ([`Measurer::remeasure_pair`]: a CPU measurer alternates their calls every few
-/// milliseconds), `rounds` times (remeasurements: trials, added to `result` and shown to
-/// `on_trial`), then chooses the best point again by the upper median of every measurement
-/// of each config.
+/// milliseconds), up to `rounds` times (remeasurements: trials, added to `result` and
+/// shown to `on_trial`), choosing the best point again by the upper median of every
+/// measurement of each config after each round. Each round takes the best point as it then
+/// stands: where a round shows the winner slower than the baseline, the next round
+/// measures the point that now leads (until then measured alone) against the baseline;
+/// rounds stop once the baseline leads. (Measuring only the first winner, a live check on
+/// a convolution kept the runner-up it then fell back to, measured once, 12% slower than
+/// the baseline side by side: `bench/results/2026-11-27-zen4-cpu-tuner-live/`.)
 ///
 /// Why: a search compares points measured at different moments, the baseline (the
 /// default, measured first) in a runner that had just started. On the bench's CPU suites
@@ -388,6 +393,9 @@ pub fn confirm(
         return;
     }
     for _ in 0..rounds {
+        let Some((best, _)) = result.best.clone().filter(|(c, _)| c != baseline) else {
+            break;
+        };
         // Each round with the data elsewhere: a winner by placement alone does not last.
         measurer.vary();
         let outcomes = measurer.remeasure_pair(baseline, &best);
