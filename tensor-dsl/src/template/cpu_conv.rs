@@ -503,8 +503,9 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             // fixed costs (loading and storing the accumulators) weigh on few
             // multiply-adds. Two Zen 4 cores, unpadded 3×3 stride-2 convolutions over 3
             // channels (27 points) with rows of 149, 111 and 75 pixels, 32×14 against
-            // 32×10: 165 → 175 GFLOPS (a 299×299 stem, N = 2), 143 → 153, 109 → 120; over
-            // 75 points (5×5), 198 → 202 (`bench/results/2026-11-27-zen4-cpu-one-zmm/`).
+            // 32×10: 165 → 175 GFLOPS (a 299×299 stem, N = 2), 143 → 153, 109 → 120; a
+            // 5×5 one (75 points, not short) only 198 → 202
+            // (`bench/results/2026-11-27-zen4-cpu-one-zmm/`).
             if let Some(m) = row_part(row, pixels, |m| fits(vector, m), 2..row + 1) {
                 pixels = m;
             } else if shape.points(extents) < SHORT_REDUCTION && machine.registers >= 32 {
