@@ -690,7 +690,8 @@ fn pixel_vector_default(
 /// against 216–247; on two Zen 4 cores, seven 1×1 stride-2 ones with 0.5 to 8 MB of
 /// weights over 0.7 to 3.2 MB of input were level to 5% faster with pixel tiles outermost
 /// (R10 of the bench 224 against 216, 1024 → 2048 channels over 14×14 220 against 211;
-/// `bench/results/2026-11-27-zen4-cpu-one-zmm/`).
+/// `bench/results/2026-11-27-zen4-cpu-one-zmm/`; an hour later R10 measured 2–6% the
+/// other way: for it the choice is within that VM's noise).
 ///
 /// Elsewhere: where the input the tiles read does not fit in L2 and the weights fit in
 /// half of it, so that re-reading the weights per pixel tile costs less than re-reading
