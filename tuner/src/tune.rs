@@ -359,9 +359,9 @@ pub fn tune(
 /// milliseconds), up to `rounds` times (remeasurements: trials, added to `result` and
 /// shown to `on_trial`), choosing the best point again by the upper median of every
 /// measurement of each config after each round. Each round takes the best point as it then
-/// stands: where a round shows the winner slower than the baseline, the next round
-/// measures the point that now leads (until then measured alone) against the baseline;
-/// rounds stop once the baseline leads. (Measuring only the first winner, a live check on
+/// stands: where a round shows the winner slower than the baseline and another point now
+/// leads (until then measured alone), the next round measures that one against the
+/// baseline; where the baseline leads, the latest challenger again. (Measuring only the first winner, a live check on
 /// a convolution kept the runner-up it then fell back to, measured once, 12% slower than
 /// the baseline side by side: `bench/results/2026-11-27-zen4-cpu-tuner-live/`.)
 ///
@@ -392,14 +392,16 @@ pub fn confirm(
     if best == *baseline || !measured(baseline) {
         return;
     }
+    let mut challenger = best;
     for _ in 0..rounds {
-        let Some((best, _)) = result.best.clone().filter(|(c, _)| c != baseline) else {
-            break;
-        };
+        // The point that now leads, or, where the baseline leads, the latest challenger.
+        if let Some((leader, _)) = result.best.as_ref().filter(|(c, _)| c != baseline) {
+            challenger = leader.clone();
+        }
         // Each round with the data elsewhere: a winner by placement alone does not last.
         measurer.vary();
-        let outcomes = measurer.remeasure_pair(baseline, &best);
-        for (c, outcome) in [baseline, &best].into_iter().zip(outcomes) {
+        let outcomes = measurer.remeasure_pair(baseline, &challenger);
+        for (c, outcome) in [baseline, &challenger].into_iter().zip(outcomes) {
             let trial = Trial {
                 config: c.clone(),
                 outcome,
