@@ -1,5 +1,5 @@
 //! The search's last step (`tuner::confirm` in `autotune::search`): the winner and the
-//! default measured back to back, within the trial budget and the time budget.
+//! default measured side by side, within the trial budget and the time budget.
 #![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
@@ -7,11 +7,16 @@ use tensor_dsl::autotune::{search, TuneOptions, CONFIRM_ROUNDS};
 use tensor_dsl::transfer::Prior;
 use tuner::{Config, SearchSpace, SyntheticMeasurer};
 
-/// One knob of 12 values, fastest at the last; each measurement sleeps `ms`.
-fn setup(ms: u64) -> (SearchSpace, SyntheticMeasurer) {
+/// One knob `x` of 12 values: the space and the knob.
+fn twelve() -> (SearchSpace, usize) {
     let mut b = SearchSpace::builder();
     let k = b.discrete("x", &(1..=12).collect::<Vec<i64>>());
-    let space = b.build().unwrap();
+    (b.build().unwrap(), k)
+}
+
+/// [`twelve`], fastest at the last; each measurement sleeps `ms`.
+fn setup(ms: u64) -> (SearchSpace, SyntheticMeasurer) {
+    let (space, k) = twelve();
     let s2 = space.clone();
     let m = SyntheticMeasurer::new(move |c: &Config| {
         std::thread::sleep(Duration::from_millis(ms));
@@ -20,10 +25,14 @@ fn setup(ms: u64) -> (SearchSpace, SyntheticMeasurer) {
     (space, m)
 }
 
-/// A random search of `trials` (and `seconds`) over the space of [`setup`] from its
-/// first point, with measurements of `ms` each: the result and its default.
-fn random_search(trials: usize, seconds: Option<f64>, ms: u64) -> (tuner::TuneResult, Config) {
-    let (space, mut m) = setup(ms);
+/// A random search of `trials` (and `seconds`) over `space` from its first point, measured
+/// by `m`: the result and its default.
+fn random_search_on(
+    space: &SearchSpace,
+    m: &mut dyn tuner::Measurer,
+    trials: usize,
+    seconds: Option<f64>,
+) -> (tuner::TuneResult, Config) {
     let features = |c: &Config| space.to_features(c).unwrap_or_default();
     let default = space.enumerate(12).unwrap().remove(0);
     let opts = TuneOptions {
@@ -35,16 +44,23 @@ fn random_search(trials: usize, seconds: Option<f64>, ms: u64) -> (tuner::TuneRe
         ..TuneOptions::default()
     };
     let r = search(
-        &space,
+        space,
         Some(default.clone()),
         &Prior::default(),
         &opts,
         &features,
-        &mut m,
+        m,
         &mut |_| {},
     )
     .unwrap();
     (r.result, default)
+}
+
+/// A random search of `trials` (and `seconds`) over the space of [`setup`] from its
+/// first point, with measurements of `ms` each: the result and its default.
+fn random_search(trials: usize, seconds: Option<f64>, ms: u64) -> (tuner::TuneResult, Config) {
+    let (space, mut m) = setup(ms);
+    random_search_on(&space, &mut m, trials, seconds)
 }
 
 #[test]
@@ -104,34 +120,13 @@ impl tuner::Measurer for Lucky {
 
 #[test]
 fn each_round_of_the_confirmation_takes_the_point_that_then_leads() {
-    let mut b = SearchSpace::builder();
-    let knob = b.discrete("x", &(1..=12).collect::<Vec<i64>>());
-    let space = b.build().unwrap();
+    let (space, knob) = twelve();
     let mut m = Lucky {
         space: space.clone(),
         knob,
         seen: Default::default(),
     };
-    let features = |c: &Config| space.to_features(c).unwrap_or_default();
-    let default = space.enumerate(12).unwrap().remove(0);
-    let opts = TuneOptions {
-        strategy: "random".into(),
-        trials: 30,
-        batch: 4,
-        seed: 1,
-        ..TuneOptions::default()
-    };
-    let r = search(
-        &space,
-        Some(default.clone()),
-        &Prior::default(),
-        &opts,
-        &features,
-        &mut m,
-        &mut |_| {},
-    )
-    .unwrap()
-    .result;
+    let (r, default) = random_search_on(&space, &mut m, 30, None);
     let x = |c: &Config| space.discrete_value(c, knob).unwrap();
     // The lucky 12 is compared first, then the lucky 11, then the honest 10, which stays.
     let compared: Vec<i64> = r.trials[12..].chunks(2).map(|p| x(&p[1].config)).collect();
