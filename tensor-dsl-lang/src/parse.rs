@@ -777,7 +777,7 @@ impl<'a> Parser<'a> {
             Stage::MainAssign => {
                 self.errors.push(
                     id,
-                    format!("index `{n}` is not on the left of `=`; use `+=` to sum over it"),
+                    format!("index `{n}` is not on the left of `=`; use `+=` to sum over it, or reduce over it with a one-argument `max(..)`, `min(..)`, `sum(..)`, `prod(..)` or `mean(..)` as the whole right side (`max(a, b)` of two arguments is elementwise)"),
                 );
                 None
             }

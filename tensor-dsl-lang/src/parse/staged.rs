@@ -12,6 +12,11 @@
 //! A reduction `t[[..]] = f(expr)` reduces over the indices of `expr` that are not on its
 //! left; an elementwise statement may use only the indices on its left. An intermediate is
 //! read with the indices it was defined with.
+//!
+//! An elementwise intermediate that does not keep the indices the reductions keep (softmax
+//! written with `e[[i, j]] = exp(x[[i, j]] - m[[i]]);`) is written into the statements that
+//! read it ([`inline_elementwise`]): its value is computed where it is read, which is what it
+//! means, and the kernel keeps the row form every backend runs.
 
 use super::{split_access, strip_group, Parser, Stage};
 use crate::ir::{
@@ -346,12 +351,13 @@ pub(super) fn parse(
         }
     }
     p.errors.finish()?;
-    let Some((reducer, over, body)) = out_body else {
+    let Some((reducer, over, mut body)) = out_body else {
         return Err(syn::Error::new(
             body_span,
             "the output's statement is invalid",
         ));
     };
+    let stages = inline_elementwise(stages, &mut body, &mut epilogue);
     let rank = |i: usize| p.ranks[i].unwrap_or(0);
     Ok(Kernel {
         name: name.to_string(),
@@ -382,6 +388,58 @@ pub(super) fn parse(
             ranges: ranges.into_iter().map(|(v, n, _, _)| (v, n)).collect(),
         })),
     })
+}
+
+/// Writes each elementwise intermediate whose indices differ from those the reductions keep
+/// (all of them where no intermediate reduces) into the statements after it that read it,
+/// and drops it; the others keep their place, renumbered. An intermediate is always read
+/// with the indices it was defined with, so its body is the value at the reader's point.
+fn inline_elementwise(
+    stages: Vec<IrStage>,
+    body: &mut Expr,
+    epilogue: &mut [Expr],
+) -> Vec<IrStage> {
+    let sorted = |d: &[usize]| {
+        let mut d = d.to_vec();
+        d.sort_unstable();
+        d
+    };
+    let rows = stages
+        .iter()
+        .find(|s| s.reducer.is_some())
+        .map(|s| sorted(&s.dims));
+    // What each old intermediate becomes: its body, or a kept intermediate's new number.
+    let mut now: Vec<Expr> = Vec::with_capacity(stages.len());
+    let mut kept = Vec::new();
+    for mut st in stages {
+        st.body = substitute(&st.body, &now);
+        if st.reducer.is_none() && rows.as_ref() != Some(&sorted(&st.dims)) {
+            now.push(st.body);
+        } else {
+            now.push(Expr::Temp(kept.len()));
+            kept.push(st);
+        }
+    }
+    *body = substitute(body, &now);
+    for e in epilogue.iter_mut() {
+        *e = substitute(e, &now);
+    }
+    kept
+}
+
+/// `e` with every `Temp(t)` replaced by `by[t]`.
+fn substitute(e: &Expr, by: &[Expr]) -> Expr {
+    match e {
+        Expr::Temp(t) => by.get(*t).cloned().unwrap_or(Expr::Temp(*t)),
+        Expr::Lit(_) | Expr::Access(_) | Expr::Output => e.clone(),
+        Expr::Neg(a) => Expr::Neg(Box::new(substitute(a, by))),
+        Expr::Bin(op, a, b) => Expr::Bin(
+            *op,
+            Box::new(substitute(a, by)),
+            Box::new(substitute(b, by)),
+        ),
+        Expr::Call(f, args) => Expr::Call(*f, args.iter().map(|a| substitute(a, by)).collect()),
+    }
 }
 
 impl Parser<'_> {
@@ -592,6 +650,47 @@ mod tests {
         assert_eq!(renamed.fingerprint(), k.fingerprint());
         let min = parse_text("s", &SOFTMAX.replace("max", "min"), None).unwrap();
         assert_ne!(min.fingerprint(), k.fingerprint());
+    }
+
+    /// An elementwise intermediate over other indices than the reductions keep is written
+    /// into its readers: softmax with `e[[i, j]] = exp(..)` is the documented softmax.
+    #[test]
+    fn elementwise_intermediates_over_other_indices_are_written_into_their_readers() {
+        let k = parse_text("softmax", SOFTMAX, None).unwrap();
+        let with_e = parse_text(
+            "softmax",
+            "m[[i]] = max(x[[i, j]]); e[[i, j]] = exp(x[[i, j]] - m[[i]]); \
+             s[[i]] = sum(e[[i, j]]); y[[i, j]] = e[[i, j]] / s[[i]];",
+            None,
+        )
+        .unwrap();
+        assert_eq!(with_e.to_string(), k.to_string());
+        assert_eq!(with_e.fingerprint(), k.fingerprint());
+        // With no reduction among the intermediates, every elementwise one is written in.
+        let sq = parse_text(
+            "k",
+            "q[[i, j]] = x[[i, j]] * x[[i, j]]; y[[i]] = sum(q[[i, j]]);",
+            None,
+        )
+        .unwrap();
+        assert!(sq.staged.as_deref().unwrap().stages.is_empty());
+        assert_eq!(sq.to_string(), "y[[i]] = sum((x[[i, j]] * x[[i, j]]));");
+        // One that keeps the rows' indices stays (layer norm's `inv`), renumbered after an
+        // inlined one.
+        let ln = parse_text(
+            "k",
+            "d[[i, j]] = x[[i, j]] * 2.0; mu[[i]] = mean(d[[i, j]]); inv[[i]] = 1.0 / mu[[i]]; \
+             y[[i, j]] = d[[i, j]] * inv[[i]];",
+            None,
+        )
+        .unwrap();
+        let st = ln.staged.as_deref().unwrap();
+        let names: Vec<_> = st.stages.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["mu", "inv"]);
+        assert_eq!(
+            ln.to_string(),
+            "mu[[i]] = mean((x[[i, j]] * 2.0)); inv[[i]] = (1.0 / mu[[i]]); y[[i, j]] = ((x[[i, j]] * 2.0) * inv[[i]]);"
+        );
     }
 
     #[test]
