@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""PyTorch on the GPU for the bench's `stages` suite (softmax, layer norm, max pooling): what a
-user would call instead of our kernels there. Times each workload of bench/workloads.json's
+"""PyTorch on the GPU for the bench's `stages` suite (softmax, layer norm, RMS norm, row minimum,
+max pooling): what a user would call instead of our kernels there. Times each workload of bench/workloads.json's
 `stages` the way the bench times ours (a CUDA graph of N calls replayed between two events,
 rounds of about --round-seconds, the median of --rounds rounds) and writes one JSON object:
 
     python3 bench/gpu/torch_stages.py --out torch-stages.json
 
 bench/gpu/run.sh runs it after `--suite stages`, in the same device call. fp32 throughout;
-layer norm with scale and bias and epsilon 1e-5, as the bench's kernel.
+layer norm with scale and bias and RMS norm with a scale, epsilon 1e-5, as the bench's kernels.
 """
 import argparse
 import json
@@ -36,6 +36,13 @@ def op_for(w, torch):
         return "F.layer_norm(x, (cols,), gamma, beta, 1e-5)", lambda: F.layer_norm(
             x, (cols,), gamma, beta, 1e-5
         )
+    if w["op"] == "rms_norm":
+        cols = w["cols"]
+        x, gamma = rand(w["rows"], cols), rand(cols)
+        return "F.rms_norm(x, (cols,), gamma, 1e-5)", lambda: F.rms_norm(x, (cols,), gamma, 1e-5)
+    if w["op"] == "row_min":
+        x = rand(w["rows"], w["cols"])
+        return "torch.amin(x, dim=-1)", lambda: torch.amin(x, dim=-1)
     if w["op"] == "max_pool":
         x = rand(w["N"], w["C"], w["H"], w["W"])
         k, s, p = w["K"], w["stride"], w.get("pad", 0)

@@ -1,9 +1,11 @@
-//! The `stages` suite: kernels of several stages (softmax, layer norm, max pooling) in the
-//! language, a naive single-threaded Rust baseline, and ONNX Runtime on the CPU as the
-//! library a user would pick instead.
+//! The `stages` suite: kernels of several stages (softmax, layer norm, RMS norm, max
+//! pooling) and a row minimum in the language, a naive single-threaded Rust baseline, and
+//! ONNX Runtime on the CPU as the library a user would pick instead.
 //!
 //! ONNX Runtime ([`crate::ort`]) runs the graphs `Softmax` (axis −1),
-//! `LayerNormalization` and `MaxPool`.
+//! `LayerNormalization`, `SimplifiedLayerNormalization` (its fused RMS norm, which its
+//! optimizer also makes of the ONNX `RMSNormalization` pattern), `MaxPool` and `ReduceMin`
+//! (axis −1).
 
 use serde_json::{json, Map, Value};
 
@@ -20,6 +22,10 @@ pub enum Stage {
     Softmax { rows: usize, cols: usize },
     /// Layer norm over the last axis of a `rows × cols` matrix, with scale and bias.
     LayerNorm { rows: usize, cols: usize },
+    /// RMS norm over the last axis of a `rows × cols` matrix, with a scale.
+    RmsNorm { rows: usize, cols: usize },
+    /// The minimum of each row of a `rows × cols` matrix.
+    RowMin { rows: usize, cols: usize },
     /// Max pooling of an NCHW image with a square window, stride and padding.
     MaxPool {
         n: usize,
@@ -33,7 +39,8 @@ pub enum Stage {
 }
 
 impl Stage {
-    /// Reads a workload entry with `"op"`: `softmax` and `layer_norm` take `rows`, `cols`;
+    /// Reads a workload entry with `"op"`: `softmax`, `layer_norm`, `rms_norm` and `row_min`
+    /// take `rows`, `cols`;
     /// `max_pool` takes `N, C, H, W, K, stride` and optional `pad`.
     pub fn parse(
         obj: &Map<String, Value>,
@@ -45,6 +52,14 @@ impl Stage {
                 cols: f("cols")?,
             }),
             Some("layer_norm") => Ok(Stage::LayerNorm {
+                rows: f("rows")?,
+                cols: f("cols")?,
+            }),
+            Some("rms_norm") => Ok(Stage::RmsNorm {
+                rows: f("rows")?,
+                cols: f("cols")?,
+            }),
+            Some("row_min") => Ok(Stage::RowMin {
                 rows: f("rows")?,
                 cols: f("cols")?,
             }),
@@ -67,7 +82,7 @@ impl Stage {
                 Ok(p)
             }
             other => Err(format!(
-                "unknown op {other:?}: expected softmax, layer_norm or max_pool"
+                "unknown op {other:?}: expected softmax, layer_norm, rms_norm, row_min or max_pool"
             )),
         }
     }
@@ -115,6 +130,24 @@ impl Stage {
                     ("y".into(), vec![rows, cols], true),
                 ],
             ),
+            Stage::RmsNorm { rows, cols } => (
+                format!(
+                    "ms[[i]] = mean(x[[i, j]] * x[[i, j]]); \
+                     y[[i, j]] = x[[i, j]] * rsqrt(ms[[i]] + {EPSILON:e}) * gamma[[j]]"
+                ),
+                vec![
+                    ("x".into(), vec![rows, cols], false),
+                    ("gamma".into(), vec![cols], false),
+                    ("y".into(), vec![rows, cols], true),
+                ],
+            ),
+            Stage::RowMin { rows, cols } => (
+                "y[[i]] = min(x[[i, j]])".into(),
+                vec![
+                    ("x".into(), vec![rows, cols], false),
+                    ("y".into(), vec![rows], true),
+                ],
+            ),
             Stage::MaxPool {
                 n,
                 c,
@@ -157,6 +190,8 @@ impl Stage {
         match *self {
             Stage::Softmax { .. } => json!({"op": "softmax"}),
             Stage::LayerNorm { .. } => json!({"op": "layer_norm", "epsilon": EPSILON}),
+            Stage::RmsNorm { .. } => json!({"op": "rms_norm", "epsilon": EPSILON}),
+            Stage::RowMin { .. } => json!({"op": "row_min"}),
             Stage::MaxPool { k, stride, pad, .. } => {
                 json!({"op": "max_pool", "kernel": k, "stride": stride, "pad": pad})
             }
@@ -189,6 +224,22 @@ pub fn naive(stage: &Stage, inputs: &[&[f32]], out: &mut [f32]) -> Result<(), St
                 for (j, (y, &v)) in yr.iter_mut().zip(xr).enumerate() {
                     *y = (v - mu) * inv * gamma[j] + beta[j];
                 }
+            }
+            Ok(())
+        }
+        (Stage::RmsNorm { rows, cols }, [x, gamma, ..]) => {
+            for (xr, yr) in x.chunks(cols).zip(out.chunks_mut(cols)).take(rows) {
+                let ms = xr.iter().map(|&v| v * v).sum::<f32>() / cols as f32;
+                let inv = 1.0 / (ms + EPSILON as f32).sqrt();
+                for (j, (y, &v)) in yr.iter_mut().zip(xr).enumerate() {
+                    *y = v * inv * gamma[j];
+                }
+            }
+            Ok(())
+        }
+        (Stage::RowMin { rows, cols }, [x, ..]) => {
+            for (xr, y) in x.chunks(cols).zip(out.iter_mut()).take(rows) {
+                *y = xr.iter().copied().fold(f32::INFINITY, f32::min);
             }
             Ok(())
         }
@@ -233,6 +284,8 @@ pub fn ort_name(stage: &Stage) -> String {
     let op = match stage {
         Stage::Softmax { .. } => "Softmax",
         Stage::LayerNorm { .. } => "LayerNormalization",
+        Stage::RmsNorm { .. } => "SimplifiedLayerNormalization",
+        Stage::RowMin { .. } => "ReduceMin",
         Stage::MaxPool { .. } => "MaxPool",
     };
     format!("ONNX Runtime {op} (CPU)")
@@ -247,6 +300,8 @@ mod tests {
         vec![
             Stage::Softmax { rows: 3, cols: 17 },
             Stage::LayerNorm { rows: 5, cols: 12 },
+            Stage::RmsNorm { rows: 4, cols: 13 },
+            Stage::RowMin { rows: 6, cols: 19 },
             Stage::MaxPool {
                 n: 2,
                 c: 3,

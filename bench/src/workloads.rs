@@ -57,7 +57,8 @@ pub enum Op {
         n: usize,
         k: usize,
     },
-    /// A kernel of several stages (softmax, layer norm, max pooling), `"op"` in the file.
+    /// A kernel of several stages (softmax, layer norm, RMS norm, max pooling) or a row
+    /// minimum, `"op"` in the file.
     Stage(crate::stages::Stage),
 }
 

@@ -3,8 +3,10 @@
 //! `CUDNN_SOFTMAX_ACCURATE` (the row maximum subtracted first, as ours does) over each row
 //! (`CUDNN_SOFTMAX_MODE_INSTANCE` on an `rows × cols × 1 × 1` tensor); max pooling is
 //! `cudnnPoolingForward` with `CUDNN_POOLING_MAX`, whose padding never wins the maximum
-//! (the reduction's identity, as in ours). cuDNN has no layer norm outside its graph API, so
-//! that row has no GPU baseline here.
+//! (the reduction's identity, as in ours). cuDNN has no layer norm or RMS norm outside its
+//! graph API, so those rows have no cuDNN baseline here (PyTorch's, `bench/gpu/torch_stages.py`,
+//! times them); nor is the row minimum timed through cuDNN (`cudnnReduceTensor` needs a
+//! workspace and indices set-up not written yet).
 
 use cudarc::cudnn::result as dnn;
 use cudarc::cudnn::sys as dnn_sys;
@@ -17,6 +19,10 @@ use crate::stages::Stage;
 
 /// Why layer norm has no GPU baseline.
 const NO_LAYER_NORM: &str = "cuDNN has no layer norm outside its graph API: no GPU baseline";
+/// Why RMS norm has no GPU baseline.
+const NO_RMS_NORM: &str = "cuDNN has no RMS norm outside its graph API: no GPU baseline";
+/// Why the row minimum has no GPU baseline.
+const NO_ROW_MIN: &str = "cuDNN's reduction (cudnnReduceTensor) is not wired up: no GPU baseline";
 
 /// What the baseline calls for a stage kernel, or why there is none.
 pub fn name(stage: &Stage) -> Result<String, String> {
@@ -24,6 +30,8 @@ pub fn name(stage: &Stage) -> Result<String, String> {
         Stage::Softmax { .. } => Ok("cuDNN softmax forward (accurate, per row)".into()),
         Stage::MaxPool { .. } => Ok("cuDNN max pooling forward".into()),
         Stage::LayerNorm { .. } => Err(NO_LAYER_NORM.into()),
+        Stage::RmsNorm { .. } => Err(NO_RMS_NORM.into()),
+        Stage::RowMin { .. } => Err(NO_ROW_MIN.into()),
     }
 }
 
@@ -62,7 +70,9 @@ impl RowState {
                     [n, c, dim(p, "P")?, dim(q, "Q")?],
                 )
             }
-            Stage::LayerNorm { .. } => return Err(NO_LAYER_NORM.into()),
+            Stage::LayerNorm { .. } | Stage::RmsNorm { .. } | Stage::RowMin { .. } => {
+                return Err(name(stage).err().unwrap_or_default())
+            }
         };
         guarded("setting up cuDNN", || {
             let dnn = Handle::new()?;
@@ -161,6 +171,10 @@ mod tests {
         assert!(name(&pool).unwrap().contains("pooling"));
         let ln = Stage::LayerNorm { rows: 2, cols: 3 };
         assert!(name(&ln).unwrap_err().contains("layer norm"));
+        let rms = Stage::RmsNorm { rows: 2, cols: 3 };
+        assert!(name(&rms).unwrap_err().contains("RMS norm"));
+        let min = Stage::RowMin { rows: 2, cols: 3 };
+        assert!(name(&min).unwrap_err().contains("no GPU baseline"));
         assert!(
             crate::cuda::baseline_name(&crate::workloads::Op::Stage(ln), DType::F32)
                 .starts_with("none (")
