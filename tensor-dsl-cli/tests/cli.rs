@@ -684,3 +684,23 @@ fn softmax_from_the_command_line() {
     assert!(src.contains("__shfl_xor_sync"), "{src}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Equal infinities are equal: max pooling whose first and last windows lie wholly in the
+/// padding (−∞ there) verifies, in every configuration of the spread, scalar rows included.
+#[test]
+fn pooling_with_windows_in_the_padding_verifies() {
+    let (code, out, err) = tensor_dsl(&[
+        "verify",
+        "--kernel",
+        "let r = 0..2; let s = 0..2; y[[p, q]] = max(x[[2 * p + r - 2, 2 * q + s - 2]])",
+        "--shapes",
+        "x=9x9,y=6x6",
+        "--device",
+        "cpu",
+        "--configs",
+        "random:8",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["failed"].as_array().map(Vec::len), Some(0), "{v}");
+}

@@ -221,6 +221,21 @@ static inline float td_vexpf(float x) {
 }
 ";
 
+/// Scalar rows (`vector` 1) are compiled without GCC's auto-vectorizer: the knob asks for
+/// scalar code, and GCC 12.2 at `-O3` (AVX2 or AVX-512) vectorizes some serial scalar rows
+/// wrongly on its own. With `m[[i]] = max(x[[i + 1, j]]); y[[i, j]] = x[[i, j]] - m[[i]]`
+/// over 3x4 (a reduction whose reads are checked against the row index), it fuses the rows'
+/// loops into vectors that take a different maximum in each lane; `tests/rows_variants.rs`
+/// keeps that case.
+const SCALAR_PRELUDE: &str = "\
+/* Scalar rows: no auto-vectorization (GCC 12 miscompiles some serial scalar rows it
+   vectorizes by itself). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize(\"no-tree-vectorize\")
+#endif
+
+";
+
 /// The accumulator update `acc = combine(acc, x)` (NaN values are skipped by `max`/`min`,
 /// as `fmaxf` does).
 fn combine(r: Reducer, acc: &str, x: &str) -> String {
@@ -343,6 +358,9 @@ pub fn generate_c(
     );
     config.validate()?;
     s.push_str("#include <math.h>\n\n");
+    if config.vector <= 1 {
+        s.push_str(SCALAR_PRELUDE);
+    }
     if config.wide && config.vector > 1 {
         s.push_str(
             "/* 512-bit vectors: GCC prefers 256-bit ones on AVX-512 machines by default. */\n\

@@ -96,8 +96,9 @@ pub fn tolerance(dtype: DType) -> f32 {
 }
 
 /// Checks a candidate's output against the expected one: every element within 1e-3 relative
-/// (1e-3 absolute below magnitude 1), NaN only where NaN is expected. The message names the
-/// first element that differs.
+/// (1e-3 absolute below magnitude 1), NaN only where NaN is expected, an infinity only where
+/// the same infinity is expected (max pooling's windows wholly in the padding are −∞). The
+/// message names the first element that differs.
 pub fn check_output(got: &[f32], want: &[f32]) -> Result<(), String> {
     check_output_within(got, want, 1e-3)
 }
@@ -112,7 +113,13 @@ pub fn check_output_within(got: &[f32], want: &[f32], tol: f32) -> Result<(), St
         ));
     }
     for (n, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * w.abs().max(1.0);
+        // An infinity matches only the same infinity (`inf - inf` is NaN, and a bound of
+        // `tol * inf` would take any value).
+        let ok = if g.is_infinite() || w.is_infinite() {
+            g == w
+        } else {
+            (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * w.abs().max(1.0)
+        };
         if !ok {
             return Err(format!("wrong result: element {n} is {g}, expected {w}"));
         }
@@ -131,6 +138,14 @@ mod tests {
         assert!(e.contains("element 1"), "{e}");
         assert!(check_output(&[f32::NAN], &[1.0]).is_err());
         assert!(check_output(&[f32::NAN], &[f32::NAN]).is_ok());
+        // Equal infinities match (a pooling window wholly in the padding is −∞); others not.
+        let inf = f32::INFINITY;
+        assert!(check_output(&[-inf, inf], &[-inf, inf]).is_ok());
+        assert!(check_output(&[inf], &[-inf]).is_err());
+        assert!(check_output(&[inf], &[f32::MAX]).is_err());
+        assert!(check_output(&[-inf], &[-1.0]).is_err());
+        assert!(check_output(&[5.0], &[inf]).is_err());
+        assert!(check_output(&[f32::NAN], &[inf]).is_err());
         assert!(check_output(&[1.0], &[1.0, 2.0]).is_err());
     }
 }
