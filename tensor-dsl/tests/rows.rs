@@ -13,10 +13,8 @@ mod common;
 
 use common::Case;
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
-use tensor_dsl::codegen::{rows, storage_type};
+use tensor_dsl::codegen::rows;
 use tensor_dsl::ir::DType;
 use tensor_dsl::runtime::rows as run_rows;
 use tensor_dsl::template::rows::{RowPlan, RowsCpuConfig, RowsGpuConfig};
@@ -361,97 +359,23 @@ fn emulate(cxx: &Path, dir: &Path, n: usize, p: &Prepared) {
     let k = &p.case.kernel;
     let configs = gpu_configs(k, &p.extents);
     let out_dtype = k.params[k.output].dtype;
-    let n_out = p.want.len();
-    let mut cpp = String::from("#include \"cuda_emu.h\"\n");
-    let mut main = String::from(
-        "int main(int argc, char **argv) {\n    (void)argc;\n    FILE *f = fopen(argv[1], \"rb\");\n    FILE *o = fopen(argv[2], \"wb\");\n",
-    );
-    for &q in &k.inputs() {
-        let ty = storage_type(k.params[q].dtype);
-        let _ = writeln!(
-            main,
-            "    {ty} *t{q} = ({ty} *)td_read_bytes(f, {});",
-            p.data[q].view().bytes().len()
-        );
-    }
-    for (id, config) in configs.iter().enumerate() {
-        let src = rows::generate_cuda(k, &p.extents, &p.case.shape_refs(), config).unwrap();
-        let _ = writeln!(
-            cpp,
-            "namespace cfg{id} {{\n{}}}\n",
-            src.source.replace("extern \"C\" ", "")
-        );
-        let args: Vec<String> = k
-            .inputs()
-            .iter()
-            .map(|q| format!("t{q}"))
-            .chain(["out".into()])
-            .collect();
-        let (ty, bytes) = (storage_type(out_dtype), n_out * out_dtype.size());
-        let _ = writeln!(
-            main,
-            "    {{\n        {ty} *out = ({ty} *)td_alloc_nan_bytes({bytes});\n        \
-             fprintf(stderr, \"config {id}\\n\");\n        \
-             td_launch({}, {}, [&] {{ cfg{id}::{}({}); }});\n        \
-             fwrite(out, 1, {bytes}, o);\n        free(out);\n    }}",
-            src.grid[0],
-            src.block[0],
-            src.entry,
-            args.join(", ")
-        );
-    }
-    main.push_str("    fclose(o);\n    fclose(f);\n    return 0;\n}\n");
-    cpp.push_str(&main);
-    let base = dir.join(format!("rows{n}"));
-    let cpp_path = base.with_extension("cpp");
-    std::fs::write(&cpp_path, &cpp).unwrap();
-    let exe = base.with_extension("exe");
-    let out = Command::new(cxx)
-        .args(["-std=c++17", "-O1", "-w", "-I"])
-        .arg(dir)
-        .arg(&cpp_path)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}: g++ failed on {}:\n{}",
-        p.name,
-        cpp_path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let input = base.with_extension("in");
-    let bytes: Vec<u8> = k
-        .inputs()
-        .iter()
-        .flat_map(|&q| p.data[q].view().bytes().to_vec())
-        .collect();
-    std::fs::write(&input, bytes).unwrap();
-    let output = base.with_extension("out");
-    let run = Command::new(&exe)
-        .arg(&input)
-        .arg(&output)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}: emulated kernel failed ({}) in {}:\n{}",
-        p.name,
-        run.status,
-        cpp_path.display(),
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let bytes = std::fs::read(&output).unwrap();
-    let size = out_dtype.size() * n_out;
-    for (id, config) in configs.iter().enumerate() {
-        let got = Buffer::from_bytes(out_dtype, &bytes[id * size..(id + 1) * size]);
-        for (e, (g, w)) in got.to_f32().into_iter().zip(&p.want).enumerate() {
+    let outputs = common::emulate_rows(
+        cxx,
+        dir,
+        &format!("rows{n}"),
+        &p.case,
+        &p.extents,
+        &p.data,
+        &configs,
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", p.name));
+    for (id, (config, got)) in configs.iter().zip(outputs).enumerate() {
+        for (e, (g, w)) in got.into_iter().zip(&p.want).enumerate() {
             assert!(
                 close(g, *w, out_dtype),
                 "{} {config:?} (cfg{id} in {}): element {e}: emulated CUDA {g} vs reference {w}",
                 p.name,
-                cpp_path.display()
+                dir.join(format!("rows{n}.cpp")).display()
             );
         }
     }

@@ -231,3 +231,153 @@ pub fn reference_output(
     tensor_dsl::reference::run(kernel, extents, &refs, &views, want.view_mut());
     want.to_f32()
 }
+
+/// Runs the row template's CUDA for each of `configs` on the CPU emulator
+/// (`tests/cuda_emu.h`, which must be in `dir`): one C++ program named after `tag` holds
+/// every configuration's kernel, built with `cxx` (`g++ -O1`) and run once on `data` (the
+/// case's buffers in parameter order; the output's is ignored). Returns each
+/// configuration's output widened to `f32`, or why the program did not build or run.
+#[allow(dead_code)] // used by the row emulator tests only
+pub fn emulate_rows(
+    cxx: &std::path::Path,
+    dir: &std::path::Path,
+    tag: &str,
+    case: &Case,
+    extents: &[usize],
+    data: &[Buffer],
+    configs: &[tensor_dsl::template::rows::RowsGpuConfig],
+) -> Result<Vec<Vec<f32>>, String> {
+    let mut all = emulate_rows_many(cxx, dir, tag, &[(case, extents, data, configs)])?;
+    Ok(all.pop().unwrap_or_default())
+}
+
+/// One kernel for [`emulate_rows_many`]: the case, its extents, its buffers (parameter order,
+/// the output's ignored) and the GPU configurations to run.
+#[allow(dead_code)]
+pub type EmulatedJob<'a> = (
+    &'a Case,
+    &'a [usize],
+    &'a [Buffer],
+    &'a [tensor_dsl::template::rows::RowsGpuConfig],
+);
+
+/// [`emulate_rows`] for several kernels in one C++ program (one compiler start for all):
+/// for each job, each configuration's output.
+#[allow(dead_code)] // used by the row emulator tests only
+pub fn emulate_rows_many(
+    cxx: &std::path::Path,
+    dir: &std::path::Path,
+    tag: &str,
+    jobs: &[EmulatedJob<'_>],
+) -> Result<Vec<Vec<Vec<f32>>>, String> {
+    use std::fmt::Write as _;
+    use tensor_dsl::codegen::{rows, storage_type};
+    let mut cpp = String::from("#include \"cuda_emu.h\"\n");
+    let mut main = String::from(
+        "int main(int argc, char **argv) {\n    (void)argc;\n    FILE *f = fopen(argv[1], \"rb\");\n    FILE *o = fopen(argv[2], \"wb\");\n",
+    );
+    let mut input: Vec<u8> = Vec::new();
+    let mut sizes: Vec<(DType, usize, usize)> = Vec::new();
+    for (job, &(case, extents, data, configs)) in jobs.iter().enumerate() {
+        let k = &case.kernel;
+        let out_dtype = k.params[k.output].dtype;
+        let n_out: usize = case.shapes[k.output].iter().product();
+        sizes.push((out_dtype, n_out, configs.len()));
+        for &q in &k.inputs() {
+            let ty = storage_type(k.params[q].dtype);
+            let bytes = data[q].view().bytes();
+            input.extend_from_slice(bytes);
+            let _ = writeln!(
+                main,
+                "    {ty} *j{job}t{q} = ({ty} *)td_read_bytes(f, {});",
+                bytes.len()
+            );
+        }
+        for (id, config) in configs.iter().enumerate() {
+            let src = rows::generate_cuda(k, extents, &case.shape_refs(), config)
+                .map_err(|e| format!("{} {config:?}: no CUDA: {e}", case.name))?;
+            let _ = writeln!(
+                cpp,
+                "namespace j{job}cfg{id} {{\n{}}}\n",
+                src.source.replace("extern \"C\" ", "")
+            );
+            let args: Vec<String> = k
+                .inputs()
+                .iter()
+                .map(|q| format!("j{job}t{q}"))
+                .chain(["out".into()])
+                .collect();
+            let (ty, bytes) = (storage_type(out_dtype), n_out * out_dtype.size());
+            let _ = writeln!(
+                main,
+                "    {{\n        {ty} *out = ({ty} *)td_alloc_nan_bytes({bytes});\n        \
+                 fprintf(stderr, \"job {job} config {id}\\n\");\n        \
+                 td_launch({}, {}, [&] {{ j{job}cfg{id}::{}({}); }});\n        \
+                 fwrite(out, 1, {bytes}, o);\n        free(out);\n    }}",
+                src.grid[0],
+                src.block[0],
+                src.entry,
+                args.join(", ")
+            );
+        }
+    }
+    main.push_str("    fclose(o);\n    fclose(f);\n    return 0;\n}\n");
+    cpp.push_str(&main);
+    let base = dir.join(tag);
+    let cpp_path = base.with_extension("cpp");
+    std::fs::write(&cpp_path, &cpp).map_err(|e| e.to_string())?;
+    let exe = base.with_extension("exe");
+    let out = Command::new(cxx)
+        .args(["-std=c++17", "-O1", "-w", "-I"])
+        .arg(dir)
+        .arg(&cpp_path)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "{tag}: g++ failed on {}:\n{}",
+            cpp_path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let input_path = base.with_extension("in");
+    std::fs::write(&input_path, input).map_err(|e| e.to_string())?;
+    let output = base.with_extension("out");
+    let run = Command::new(&exe)
+        .arg(&input_path)
+        .arg(&output)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !run.status.success() {
+        return Err(format!(
+            "{tag}: emulated kernel failed ({}) in {}:\n{}",
+            run.status,
+            cpp_path.display(),
+            String::from_utf8_lossy(&run.stderr)
+        ));
+    }
+    let bytes = std::fs::read(&output).map_err(|e| e.to_string())?;
+    let total: usize = sizes.iter().map(|&(d, n, c)| d.size() * n * c).sum();
+    if bytes.len() != total {
+        return Err(format!(
+            "{tag}: {} output bytes, expected {total}",
+            bytes.len()
+        ));
+    }
+    let mut at = 0;
+    Ok(sizes
+        .iter()
+        .map(|&(dtype, n, count)| {
+            (0..count)
+                .map(|_| {
+                    let size = dtype.size() * n;
+                    let got = Buffer::from_bytes(dtype, &bytes[at..at + size]).to_f32();
+                    at += size;
+                    got
+                })
+                .collect()
+        })
+        .collect())
+}
