@@ -39,14 +39,8 @@ pub fn compare(got: &[f32], want: &[f32], dtype: DType) -> Option<String> {
         other => tensor_dsl::measure::tolerance(other),
     };
     got.iter().zip(want).enumerate().find_map(|(n, (&g, &w))| {
-        // An infinity matches only the same infinity (`inf - inf` is NaN, and a bound of
-        // `tol * inf` would take any value).
-        let ok = if g.is_infinite() || w.is_infinite() {
-            g == w
-        } else {
-            (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * w.abs().max(1.0)
-        };
-        (!ok).then(|| format!("element {n}: got {g}, reference {w}"))
+        (!tensor_dsl::measure::matches(g, w, tol))
+            .then(|| format!("element {n}: got {g}, reference {w}"))
     })
 }
 

@@ -95,6 +95,17 @@ pub fn tolerance(dtype: DType) -> f32 {
     }
 }
 
+/// Whether one output element `got` matches the expected `want`: within `tol` relative
+/// (`tol` absolute below magnitude 1), NaN for NaN, an infinity only for the same infinity
+/// (`inf - inf` is NaN, and a bound of `tol * inf` would take any value).
+pub fn matches(got: f32, want: f32, tol: f32) -> bool {
+    if got.is_infinite() || want.is_infinite() {
+        got == want
+    } else {
+        (got.is_nan() && want.is_nan()) || (got - want).abs() <= tol * want.abs().max(1.0)
+    }
+}
+
 /// Checks a candidate's output against the expected one: every element within 1e-3 relative
 /// (1e-3 absolute below magnitude 1), NaN only where NaN is expected, an infinity only where
 /// the same infinity is expected (max pooling's windows wholly in the padding are −∞). The
@@ -113,14 +124,7 @@ pub fn check_output_within(got: &[f32], want: &[f32], tol: f32) -> Result<(), St
         ));
     }
     for (n, (&g, &w)) in got.iter().zip(want).enumerate() {
-        // An infinity matches only the same infinity (`inf - inf` is NaN, and a bound of
-        // `tol * inf` would take any value).
-        let ok = if g.is_infinite() || w.is_infinite() {
-            g == w
-        } else {
-            (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * w.abs().max(1.0)
-        };
-        if !ok {
+        if !matches(g, w, tol) {
             return Err(format!("wrong result: element {n} is {g}, expected {w}"));
         }
     }
