@@ -114,20 +114,11 @@ fn tool(name: &str) -> Option<PathBuf> {
 }
 
 fn unavailable() -> Option<String> {
-    if cfg!(not(feature = "cuda")) {
-        return Some("the `cuda` feature is off".into());
-    }
-    #[cfg(feature = "cuda")]
-    if !tensor_dsl::runtime::nvrtc::available() {
-        return Some("NVRTC (libnvrtc.so.13) is not on the library path".into());
-    }
-    if tensor_dsl::runtime::ptxas::find().is_none() {
-        return Some("ptxas is not on PATH (or TENSOR_DSL_PTXAS)".into());
-    }
-    if tool("nvdisasm").is_none() {
-        return Some("nvdisasm is not on PATH".into());
-    }
-    None
+    common::nvrtc_unavailable().or_else(|| {
+        tool("nvdisasm")
+            .is_none()
+            .then(|| "nvdisasm is not on PATH".into())
+    })
 }
 
 #[cfg(feature = "cuda")]
@@ -197,11 +188,7 @@ fn hot_loop(sass: &str) -> Vec<&str> {
 
 #[test]
 fn tensor_core_kernels_compile_assemble_and_issue_hmma() {
-    if let Some(why) = unavailable() {
-        if std::env::var("TENSOR_DSL_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
-            panic!("TENSOR_DSL_REQUIRE_NVRTC=1 but {why}");
-        }
-        println!("skipped: {why}");
+    if !common::tools_present(unavailable()) {
         return;
     }
     let target = GpuTarget::h100();
@@ -407,11 +394,7 @@ const DENSE: &[(&str, &str, &str, &str, f64)] = &[
 #[cfg(feature = "cuda")]
 #[test]
 fn default_hot_loops_are_dense_in_mma() {
-    if let Some(why) = unavailable() {
-        if std::env::var("TENSOR_DSL_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
-            panic!("TENSOR_DSL_REQUIRE_NVRTC=1 but {why}");
-        }
-        println!("skipped: {why}");
+    if !common::tools_present(unavailable()) {
         return;
     }
     let target = GpuTarget::h100();
@@ -506,11 +489,7 @@ const WGMMA_RANDOM_POINTS: usize = 2;
 /// sm_90a for the large GEMMs, and `mma.sync` on plain sm_90.
 #[test]
 fn wgmma_kernels_assemble_for_sm90a_and_issue_hgmma() {
-    if let Some(why) = unavailable() {
-        if std::env::var("TENSOR_DSL_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
-            panic!("TENSOR_DSL_REQUIRE_NVRTC=1 but {why}");
-        }
-        println!("skipped: {why}");
+    if !common::tools_present(unavailable()) {
         return;
     }
     let target = GpuTarget::h100_sm90a();

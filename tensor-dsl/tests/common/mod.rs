@@ -381,3 +381,36 @@ pub fn emulate_rows_many(
         })
         .collect())
 }
+
+/// Why NVRTC and `ptxas` cannot compile CUDA here (the `cuda` feature off, no
+/// `libnvrtc.so.13` on the library path, no `ptxas` on `PATH` or in `TENSOR_DSL_PTXAS`), or
+/// `None`.
+#[allow(dead_code)] // used by the NVRTC compile tests only
+pub fn nvrtc_unavailable() -> Option<String> {
+    if cfg!(not(feature = "cuda")) {
+        return Some("the `cuda` feature is off".into());
+    }
+    #[cfg(feature = "cuda")]
+    if !tensor_dsl::runtime::nvrtc::available() {
+        return Some("NVRTC (libnvrtc.so.13) is not on the library path (LD_LIBRARY_PATH)".into());
+    }
+    if tensor_dsl::runtime::ptxas::find().is_none() {
+        return Some("ptxas is not on PATH (or TENSOR_DSL_PTXAS)".into());
+    }
+    None
+}
+
+/// Whether a test that needs the tools `why` says are missing goes on: `false` (after
+/// printing why) where they are missing, a panic instead where `TENSOR_DSL_REQUIRE_NVRTC=1`
+/// (CI, which installs them).
+#[allow(dead_code)] // used by the NVRTC compile tests only
+pub fn tools_present(why: Option<String>) -> bool {
+    let Some(why) = why else {
+        return true;
+    };
+    if std::env::var("TENSOR_DSL_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+        panic!("TENSOR_DSL_REQUIRE_NVRTC=1 but {why}");
+    }
+    println!("skipped: {why}");
+    false
+}
