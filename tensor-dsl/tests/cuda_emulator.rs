@@ -502,22 +502,8 @@ fn check_kernel(
 
     let base = dir.join(format!("k{n}"));
     let cpp_path = base.with_extension("cpp");
-    let exe = base.with_extension("exe");
-    std::fs::write(&cpp_path, &cpp).unwrap();
-    let out = Command::new(cxx)
-        .args(["-std=c++17", "-O1", "-w", "-I"])
-        .arg(dir)
-        .arg(&cpp_path)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{src}: g++ failed on {}:\n{}",
-        cpp_path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let exe =
+        common::build_emulated(cxx, dir, &base, &cpp).unwrap_or_else(|e| panic!("{src}: {e}"));
     let mut run = Command::new(&exe);
     for (c, case) in cases.iter().enumerate() {
         let path = base.with_extension(format!("in{c}"));
@@ -590,9 +576,7 @@ fn emulated_cuda_matches_reference() {
         println!("skipped: g++ not found (install the `g++` package, or set CXX)");
         return;
     };
-    let dir = std::env::temp_dir().join(format!("tensor-dsl-cuda-emu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("cuda_emu.h"), include_str!("cuda_emu.h")).unwrap();
+    let dir = common::emulator_dir("cuda-emu");
     let start = std::time::Instant::now();
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())

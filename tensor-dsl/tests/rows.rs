@@ -387,9 +387,7 @@ fn emulated_cuda_matches_reference() {
         println!("skipped: g++ not found (install the `g++` package, or set CXX)");
         return;
     };
-    let dir = std::env::temp_dir().join(format!("tensor-dsl-rows-emu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("cuda_emu.h"), include_str!("cuda_emu.h")).unwrap();
+    let dir = common::emulator_dir("rows-emu");
     // The windows that only the CPU template cuts differently are not emulated again (the
     // GPU code of a window reduction does not depend on its shape): `avg_pool_2x2` and
     // `max_pool` cover it.

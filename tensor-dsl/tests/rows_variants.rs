@@ -1167,9 +1167,7 @@ fn emulated_cuda_matches_naive() {
         println!("skipped: g++ not found (install the `g++` package, or set CXX)");
         return;
     };
-    let dir = std::env::temp_dir().join(format!("tensor-dsl-rows-variants-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("cuda_emu.h"), include_str!("cuda_emu.h")).unwrap();
+    let dir = common::emulator_dir("rows-variants");
     let variants = variants();
     // Eight variants to a program: one compiler start for all of them.
     let batches: Vec<Vec<usize>> = (0..variants.len())

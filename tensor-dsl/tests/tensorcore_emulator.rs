@@ -86,20 +86,6 @@ const WGMMA_CASES: &[(&str, &str, &str)] = &[
 
 const WGMMA_RANDOM_POINTS: usize = 5;
 
-/// Copies the emulator headers (`cuda_emu.h`, and `cuda_emu_sm90.h` for wgmma and split-K)
-/// into `dir`.
-fn copy_headers(dir: &std::path::Path) {
-    for h in ["cuda_emu.h", "cuda_emu_sm90.h"] {
-        std::fs::copy(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests")
-                .join(h),
-            dir.join(h),
-        )
-        .unwrap();
-    }
-}
-
 fn close(got: f32, want: f32, dtype: DType) -> bool {
     let tol = common::emulator_tolerance(dtype);
     (got - want).abs() <= tol * (1.0 + want.abs())
@@ -213,23 +199,9 @@ impl Problem {
         cpp.push_str(&main);
         let base = dir.join(name);
         let cpp_path = base.with_extension("cpp");
-        let exe = base.with_extension("exe");
-        std::fs::write(&cpp_path, &cpp).unwrap();
-        let out = Command::new(cxx)
-            .args(["-std=c++17", "-O1", "-w", "-I"])
-            .arg(dir)
-            .arg(&cpp_path)
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .unwrap();
         let src = &self.src;
-        assert!(
-            out.status.success(),
-            "{src}: g++ failed on {}:\n{}",
-            cpp_path.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let exe =
+            common::build_emulated(cxx, dir, &base, &cpp).unwrap_or_else(|e| panic!("{src}: {e}"));
         let in_path = base.with_extension("in");
         let bytes: Vec<u8> = inputs
             .iter()
@@ -272,9 +244,7 @@ fn tensor_core_points_match_the_reference_on_the_emulator() {
         eprintln!("skipping: no g++ to compile the emulated CUDA (install g++)");
         return;
     };
-    let dir = std::env::temp_dir().join(format!("td-tc-emu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    copy_headers(&dir);
+    let dir = common::emulator_dir("tc-emu");
     let target = GpuTarget::h100();
     let mut rng = StdRng::seed_from_u64(13);
     let mut seen = (false, false, false); // swizzled, padded, 4-stage
@@ -375,9 +345,7 @@ fn wgmma_points_match_the_reference_on_the_emulator() {
         eprintln!("skipping: no g++ to compile the emulated CUDA (install g++)");
         return;
     };
-    let dir = std::env::temp_dir().join(format!("td-wg-emu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    copy_headers(&dir);
+    let dir = common::emulator_dir("wg-emu");
     let target = GpuTarget::h100_sm90a();
     let mut rng = StdRng::seed_from_u64(90);
     let mut seen = [false; 7]; // 2 warpgroups, wg_m 128, N 256, block_k 32, 5+ stages, splits, TMA
@@ -449,9 +417,7 @@ fn warp_collectives_follow_the_ptx_layouts() {
         eprintln!("skipping: no g++ (install g++)");
         return;
     };
-    let dir = std::env::temp_dir().join(format!("td-tc-collectives-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    copy_headers(&dir);
+    let dir = common::emulator_dir("tc-collectives");
     let program = r#"#include "cuda_emu.h"
 // Four 8x8 matrices of 16-bit values, rows padded to 16 elements (rows stay 16-byte aligned).
 static __attribute__((aligned(16))) unsigned short M[4][8][16];
@@ -515,22 +481,8 @@ int main() {
     return bad != 0;
 }
 "#;
-    let cpp = dir.join("collectives.cpp");
-    let exe = dir.join("collectives.exe");
-    std::fs::write(&cpp, program).unwrap();
-    let out = Command::new(&cxx)
-        .args(["-std=c++17", "-O1", "-w", "-I"])
-        .arg(&dir)
-        .arg(&cpp)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "g++ failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let exe = common::build_emulated(&cxx, &dir, &dir.join("collectives"), program)
+        .unwrap_or_else(|e| panic!("{e}"));
     let run = Command::new(&exe).output().unwrap();
     assert!(
         run.status.success(),
@@ -556,9 +508,7 @@ fn wgmma_follows_the_ptx_layouts() {
         eprintln!("skipping: no g++ (install g++)");
         return;
     };
-    let dir = std::env::temp_dir().join(format!("td-wg-layouts-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    copy_headers(&dir);
+    let dir = common::emulator_dir("wg-layouts");
     let program = r#"#include "cuda_emu.h"
 #include "cuda_emu_sm90.h"
 static __attribute__((aligned(1024))) unsigned char S[32768];
@@ -647,22 +597,8 @@ int main() {
     return bad != 0;
 }
 "#;
-    let cpp = dir.join("wgmma.cpp");
-    let exe = dir.join("wgmma.exe");
-    std::fs::write(&cpp, program).unwrap();
-    let out = Command::new(&cxx)
-        .args(["-std=c++17", "-O1", "-w", "-I"])
-        .arg(&dir)
-        .arg(&cpp)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "g++ failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let exe = common::build_emulated(&cxx, &dir, &dir.join("wgmma"), program)
+        .unwrap_or_else(|e| panic!("{e}"));
     let run = Command::new(&exe).output().unwrap();
     assert!(
         run.status.success(),

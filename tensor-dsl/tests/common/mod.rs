@@ -1,7 +1,7 @@
 //! Helpers shared by the backend-vs-reference tests.
 
 use rand::Rng;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use tensor_dsl::ir::{bind, DType, Kernel};
 use tensor_dsl::Buffer;
@@ -162,6 +162,46 @@ pub fn gxx() -> Option<PathBuf> {
         .ok()
         .filter(|o| o.status.success())
         .map(|_| cxx)
+}
+
+/// A folder for emulator programs, `tensor-dsl-{name}-{pid}` in the temp dir, holding the
+/// emulator headers (`cuda_emu.h`, `cuda_emu_sm90.h`) they include.
+#[allow(dead_code)] // used by the emulator tests only
+pub fn emulator_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tensor-dsl-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("cuda_emu.h"), include_str!("../cuda_emu.h")).unwrap();
+    std::fs::write(
+        dir.join("cuda_emu_sm90.h"),
+        include_str!("../cuda_emu_sm90.h"),
+    )
+    .unwrap();
+    dir
+}
+
+/// Writes `cpp` to `base.cpp` and builds `base.exe` from it with `cxx` against the emulator
+/// headers in `dir` ([`emulator_dir`]); the error names the file and gives g++'s message.
+#[allow(dead_code)] // used by the emulator tests only
+pub fn build_emulated(cxx: &Path, dir: &Path, base: &Path, cpp: &str) -> Result<PathBuf, String> {
+    let cpp_path = base.with_extension("cpp");
+    std::fs::write(&cpp_path, cpp).map_err(|e| e.to_string())?;
+    let exe = base.with_extension("exe");
+    let out = Command::new(cxx)
+        .args(["-std=c++17", "-O1", "-w", "-I"])
+        .arg(dir)
+        .arg(&cpp_path)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "g++ failed on {}:\n{}",
+            cpp_path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(exe)
 }
 
 /// The relative tolerance of an emulated output against the reference: `1e-4` for `f32`,
@@ -325,23 +365,7 @@ pub fn emulate_rows_many(
     cpp.push_str(&main);
     let base = dir.join(tag);
     let cpp_path = base.with_extension("cpp");
-    std::fs::write(&cpp_path, &cpp).map_err(|e| e.to_string())?;
-    let exe = base.with_extension("exe");
-    let out = Command::new(cxx)
-        .args(["-std=c++17", "-O1", "-w", "-I"])
-        .arg(dir)
-        .arg(&cpp_path)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "{tag}: g++ failed on {}:\n{}",
-            cpp_path.display(),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+    let exe = build_emulated(cxx, dir, &base, &cpp).map_err(|e| format!("{tag}: {e}"))?;
     let input_path = base.with_extension("in");
     std::fs::write(&input_path, input).map_err(|e| e.to_string())?;
     let output = base.with_extension("out");
