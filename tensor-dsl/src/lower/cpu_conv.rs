@@ -1297,11 +1297,22 @@ impl Conv<'_> {
         }
     }
 
+    /// Lanes of the target's vectors ([`CpuConfig::vector_code`]; 16 in configs from
+    /// before they carried them).
+    fn native_lanes(&self) -> usize {
+        if self.config.vector_code > 0 {
+            self.config.vector_code
+        } else {
+            TRANSPOSE
+        }
+    }
+
     /// The tile's stores as vectors, for an `f32` output whose channels or pixels are
     /// contiguous, as a guarded early exit before the one-store-per-element path (which
     /// stays for edge tiles and other layouts):
     ///
-    /// * channels unit-stride (NHWC): each pixel's accumulator rows are stored as they are,
+    /// * channels unit-stride (NHWC): each pixel's accumulator rows are stored as they are
+    ///   (vectors of the target's width),
     ///   when the channel tile is whole;
     /// * pixels unit-stride (NCHW): each block of [`TRANSPOSE`] channels is transposed in
     ///   registers (the pixels padded to [`TRANSPOSE`] with zeros) so that every channel's
@@ -1367,6 +1378,11 @@ impl Conv<'_> {
             }
         }
         if self.out_stride(f) == 1 {
+            // Whole vectors of the target's width.
+            let t = self.native_lanes().min(t);
+            if !v.is_multiple_of(t) {
+                return Vec::new();
+            }
             if !fe.is_multiple_of(v) {
                 conds.push(format!("f0 + {v} <= {fe}"));
             }
@@ -1465,9 +1481,14 @@ impl Conv<'_> {
         // Accumulators as vector variables `c<m>_<j>` where the channel tile is a whole
         // number of vectors (GCC 12 keeps them in registers; the accumulator array of the
         // scalar form lost registers to spills when the code after the loop changed), else
-        // the accumulator array.
-        let width = [TRANSPOSE, 8]
+        // the accumulator array. The vectors are the target's ([`CpuConfig::vector_code`]:
+        // 16 lanes before configs carried them): GCC splits a vector wider than the
+        // target's registers through memory (a 16×5 tile of 16-lane vectors ran at 12
+        // GFLOPS on two AVX2 cores).
+        let native = self.native_lanes();
+        let width = [native, 8]
             .into_iter()
+            .filter(|&w| w <= native)
             .find(|&w| v.is_multiple_of(w))
             .unwrap_or(0);
         let vectors = v.checked_div(width).unwrap_or(0);

@@ -252,14 +252,14 @@ impl CpuConfig {
 
     /// The analytic default on `machine` (`L` lanes, `R` vector registers, its L2):
     ///
-    /// * the output's innermost axis is the vector axis: with 32 vector registers and an
-    ///   axis of at least four vectors, four vectors wide in 6 rows ([`wide_tile`]: 24
-    ///   accumulators); otherwise two vectors wide (`2L`) where it is longer than one
-    ///   (with 8 lanes or more: its last tile is then vector code over a zero-padded
-    ///   panel), else one, else its extent rounded up to a power of two; the next axis is
-    ///   unrolled;
-    /// * a tile that is not the wide one holds `R / 2` vector accumulators (8 `ymm` of 16
-    ///   with AVX2) — the other half holds the panel row and the broadcasts — in at most 8
+    /// * the output's innermost axis is the vector axis: where it is at least
+    ///   [`wide_vectors`] vectors long, that many vectors wide in 6 rows ([`wide_tile`]:
+    ///   3/4 of the registers as accumulators, 6×64 with AVX-512, 6×16 with AVX2);
+    ///   otherwise two vectors wide (`2L`) where it is longer than one (with 8 lanes or
+    ///   more: its last tile is then vector code over a zero-padded panel), else one, else
+    ///   its extent rounded up to a power of two; the next axis is unrolled;
+    /// * a tile that is not the wide one holds `R / 2` vector accumulators — the other
+    ///   half holds the panel row and the broadcasts — in at most 8
     ///   rows (as many as a two-vector tile has where the tile is one vector wide), the
     ///   last tile of the axis a function of its own size where they do not divide it: in
     ///   single-core checks on a 2-core AVX-512 EPYC (packed panel, K = 1024 and 4096) 12
@@ -287,9 +287,14 @@ impl CpuConfig {
             ..cfg.clone()
         };
         if wide && panel_bytes(kernel, extents, &unblocked) > machine.l2_bytes {
-            // The wide tile's panel would not fit in L2 (the two-vector one's is about half):
-            // the tile and its reduction blocking stay what they were measured as.
-            return Self::tile_default(kernel, extents, machine, false);
+            // The wide tile's panel would not fit in L2: where the two-vector tile's is
+            // narrower (AVX-512: about half), that tile and its reduction blocking stay what
+            // they were measured as; where it is as wide (AVX2), the wide tile keeps its
+            // reduction blocks (6×16 ran 1.3× ahead of 4×16, both in 256-point blocks).
+            let narrow = Self::tile_default(kernel, extents, machine, false);
+            if narrow.vector < cfg.vector {
+                return narrow;
+            }
         }
         cfg
     }
@@ -310,7 +315,7 @@ impl CpuConfig {
             Some(v) => {
                 let e = extents[v];
                 if wide {
-                    WIDE_VECTORS * lanes
+                    wide_vectors(machine) * lanes
                 } else if e > lanes && lanes >= 8 {
                     // Also where the axis is shorter than two vectors: the edge tile is
                     // vector code over a zero-padded panel (`lower::cpu_micro`).
@@ -452,25 +457,37 @@ impl CpuConfig {
     }
 }
 
-/// Vectors across the analytic default's wide register tile ([`wide_tile`]).
-pub const WIDE_VECTORS: usize = 4;
+/// Vectors across the analytic default's wide register tile ([`wide_tile`]) on `machine`:
+/// four with 32 vector registers (AVX-512), two with 16 (AVX2).
+pub fn wide_vectors(machine: &CpuMachine) -> usize {
+    if machine.vector_registers >= 32 {
+        4
+    } else {
+        2
+    }
+}
 
 /// Whether the analytic default takes the wide register tile on `machine` for a vector axis
-/// of `extent`: [`WIDE_VECTORS`] vectors across and 3/4 of the register file in
-/// accumulators (6 rows of 4 `zmm` with AVX-512's 32 registers; the panel row and a
-/// broadcast take 5 of the other 8), where there are 32 registers and the axis is at least
-/// that wide ([`CpuConfig::heuristic_for`] also wants its whole panel in L2: where it is
-/// not, the two-vector tile and its reduction blocking stay).
+/// of `extent`: [`wide_vectors`] vectors across and 3/4 of the register file in
+/// accumulators, where the axis is at least that wide ([`CpuConfig::heuristic_for`] also
+/// wants its whole panel in L2: where it is not, the two-vector tile and its reduction
+/// blocking stay). With AVX-512's 32 registers that is 6 rows of 4 `zmm` (the panel row
+/// and a broadcast take 5 of the other 8); with AVX2's 16, 6 rows of 2 `ymm` (12
+/// accumulators, 2 for the panel row, 1 broadcast), the tile of BLIS's and OpenBLAS's
+/// Haswell kernels.
 ///
 /// Why: on a 2-core AVX-512 Zen 4 the BERT and OpEvo matmuls ran at 0.98–1.04 of 8×32's
 /// speed as 6×64 (mostly 1.02–1.04; the panel packed at each call and ahead), the batched
 /// ones at 1.08–1.16, `bf16` pairs at 1.00–1.05 (generated C, interleaved call by call with
 /// an FMA loop at the machine's peak; `bench/results/2026-11-27-zen4-cpu-wide-tile/`). More
 /// accumulators as more rows of two vectors did not pay: 12 rows 4 KiB apart overflow an
-/// 8-way L1 (12×32 ran at 0.76–0.93 of 8×32 on 512×64×1024). With 16 registers (AVX2) the
-/// tile keeps half the file, as before: nothing measured it.
+/// 8-way L1 (12×32 ran at 0.76–0.93 of 8×32 on 512×64×1024). On a 2-core AVX2 Zen 3, where
+/// the default had kept half the register file (4×16), 6×16 ran at 1.3–1.5× its speed on
+/// 512×3072×768 and 512×4096×1024 (`bench/results/2026-11-27-zen3-cpu-avx2/`).
 pub fn wide_tile(machine: &CpuMachine, extent: usize) -> bool {
-    machine.vector_registers >= 32 && machine.lanes >= 8 && extent >= WIDE_VECTORS * machine.lanes
+    machine.vector_registers >= 16
+        && machine.lanes >= 8
+        && extent >= wide_vectors(machine) * machine.lanes
 }
 
 /// The reduction block of the analytic default: 0 when the whole packed panel fits in
@@ -921,9 +938,17 @@ mod tests {
         // (K x 40) fits, unblocked as before: 4096 x 288 B = 1.13 MiB, 4096 x 160 B = 640 KiB.
         let deep = CpuConfig::heuristic_for(&k, &[512, 1024, 4096], &m(16, 1 << 20));
         assert_eq!((deep.unroll, deep.vector, deep.k_block), (8, 32, 0));
-        // AVX2: 8 of 16 ymm, 4 rows of two vectors.
+        // AVX2: 12 of 16 ymm, 6 rows of two vectors.
         let avx2 = CpuConfig::heuristic_for(&k, &[512, 512, 512], &m(8, 1 << 20));
-        assert_eq!((avx2.unroll, avx2.vector, avx2.vector_code), (4, 16, 8));
+        assert_eq!((avx2.unroll, avx2.vector, avx2.vector_code), (6, 16, 8));
+        // Its panel (K x 24 floats) larger than L2: the same tile, in reduction blocks
+        // (8192 x 96 B = 768 KiB > 512 KiB).
+        let avx2_deep = CpuConfig::heuristic_for(&k, &[512, 512, 8192], &m(8, 512 << 10));
+        assert_eq!((avx2_deep.unroll, avx2_deep.vector), (6, 16));
+        assert!(avx2_deep.k_block > 0 && avx2_deep.k_block <= 2048);
+        // An axis of one vector: not the wide tile; as many rows as a two-vector tile.
+        let avx2_narrow = CpuConfig::heuristic_for(&k, &[512, 8, 512], &m(8, 1 << 20));
+        assert_eq!((avx2_narrow.unroll, avx2_narrow.vector), (4, 8));
         // Without 8 lanes: loops for the compiler.
         assert_eq!(
             CpuConfig::heuristic_for(&k, &[64, 64, 64], &m(4, 1 << 20)).vector_code,

@@ -96,8 +96,18 @@ pub struct ConvTile {
 /// Channels and reduction points of one in-register transpose of the weight packing.
 pub const TRANSPOSE: usize = 16;
 
-/// Pixels of one vector of a pixel-vector tile ([`ConvTile::pixel_vector`]).
+/// Pixels of one vector of a pixel-vector tile ([`ConvTile::pixel_vector`]) with AVX-512,
+/// and in configs from before they carried the target's lanes; see [`pixel_lanes`].
 pub const PIXEL_LANES: usize = 16;
+
+/// Pixels of one vector of `config`'s pixel-vector tiles: the target's lanes
+/// ([`CpuConfig::vector_code`]: 8 with AVX2), at most [`PIXEL_LANES`].
+pub fn pixel_lanes(config: &CpuConfig) -> usize {
+    match config.vector_code {
+        0 => PIXEL_LANES,
+        l => l.min(PIXEL_LANES),
+    }
+}
 
 /// Pixels of the longest run of the fused pixel axis (`pixels`, outermost first) whose
 /// elements lie one after another, given each pixel index's element stride: the product of
@@ -569,6 +579,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             parallel: machine.threads > 1 && kernel.flops(extents) >= 65_536.0,
             pack: true,
             wide_simd: true,
+            vector_code: lanes,
             pairs: pair_ok,
             conv: Some(tile),
             ..base
@@ -582,11 +593,14 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
         parallel,
         pack: true,
         wide_simd: lanes >= 16,
+        vector_code: lanes,
         pairs,
         conv: Some(ConvTile {
             pixels,
             pad: pad || pairs,
-            transpose: !pairs && vector.is_multiple_of(TRANSPOSE),
+            // (A 16×16 transpose of GNU C vectors is 16-lane code: with fewer lanes GCC
+            // splits each vector through memory.)
+            transpose: !pairs && lanes >= TRANSPOSE && vector.is_multiple_of(TRANSPOSE),
             vector_store: lanes >= 16,
             pixel_vector: false,
             pixels_outer: !store_bound
@@ -647,17 +661,18 @@ fn pixel_vector_default(
     shape: &ConvShape,
     machine: Machine,
 ) -> Option<ConvTile> {
-    let pixels = 2 * PIXEL_LANES;
+    let lanes = machine.lanes.min(PIXEL_LANES);
+    let pixels = pixel_tile_vectors(machine) * lanes;
     let run = shape.pixel_run(kernel, extents);
     let in_place = shape.x.dims.iter().all(|d| d.range(extents).0 >= 0)
         && shape.read_steps(extents).iter().all(|&k| k == 1)
         && shape.window_axis(extents).is_none();
     let fill = run as f64 / (run.div_ceil(pixels) * pixels) as f64;
-    (machine.lanes >= PIXEL_LANES
+    (lanes >= 8
         && kernel.params[kernel.output].dtype == DType::F32
         && in_place
         && shape.points(extents) <= PIXEL_VECTOR_POINTS
-        && run >= PIXEL_LANES
+        && run >= lanes
         && fill >= 0.95)
         .then_some(ConvTile {
             pixels,
