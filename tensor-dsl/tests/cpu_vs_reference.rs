@@ -8,7 +8,7 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use tensor_dsl::ir::{parse_text, DType, Kernel};
 use tensor_dsl::runtime::cpu;
 use tensor_dsl::template::cpu::{CpuConfig, CpuTemplate};
-use tensor_dsl::template::cpu_conv::ConvTile;
+use tensor_dsl::template::cpu_conv::{ConvShape, ConvTile};
 use tensor_dsl::{Buffer, Data};
 
 const AWKWARD: &[usize] = &[1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 33, 64];
@@ -409,6 +409,7 @@ fn convolution_template_matches_reference() {
     // Versions of the weights: a new one for each case's data.
     let mut version = 1u64 << 40;
     let mut pixel_tiles = 0;
+    let mut avx2_pixel_tiles = 0;
     for (src, named) in &cases {
         for &(input, output) in &types {
             let mut kernel = parse_text("k", src, None).unwrap();
@@ -467,6 +468,30 @@ fn convolution_template_matches_reference() {
                 }
                 if template.encode(&c).is_some() {
                     pixel_tiles += 1;
+                    configs.push(c);
+                }
+            }
+            // AVX2's pixel tiles (8-pixel vectors, whatever this machine's width: any x86-64
+            // compiler target with AVX runs them), runs that they do not divide included.
+            for (v, px) in [(6, 16), (4, 24)] {
+                let mut c = default.clone();
+                c.vector = v;
+                c.vector_code = 8;
+                c.wide_simd = false;
+                c.pairs = false;
+                if let Some(t) = c.conv.as_mut() {
+                    *t = ConvTile {
+                        pixels: px,
+                        pad: true,
+                        transpose: false,
+                        vector_store: true,
+                        pixel_vector: true,
+                        pixels_outer: true,
+                    };
+                }
+                let run = ConvShape::of(&kernel).unwrap().pixel_run(&kernel, &extents);
+                if c.validate(&kernel).is_ok() && output == DType::F32 && run >= 8 {
+                    avx2_pixel_tiles += 1;
                     configs.push(c);
                 }
             }
@@ -571,4 +596,8 @@ fn convolution_template_matches_reference() {
             "{pixel_tiles} pixel-vector tiles checked"
         );
     }
+    assert!(
+        avx2_pixel_tiles >= 10,
+        "{avx2_pixel_tiles} 8-lane pixel-vector tiles checked"
+    );
 }

@@ -456,6 +456,28 @@ static inline void td_store16_from(float *restrict p, td_f32x16 v, int o)
 }
 ";
 
+/// Defines `td_store8_from(p, v, o)`, [`STORE_TAIL_PRELUDE`]'s store for 8-float vectors
+/// ([`lower::cpu_conv::STORE_TAIL8`]): a loop (a run's last vector only).
+pub const STORE_TAIL8_PRELUDE: &str = "\
+/* The lanes of an 8-float vector from lane o on, stored. */
+static inline void td_store8_from(float *restrict p, td_f32x8 v, int o)
+{
+    for (int l = o; l < 8; ++l)
+        p[l] = v[l];
+}
+";
+
+/// Defines `TD_IN_REGISTER8(x)` ([`lower::cpu_conv::IN_REGISTER8`]): [`IN_REGISTER_PRELUDE`]
+/// for an 8-float vector, held in a `ymm` register where the target has AVX.
+pub const IN_REGISTER8_PRELUDE: &str = "\
+/* An 8-float vector kept in a register: GCC would load it again as a memory operand of each FMA. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__AVX__)
+#define TD_IN_REGISTER8(x) __asm__(\"\" : \"+x\"(x))
+#else
+#define TD_IN_REGISTER8(x) ((void)0)
+#endif
+";
+
 /// Defines `TD_IN_REGISTER(x)` ([`lower::cpu_conv::IN_REGISTER`]): an empty `asm` that
 /// takes `x` in a vector register and may change it, so that the compiler loads `x` once
 /// instead of folding its load into every instruction that uses it. Only with AVX-512
@@ -486,10 +508,11 @@ pub const OPAQUE_PRELUDE: &str = "\
 /// whether it has an assumption (and needs [`ASSUME_PRELUDE`]), the widths of the
 /// vectors it uses (for [`vector_prelude`]) and the preludes of the helpers it calls
 /// ([`STORE_LANES_PRELUDE`], [`STORE_TAIL_PRELUDE`], [`IN_REGISTER_PRELUDE`],
-/// [`OPAQUE_PRELUDE`]).
+/// [`STORE_TAIL8_PRELUDE`], [`IN_REGISTER8_PRELUDE`], [`OPAQUE_PRELUDE`]).
 fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, Vec<&'static str>) {
     let (mut in_order, mut assume, mut store_lanes, mut store_tail) = (false, false, false, false);
-    let (mut in_register, mut opaque) = (false, false);
+    let (mut in_register, mut opaque, mut store_tail8, mut in_register8) =
+        (false, false, false, false);
     let mut widths = std::collections::BTreeSet::new();
     nest.walk(&mut |_, s, _| match s {
         lower::Stmt::Loop(l) => in_order |= l.kind == LoopKind::InOrder,
@@ -498,6 +521,8 @@ fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, Vec<&'static str>) {
             store_lanes |= func.as_str() == lower::cpu_conv::STORE_LANES;
             store_tail |= func.as_str() == lower::cpu_conv::STORE_TAIL;
             in_register |= func.as_str() == lower::cpu_conv::IN_REGISTER;
+            store_tail8 |= func.as_str() == lower::cpu_conv::STORE_TAIL8;
+            in_register8 |= func.as_str() == lower::cpu_conv::IN_REGISTER8;
             opaque |= func.as_str() == lower::cpu_conv::OPAQUE;
         }
         lower::Stmt::Let {
@@ -512,6 +537,8 @@ fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, Vec<&'static str>) {
         (store_lanes, STORE_LANES_PRELUDE),
         (store_tail, STORE_TAIL_PRELUDE),
         (in_register, IN_REGISTER_PRELUDE),
+        (store_tail8, STORE_TAIL8_PRELUDE),
+        (in_register8, IN_REGISTER8_PRELUDE),
         (opaque, OPAQUE_PRELUDE),
     ]
     .into_iter()

@@ -53,7 +53,7 @@ use crate::codegen::{index_name, load_as_f32, strides};
 use crate::ir::{DType, Kernel};
 use crate::lower::Binding;
 use crate::template::cpu::CpuConfig;
-use crate::template::cpu_conv::{contiguous_run, ConvShape, ConvTile, PIXEL_LANES, TRANSPOSE};
+use crate::template::cpu_conv::{contiguous_run, pixel_lanes, ConvShape, ConvTile, TRANSPOSE};
 
 /// The masked vector store the transposed output path calls ([`crate::codegen::c`] defines
 /// it where a nest calls it).
@@ -63,11 +63,17 @@ pub const STORE_LANES: &str = "td_store16";
 /// where a nest calls it): the lanes from a given one on.
 pub const STORE_TAIL: &str = "td_store16_from";
 
+/// [`STORE_TAIL`] for vectors of 8 pixels (AVX2's).
+pub const STORE_TAIL8: &str = "td_store8_from";
+
 /// Keeps a vector in a register ([`crate::codegen::c`] defines it where a nest calls it):
 /// a pixel vector loaded once and used by several FMAs, which GCC 12 otherwise loads again
 /// as a memory operand of each (a 3×3 convolution's 4-channel × 64-pixel tile ran at 108
 /// GFLOPS that way, 235 held; one core of the development machine).
 pub const IN_REGISTER: &str = "TD_IN_REGISTER";
+
+/// [`IN_REGISTER`] for vectors of 8 floats (a `ymm` register, AVX and up).
+pub const IN_REGISTER8: &str = "TD_IN_REGISTER8";
 
 /// Makes an integer variable opaque to the optimizer ([`crate::codegen::c`] defines it
 /// where a nest calls it): an empty `asm` that may change it.
@@ -445,9 +451,10 @@ pub fn lower<'a>(
         };
         let x = contiguous_run(&l.shape.pixels, extents, |t| l.xread.coef[t] / k);
         l.run = x.min(l.dense_run());
-        if l.run < PIXEL_LANES {
+        let lanes = pixel_lanes(config);
+        if l.run < lanes {
             return Err(format!(
-                "a pixel-vector tile needs runs of at least {PIXEL_LANES} pixels, these are {}",
+                "a pixel-vector tile needs runs of at least {lanes} pixels, these are {}",
                 l.run
             ));
         }
@@ -1040,7 +1047,7 @@ impl Conv<'_> {
     /// The first pixel of vector `j` of a pixel-vector tile (`pb`, `p0` in scope): `p0 +
     /// 16 j`, or, for a vector that would pass the end of its run, moved back to end there.
     fn vector_start(&self, j: usize) -> String {
-        let (run, lanes) = (self.run, PIXEL_LANES);
+        let (run, lanes) = (self.run, pixel_lanes(self.config));
         let at = format!("p0 + {}", j * lanes);
         if run.is_multiple_of(self.mr) {
             at
@@ -1098,7 +1105,7 @@ impl Conv<'_> {
     /// A vector that would pass the end of its run is moved back to end there (its first
     /// lanes repeat pixels of the vector before it, and are not stored again).
     fn pixel_tile_func(&self, buffers: &[Buffer]) -> Func {
-        let (v, mr, run, lanes) = (self.v, self.mr, self.run, PIXEL_LANES);
+        let (v, mr, run, lanes) = (self.v, self.mr, self.run, pixel_lanes(self.config));
         let nvec = mr / lanes;
         let (_, tiles) = self.pixel_tiles();
         let fe = self.extents[self.shape.f];
@@ -1181,8 +1188,13 @@ impl Conv<'_> {
                 .collect(),
         });
         if held {
+            let func = if lanes == 8 {
+                IN_REGISTER8
+            } else {
+                IN_REGISTER
+            };
             hot.extend((0..nvec).map(|j| Stmt::Call {
-                func: IN_REGISTER.into(),
+                func: func.into(),
                 args: vec![format!("xv_{j}")],
             }));
         }
@@ -1267,7 +1279,7 @@ impl Conv<'_> {
                     let at = format!("{out}[os_{j} + {sf} * (f0 + {fi})]");
                     if tail {
                         Stmt::Call {
-                            func: STORE_TAIL.into(),
+                            func: if lanes == 8 { STORE_TAIL8 } else { STORE_TAIL }.into(),
                             args: vec![format!("&{at}"), value, format!("(int)po_{j}")],
                         }
                     } else {

@@ -386,7 +386,8 @@ pub const PIXEL_CHOICES: [i64; 22] = [
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 28, 32, 48, 64,
 ];
 /// Output-channel tiles the space offers.
-pub const CHANNEL_CHOICES: [i64; 8] = [1, 2, 4, 8, 16, 32, 48, 64];
+/// (6 for pixel-vector tiles only: the 6×16 matmul tile turned on its side, with AVX2.)
+pub const CHANNEL_CHOICES: [i64; 9] = [1, 2, 4, 6, 8, 16, 32, 48, 64];
 
 /// Registers the default gives the accumulators: 5/8 of the file (20 of 32). The rest
 /// hold the channel vectors of the panel and the broadcast inputs: GCC 12 schedules every
@@ -575,10 +576,10 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     if let Some(tile) = pixel_vector_default(kernel, extents, &shape, machine) {
         return Some(CpuConfig {
             vector_axis: Some(shape.f),
-            vector: PIXEL_TILE_CHANNELS.min(fe.next_power_of_two()),
+            vector: pixel_tile(machine).0.min(fe.next_power_of_two()),
             parallel: machine.threads > 1 && kernel.flops(extents) >= 65_536.0,
             pack: true,
-            wide_simd: true,
+            wide_simd: lanes >= 16,
             vector_code: lanes,
             pairs: pair_ok,
             conv: Some(tile),
@@ -641,6 +642,26 @@ pub const SHORT_REDUCTION: usize = 64;
 /// GFLOPS, 8×48 at 262–266, 16×16 at 235–247, 4×64 at 200–210).
 pub const PIXEL_TILE_CHANNELS: usize = 8;
 
+/// The default pixel-vector tile on `machine`: (output channels, vectors of pixels).
+/// [`PIXEL_TILE_CHANNELS`] by two vectors with 32 registers (16 accumulators); with 16
+/// (AVX2), 6 channels by two vectors of 8 pixels (12 accumulators, the 6×16 matmul tile
+/// turned on its side). Two AVX2 Zen 3 cores, a 1×1 convolution over 64 channels and
+/// 56×56 (R1 of the bench), generated C side by side, medians (p10) in GFLOPS: 6×16 143
+/// (155), 4×16 130 (144), 2×32 124 (138), 8×8 99 (110), 3×24 54 (56: 3 pixel vectors,
+/// 12 accumulators and a broadcast leave GCC no register, and it spills), the
+/// channel-vector 16×5 tile with scalar stores 105 (123).
+pub fn pixel_tile(machine: Machine) -> (usize, usize) {
+    if machine.registers >= 32 {
+        (PIXEL_TILE_CHANNELS, 2)
+    } else {
+        (6, 2)
+    }
+}
+
+fn pixel_tile_vectors(machine: Machine) -> usize {
+    pixel_tile(machine).1
+}
+
 /// Reduction points up to which the default vectorizes the pixels of an NCHW output
 /// ([`ConvTile::pixel_vector`]): the channel-vector tile's stores transpose every 16×16
 /// block of the output in registers, a cost per output element that a short reduction does
@@ -649,12 +670,20 @@ pub const PIXEL_TILE_CHANNELS: usize = 8;
 /// 263–267; 256 points (R9, 196-pixel runs) 235 against 250.
 pub const PIXEL_VECTOR_POINTS: usize = 128;
 
-/// The default's pixel-vector tile, where it pays: AVX-512, an `f32` output, an input read
-/// in place (no padding to copy in, no stride to compact away, no window to expand
-/// ([`ConvShape::window_axis`]; level to 1.04 of channel vectors): with the copy a 1×1
-/// stride-2 convolution ran 0.9 of its channel-vector tile, a padded 3×3 one 0.88), a short
-/// reduction ([`PIXEL_VECTOR_POINTS`]) and runs of pixels that two-vector tiles cover
-/// (95% of the computed pixels real ones).
+/// The default's pixel-vector tile, where it pays: an `f32` output and runs of pixels
+/// that the tiles cover (95% of the computed pixels real ones), and
+///
+/// * with AVX-512, an input read in place (no padding to copy in, no stride to compact
+///   away, no window to expand ([`ConvShape::window_axis`]; level to 1.04 of channel
+///   vectors): with the copy a 1×1 stride-2 convolution ran 0.9 of its channel-vector
+///   tile, a padded 3×3 one 0.88) and a short reduction ([`PIXEL_VECTOR_POINTS`]), where
+///   the channel-vector tile's transposed stores cost the most;
+/// * with AVX2 (16 registers), every such layer: the channel-vector tile stores element by
+///   element there, and holds fewer pixels. Two Zen 3 cores, generated C side by side,
+///   medians in GFLOPS, 6×16 pixel tiles against the channel-vector default: ResNet-50's
+///   R1 143 / 105, R6 161 / 160, R2 (3×3, padded) 112 / 95, R5 106 / 77, R4 (1×1, stride
+///   2) 123 / 100, R0 (7×7, stride 2) 81 / 56; not over 7×7 planes (R12, 49-pixel runs in
+///   tiles of 16: 64 / 73), which the fill rule keeps out.
 fn pixel_vector_default(
     kernel: &Kernel,
     extents: &[usize],
@@ -668,10 +697,10 @@ fn pixel_vector_default(
         && shape.read_steps(extents).iter().all(|&k| k == 1)
         && shape.window_axis(extents).is_none();
     let fill = run as f64 / (run.div_ceil(pixels) * pixels) as f64;
+    let pays = machine.registers < 32 || (in_place && shape.points(extents) <= PIXEL_VECTOR_POINTS);
     (lanes >= 8
         && kernel.params[kernel.output].dtype == DType::F32
-        && in_place
-        && shape.points(extents) <= PIXEL_VECTOR_POINTS
+        && pays
         && run >= lanes
         && fill >= 0.95)
         .then_some(ConvTile {
@@ -754,9 +783,10 @@ pub fn validate(kernel: &Kernel, config: &CpuConfig, tile: &ConvTile) -> Result<
             "transposed weight packing needs a channel tile that is a multiple of {TRANSPOSE}"
         ));
     }
-    if tile.pixel_vector && (!tile.pad || !tile.pixels.is_multiple_of(PIXEL_LANES)) {
+    let lanes = pixel_lanes(config);
+    if tile.pixel_vector && (!tile.pad || !tile.pixels.is_multiple_of(lanes)) {
         return Err(format!(
-            "a pixel-vector tile reads the padded input in whole vectors of {PIXEL_LANES} pixels"
+            "a pixel-vector tile reads the padded input in whole vectors of {lanes} pixels"
         ));
     }
     if tile.pixel_vector && kernel.params[kernel.output].dtype != DType::F32 {
@@ -849,6 +879,9 @@ impl ConvTemplate {
                 m * v.div_ceil(lanes.max(1)) <= regs
             }
         });
+        b.constraint("six channels are a pixel-vector tile", move |c| {
+            value(c, vector, &CHANNEL_CHOICES) != Some(6) || matches!(c.index(along), Some(1))
+        });
         b.constraint("transposes need 16-channel multiples", move |c| {
             c.index(packing) == Some(0)
                 || value(c, vector, &CHANNEL_CHOICES).is_some_and(|v| v.is_multiple_of(TRANSPOSE))
@@ -857,16 +890,19 @@ impl ConvTemplate {
         b.constraint("wide vectors need AVX-512", move |c| {
             wide_ok || c.index(simd) == Some(0)
         });
-        // The vector stores are 16-float vectors, the masked ones AVX-512's.
+        // The vector stores of channel vectors are 16-float vectors, the masked ones
+        // AVX-512's; pixel vectors are stored whole (a run's last one lane by lane
+        // without AVX-512).
         b.constraint("vector stores need AVX-512", move |c| {
-            wide_ok || c.index(store) == Some(0)
+            wide_ok || c.index(store) == Some(0) || c.index(along) == Some(1)
         });
-        // Pixel vectors: whole vectors of pixels that lie in one run of the (padded) input
-        // and the output, an `f32` output, the unguarded read, AVX-512 (the masked stores
-        // of a run's last vector); the scalar store knob means nothing there.
+        // Pixel vectors: whole vectors of the target's lanes of pixels that lie in one run
+        // of the (padded) input and the output, an `f32` output, the unguarded read, 8
+        // lanes or more; the scalar store knob means nothing there.
         let run = shape.pixel_run(kernel, extents);
         let f32_out = kernel.params[kernel.output].dtype == DType::F32;
-        let pixel_ok = wide_ok && f32_out && run >= PIXEL_LANES;
+        let plane = lanes.min(PIXEL_LANES);
+        let pixel_ok = lanes >= 8 && f32_out && run >= plane;
         // (The window-expanded copy holds `f32`, not pairs.)
         let windowed = shape.window_axis(extents).is_some();
         b.constraint("pixel vectors need a run of pixels", move |c| {
@@ -876,7 +912,7 @@ impl ConvTemplate {
                     && c.index(pad) == Some(1)
                     && c.index(store) == Some(1)
                     && value(c, pixels, &PIXEL_CHOICES).is_some_and(|m| {
-                        m.is_multiple_of(PIXEL_LANES) && m <= run.next_multiple_of(PIXEL_LANES)
+                        m.is_multiple_of(plane) && m <= run.next_multiple_of(plane)
                     }))
         });
         b.constraint("bf16 pairs are padded whole vectors", move |c| {
