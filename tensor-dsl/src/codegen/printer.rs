@@ -11,7 +11,7 @@
 //! let cfg = CpuConfig { parallel: true, ..CpuConfig::heuristic(&k, &[64, 40, 48], 8) };
 //! let nest = lower::cpu::lower(&k, &[64, 40, 48], &shapes, &cfg).unwrap();
 //! let text = printer::print(&nest, &CDialect).unwrap();
-//! assert!(text.contains("#pragma omp for collapse(2) schedule(static)"));
+//! assert!(text.contains("#pragma omp for collapse(2) schedule(guided)"));
 //! // The CUDA dialect has no parallel region: a CPU nest does not print as CUDA.
 //! assert!(printer::print(&nest, &tensor_dsl::codegen::cuda::CudaDialect).is_err());
 //! ```
