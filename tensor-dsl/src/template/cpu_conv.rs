@@ -464,12 +464,15 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     // below the input, and read it from one address.
     // Single-threaded, 32×14 tiles ran 1–3% ahead of 32×10 on the 3×3 convolutions over
     // 56×56 and 28×28 (R2, R5 of the bench) and level on the 7×7 stride-2 one over 224×224.
+    // Not with 16 registers (AVX2), where a part of a row has at most 4 pixels of two
+    // vectors: 8 accumulators leave the FMA units waiting (two Zen 3 cores, R5: 16×4 at 88
+    // GFLOPS, 16×5 crossing rows 149).
     let (mut vector, mut pixels) = (vector, pixels);
     let padded = shape.x.dims.iter().any(|d| d.range(extents).0 < 0);
     let fits = |v: usize, m: usize| m * v.div_ceil(lanes) + 4 <= machine.registers;
     if let Some(&q) = shape.pixels.last() {
         let row = extents[q];
-        if padded {
+        if padded && machine.registers >= 32 {
             let v = if fits(vector, row) {
                 vector
             } else {
@@ -670,20 +673,16 @@ fn pixel_tile_vectors(machine: Machine) -> usize {
 /// 263–267; 256 points (R9, 196-pixel runs) 235 against 250.
 pub const PIXEL_VECTOR_POINTS: usize = 128;
 
-/// The default's pixel-vector tile, where it pays: an `f32` output and runs of pixels
-/// that the tiles cover (95% of the computed pixels real ones), and
-///
-/// * with AVX-512, an input read in place (no padding to copy in, no stride to compact
-///   away, no window to expand ([`ConvShape::window_axis`]; level to 1.04 of channel
-///   vectors): with the copy a 1×1 stride-2 convolution ran 0.9 of its channel-vector
-///   tile, a padded 3×3 one 0.88) and a short reduction ([`PIXEL_VECTOR_POINTS`]), where
-///   the channel-vector tile's transposed stores cost the most;
-/// * with AVX2 (16 registers), every such layer: the channel-vector tile stores element by
-///   element there, and holds fewer pixels. Two Zen 3 cores, generated C side by side,
-///   medians in GFLOPS, 6×16 pixel tiles against the channel-vector default: ResNet-50's
-///   R1 143 / 105, R6 161 / 160, R2 (3×3, padded) 112 / 95, R5 106 / 77, R4 (1×1, stride
-///   2) 123 / 100, R0 (7×7, stride 2) 81 / 56; not over 7×7 planes (R12, 49-pixel runs in
-///   tiles of 16: 64 / 73), which the fill rule keeps out.
+/// The default's pixel-vector tile, where it pays: an `f32` output, an input read in
+/// place (no padding to copy in, no stride to compact away, no window to expand
+/// ([`ConvShape::window_axis`]; level to 1.04 of channel vectors): with the copy a 1×1
+/// stride-2 convolution ran 0.9 of its channel-vector tile, a padded 3×3 one 0.88), a short
+/// reduction ([`PIXEL_VECTOR_POINTS`]) and runs of pixels that the tiles cover (95% of the
+/// computed pixels real ones). With AVX2 (16 registers, [`pixel_tile`]) the same: two Zen 3
+/// cores, generated C side by side, medians in GFLOPS, 6×16 pixel tiles against the
+/// channel-vector default: ResNet-50's R1 (1×1 over 64 channels) 143 / 105, R6 161 / 160;
+/// but padded 3×3 ones ran far behind 16×5 channel tiles (R2 119 / 161, R5 112 / 149), and
+/// the strided R0 and R4 level (97 / 94, 106 / 101).
 fn pixel_vector_default(
     kernel: &Kernel,
     extents: &[usize],
@@ -697,7 +696,7 @@ fn pixel_vector_default(
         && shape.read_steps(extents).iter().all(|&k| k == 1)
         && shape.window_axis(extents).is_none();
     let fill = run as f64 / (run.div_ceil(pixels) * pixels) as f64;
-    let pays = machine.registers < 32 || (in_place && shape.points(extents) <= PIXEL_VECTOR_POINTS);
+    let pays = in_place && shape.points(extents) <= PIXEL_VECTOR_POINTS;
     (lanes >= 8
         && kernel.params[kernel.output].dtype == DType::F32
         && pays
