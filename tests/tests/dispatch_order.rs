@@ -46,13 +46,14 @@ fn cache_then_first_call_tuning_then_default() {
     // config differs from the default.
     let kernel = scaled_mm::kernel();
     let extents = [24, 16, 40];
-    let template =
-        CpuTemplate::new(kernel, &extents, tensor_dsl::runtime::cpu::simd_lanes()).unwrap();
+    // (This machine's lanes for both: the space has only its own vector width.)
+    let lanes = tensor_dsl::runtime::cpu::simd_lanes();
+    let template = CpuTemplate::new(kernel, &extents, lanes).unwrap();
     let chosen = CpuConfig {
         vector: 8,
         unroll: 2,
         pack: false,
-        ..CpuConfig::heuristic(kernel, &extents, 16)
+        ..CpuConfig::heuristic(kernel, &extents, lanes)
     };
     let point = template.encode(&chosen).unwrap();
     let record = Record {

@@ -392,9 +392,16 @@ pub const CHANNEL_CHOICES: [i64; 9] = [1, 2, 4, 6, 8, 16, 32, 48, 64];
 /// Registers the default gives the accumulators: 5/8 of the file (20 of 32). The rest
 /// hold the channel vectors of the panel and the broadcast inputs: GCC 12 schedules every
 /// broadcast of a tile before its FMAs, and at 12×32 (24 accumulators of 32 `zmm`) it
-/// spilled accumulators to the stack inside the hot loop, at 10×32 it did not.
+/// spilled accumulators to the stack inside the hot loop, at 10×32 it did not. With 16
+/// registers (AVX2) 3/4 (12 of 16, 6 pixels of two vectors): the tuner took 16×6 over the
+/// 16×5 default on four of ResNet-50's layers on a Zen 3 VM (R2, R7, R9, R12; 2–23%,
+/// `bench/results/2026-11-27-zen3-cpu-avx2/`).
 pub fn accumulator_registers(registers: usize) -> usize {
-    registers * 5 / 8
+    if registers >= 32 {
+        registers * 5 / 8
+    } else {
+        registers * 3 / 4
+    }
 }
 
 /// The analytic default for a convolution: the channel tile two SIMD registers wide (one
@@ -442,13 +449,16 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     let vregs = vector.div_ceil(lanes);
     let most = (accumulator_registers(machine.registers) / vregs).clamp(1, 14);
     let np = shape.pixel_count(extents);
-    // Largest tile whose tiles cover the pixels at >= 95% (else the best covering one).
+    // Largest tile whose tiles cover the pixels at >= 95% (else the best covering one);
+    // at >= 90% with 16 registers, where one pixel less is a sixth of the accumulators
+    // (a 7×7 plane: 16×6 ran 14% ahead of 16×5 in the bench on a Zen 3 VM, R12).
     let fill = |m: usize| np as f64 / (np.div_ceil(m) * m) as f64;
+    let cover = if machine.registers >= 32 { 0.95 } else { 0.9 };
     let candidates = (most.min(np).max(1) / 2).max(1)..=most.min(np).max(1);
     let pixels = candidates
         .clone()
         .rev()
-        .find(|&m| fill(m) >= 0.95)
+        .find(|&m| fill(m) >= cover)
         .or_else(|| candidates.max_by(|&a, &b| fill(a).total_cmp(&fill(b)).then(a.cmp(&b))))
         .unwrap_or(1);
     // Whole rows of the innermost pixel axis where the input is padded and a row's
