@@ -1045,7 +1045,8 @@ impl Conv<'_> {
     }
 
     /// The first pixel of vector `j` of a pixel-vector tile (`pb`, `p0` in scope): `p0 +
-    /// 16 j`, or, for a vector that would pass the end of its run, moved back to end there.
+    /// lanes · j`, or, for a vector that would pass the end of its run, moved back to end
+    /// there.
     fn vector_start(&self, j: usize) -> String {
         let (run, lanes) = (self.run, pixel_lanes(self.config));
         let at = format!("p0 + {}", j * lanes);
@@ -1309,14 +1310,10 @@ impl Conv<'_> {
         }
     }
 
-    /// Lanes of the target's vectors ([`CpuConfig::vector_code`]; 16 in configs from
-    /// before they carried them).
+    /// Lanes of the target's vectors ([`pixel_lanes`]: [`CpuConfig::vector_code`], 16 in
+    /// configs from before they carried them).
     fn native_lanes(&self) -> usize {
-        if self.config.vector_code > 0 {
-            self.config.vector_code
-        } else {
-            TRANSPOSE
-        }
+        pixel_lanes(self.config)
     }
 
     /// The tile's stores as vectors, for an `f32` output whose channels or pixels are
