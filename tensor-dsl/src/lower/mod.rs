@@ -30,7 +30,7 @@
 //! let nest = lower::cpu::lower(&k, &[8, 16, 4], &shapes, &cfg).unwrap();
 //! // The register tile is a buffer of the nest ...
 //! let acc = nest.buffers.iter().find(|b| b.scope == lower::Scope::Register).unwrap();
-//! assert_eq!(acc.dims, vec![4, 16]);
+//! assert_eq!(acc.dims, vec![6, 16]);
 //! // ... the loops are data ...
 //! let mut vectorized = 0;
 //! nest.walk(&mut |_, s, _| {
