@@ -448,12 +448,13 @@ fn convolution_template_matches_reference() {
                     }
                 }
             }
-            // Pixel-vector tiles of a few shapes, where the space has them (f32 outputs,
-            // runs of 16 pixels or more).
-            for (v, px) in [(8, 32), (4, 16), (16, 48)] {
+            // A pixel-vector tile of `v` channels by `px` pixels, in vectors of `lanes`
+            // (`wide`: 512-bit ones).
+            let pixel_tile = |v: usize, px: usize, lanes: usize, wide: bool| {
                 let mut c = default.clone();
                 c.vector = v;
-                c.wide_simd = true;
+                c.vector_code = lanes;
+                c.wide_simd = wide;
                 // (A `bf16` default in pairs on a CPU with AVX-512 BF16: not with pixels.)
                 c.pairs = false;
                 if let Some(t) = c.conv.as_mut() {
@@ -466,6 +467,12 @@ fn convolution_template_matches_reference() {
                         pixels_outer: true,
                     };
                 }
+                c
+            };
+            // Pixel-vector tiles of a few shapes, where the space has them (f32 outputs,
+            // runs of 16 pixels or more).
+            for (v, px) in [(8, 32), (4, 16), (16, 48)] {
+                let c = pixel_tile(v, px, default.vector_code, true);
                 if template.encode(&c).is_some() {
                     pixel_tiles += 1;
                     configs.push(c);
@@ -473,23 +480,9 @@ fn convolution_template_matches_reference() {
             }
             // AVX2's pixel tiles (8-pixel vectors, whatever this machine's width: any x86-64
             // compiler target with AVX runs them), runs that they do not divide included.
+            let run = ConvShape::of(&kernel).unwrap().pixel_run(&kernel, &extents);
             for (v, px) in [(6, 16), (4, 24)] {
-                let mut c = default.clone();
-                c.vector = v;
-                c.vector_code = 8;
-                c.wide_simd = false;
-                c.pairs = false;
-                if let Some(t) = c.conv.as_mut() {
-                    *t = ConvTile {
-                        pixels: px,
-                        pad: true,
-                        transpose: false,
-                        vector_store: true,
-                        pixel_vector: true,
-                        pixels_outer: true,
-                    };
-                }
-                let run = ConvShape::of(&kernel).unwrap().pixel_run(&kernel, &extents);
+                let c = pixel_tile(v, px, 8, false);
                 if c.validate(&kernel).is_ok() && output == DType::F32 && run >= 8 {
                     avx2_pixel_tiles += 1;
                     configs.push(c);

@@ -1310,12 +1310,6 @@ impl Conv<'_> {
         }
     }
 
-    /// Lanes of the target's vectors ([`pixel_lanes`]: [`CpuConfig::vector_code`], 16 in
-    /// configs from before they carried them).
-    fn native_lanes(&self) -> usize {
-        pixel_lanes(self.config)
-    }
-
     /// The tile's stores as vectors, for an `f32` output whose channels or pixels are
     /// contiguous, as a guarded early exit before the one-store-per-element path (which
     /// stays for edge tiles and other layouts):
@@ -1388,7 +1382,7 @@ impl Conv<'_> {
         }
         if self.out_stride(f) == 1 {
             // Whole vectors of the target's width.
-            let t = self.native_lanes().min(t);
+            let t = pixel_lanes(self.config).min(t);
             if !v.is_multiple_of(t) {
                 return Vec::new();
             }
@@ -1494,7 +1488,7 @@ impl Conv<'_> {
         // 16 lanes before configs carried them): GCC splits a vector wider than the
         // target's registers through memory (a 16×5 tile of 16-lane vectors ran at 12
         // GFLOPS on two AVX2 cores).
-        let native = self.native_lanes();
+        let native = pixel_lanes(self.config);
         let width = [native, 8]
             .into_iter()
             .filter(|&w| w <= native)

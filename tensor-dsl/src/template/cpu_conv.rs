@@ -671,10 +671,6 @@ pub fn pixel_tile(machine: Machine) -> (usize, usize) {
     }
 }
 
-fn pixel_tile_vectors(machine: Machine) -> usize {
-    pixel_tile(machine).1
-}
-
 /// Reduction points up to which the default vectorizes the pixels of an NCHW output
 /// ([`ConvTile::pixel_vector`]): the channel-vector tile's stores transpose every 16×16
 /// block of the output in registers, a cost per output element that a short reduction does
@@ -700,7 +696,7 @@ fn pixel_vector_default(
     machine: Machine,
 ) -> Option<ConvTile> {
     let lanes = machine.lanes.min(PIXEL_LANES);
-    let pixels = pixel_tile_vectors(machine) * lanes;
+    let pixels = pixel_tile(machine).1 * lanes;
     let run = shape.pixel_run(kernel, extents);
     let in_place = shape.x.dims.iter().all(|d| d.range(extents).0 >= 0)
         && shape.read_steps(extents).iter().all(|&k| k == 1)
