@@ -217,3 +217,41 @@ fn convolution_tiles_use_the_targets_vectors() {
         assert!(!code.contains(other), "{lanes} lanes: {other}");
     }
 }
+
+/// The convolution template's reduction blocks (`conv_kblock`, AVX2's default where a
+/// channel tile's weight panel fills L1): a 1×1 convolution with bias and ReLU, 70 input
+/// channels in blocks of 32 (the last one 6), 20 output channels (a partial 16-channel
+/// tile) over 5×7, 8 lanes. Each channel tile (shared out among the threads) runs every
+/// block through all its pixel tiles; a tile keeps its partial sums in `part` between
+/// blocks and stores (the epilogue fused) after the last.
+#[test]
+fn generated_c_conv_reduction_blocks() {
+    let kernel = tensor_dsl::ir::parse_text(
+        "conv",
+        "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]; \
+         y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        None,
+    )
+    .unwrap();
+    let extents = [1, 20, 5, 7, 70, 1, 1];
+    let shapes: [&[usize]; 4] = [&[1, 70, 5, 7], &[20, 70, 1, 1], &[20], &[1, 20, 5, 7]];
+    let default = CpuConfig::heuristic(&kernel, &extents, 8);
+    let config = CpuConfig {
+        vector: 16,
+        k_block: 32,
+        parallel: true,
+        conv: Some(tensor_dsl::template::cpu_conv::ConvTile {
+            pixels: 6,
+            pixel_vector: false,
+            pixels_outer: false,
+            vector_store: false,
+            transpose: false,
+            pad: true,
+        }),
+        ..default
+    };
+    config.validate(&kernel).unwrap();
+    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    assert!(code.contains("if (c1 < 70)"), "{code}");
+    insta::assert_snapshot!("c_conv_reduction_blocks", code);
+}

@@ -399,6 +399,11 @@ fn convolution_template_matches_reference() {
         // stride 2 with 17-pixel rows, an unpadded one over a batch with 16-pixel rows.
         (conv(2, 1), [1, 20, 3, 17, 3, 3, 3]),
         (conv(2, 0), [2, 9, 2, 16, 3, 3, 3]),
+        // Reduction blocks (below): 70 input channels (blocks of 32 and 64, the last
+        // partial) over 5×7 with a partial channel tile and an epilogue; a padded 3×3 one
+        // of stride 2 over 33 channels.
+        (format!("{}{epilogue}", conv(1, 0)), [1, 20, 5, 7, 70, 1, 1]),
+        (conv(2, 1), [1, 17, 4, 4, 33, 3, 3]),
     ];
     let types: [(DType, DType); 3] = [
         (DType::F32, DType::F32),
@@ -410,6 +415,7 @@ fn convolution_template_matches_reference() {
     let mut version = 1u64 << 40;
     let mut pixel_tiles = 0;
     let mut avx2_pixel_tiles = 0;
+    let mut blocked = 0;
     for (src, named) in &cases {
         for &(input, output) in &types {
             let mut kernel = parse_text("k", src, None).unwrap();
@@ -512,10 +518,29 @@ fn convolution_template_matches_reference() {
                     }
                 }
             }
-            // The other loop order on prepacked weights.
+            // Reduction blocks that divide the input channels and blocks that do not, on
+            // the default's channel tile (pairs aside), channel tiles outermost.
+            let channels = extents[id("c")];
+            for k_block in [32, 64] {
+                let mut c = default.clone();
+                c.k_block = k_block;
+                c.pairs = false;
+                if let Some(t) = c.conv.as_mut() {
+                    t.pixels_outer = false;
+                }
+                if k_block < channels && c.validate(&kernel).is_ok() && !configs.contains(&c) {
+                    blocked += 1;
+                    configs.push(c);
+                }
+            }
+            // The other loop order on prepacked weights (unblocked: blocks keep channel
+            // tiles outermost).
             let mut order = default.clone();
             if let Some(t) = order.conv.as_mut() {
                 t.pixels_outer = !t.pixels_outer;
+                if t.pixels_outer {
+                    order.k_block = 0;
+                }
             }
             configs.push(order);
             // And the other way of storing the tile.
@@ -592,5 +617,9 @@ fn convolution_template_matches_reference() {
     assert!(
         avx2_pixel_tiles >= 10,
         "{avx2_pixel_tiles} 8-lane pixel-vector tiles checked"
+    );
+    assert!(
+        blocked >= 8,
+        "{blocked} configs with reduction blocks checked"
     );
 }

@@ -413,6 +413,23 @@ pub fn lower<'a>(
         }
     };
 
+    // Reduction blocks: per channel tile, every pixel tile runs one block of input
+    // channels before the next, keeping its partial sums in `part` between blocks.
+    let kblock = (config.k_block > 0 && !tile.pixel_vector && pair.is_none())
+        .then(|| shape.block_index())
+        .flatten()
+        .filter(|&r| config.k_block < extents[r] && v.is_multiple_of(8))
+        .map(|r| (r, config.k_block));
+    let part = kblock.map(|_| {
+        push(Buffer {
+            name: "part".into(),
+            scope: Scope::Panel,
+            dtype: COMPUTE,
+            dims: vec![shape.pixel_count(extents).div_ceil(mr) * mr * v],
+            param: None,
+            align: None,
+        })
+    });
     let transpose = if pair.is_none() && tile.transpose && v.is_multiple_of(TRANSPOSE) {
         channel_stride(kernel, extents, shapes, &shape)
     } else {
@@ -441,6 +458,8 @@ pub fn lower<'a>(
         pair_axis,
         xt,
         walls,
+        kblock,
+        part,
     };
     if tile.pixel_vector {
         // (In the pairs copy, runs of pairs: two elements a pixel.)
@@ -641,6 +660,10 @@ struct Conv<'a> {
     /// the scratch for every channel tile's panel on calls without prepacked weights.
     xt: Option<BufId>,
     walls: Option<BufId>,
+    /// Reduction blocks ([`CpuConfig::k_block`]): the input-channel index cut and the
+    /// block, and the per-thread buffer of every pixel tile's partial sums.
+    kblock: Option<(usize, usize)>,
+    part: Option<BufId>,
 }
 
 impl Conv<'_> {
@@ -868,6 +891,7 @@ impl Conv<'_> {
             buf: BufId(self.kernel.output),
             konst: false,
         });
+        p.extend(self.part.map(|buf| Param::Buffer { buf, konst: false }));
         p.extend(scalars.iter().map(|s| Param::Scalar {
             ty: IntType::Long,
             name: (*s).into(),
@@ -1082,9 +1106,21 @@ impl Conv<'_> {
     /// panel `panel` (C text) in place of this thread's.
     fn tile_call(&self, buffers: &[Buffer], pixel_var: &str, panel: &str) -> Stmt {
         let wp = &buffers[self.wp.0].name;
-        let mut args = self.args(buffers, &["f0", pixel_var]);
+        let mut args = if self.kblock.is_some() {
+            self.args(buffers, &["f0", pixel_var, "c0", "c1"])
+        } else {
+            self.args(buffers, &["f0", pixel_var])
+        };
         for a in args.iter_mut().filter(|a| *a == wp) {
             *a = panel.to_string();
+        }
+        // Each pixel tile's partial sums: its own stretch of this thread's buffer.
+        if let Some(part) = self.part {
+            let name = &buffers[part.0].name;
+            let (mr, v) = (self.mr, self.v);
+            for a in args.iter_mut().filter(|a| *a == name) {
+                *a = format!("{name} + {pixel_var} / {mr} * {}", mr * v);
+            }
         }
         Stmt::Call {
             func: TILE.into(),
@@ -1514,6 +1550,31 @@ impl Conv<'_> {
                 init: Some(Value::Code("{0}".into())),
             }
         });
+        // With reduction blocks, a block after the first starts from the partial sums.
+        let part_lanes = |m: usize, j: usize| {
+            self.part.map(|buf| Target::Lanes {
+                buf,
+                index: vec![int((m * vectors + j) * width)],
+                width,
+            })
+        };
+        if self.kblock.is_some() && width > 0 {
+            body.push(Stmt::If {
+                cond: "c0 > 0".into(),
+                then: (0..mr)
+                    .flat_map(|m| (0..vectors).map(move |j| (m, j)))
+                    .filter_map(|(m, j)| {
+                        Some(Stmt::Assign {
+                            dst: Target::Var(cvar(m, j)),
+                            op: AssignOp::Set,
+                            value: Value::Read(part_lanes(m, j)?),
+                        })
+                    })
+                    .collect(),
+                els: None,
+                braced: true,
+            });
+        }
         // Each pixel's indices (a pixel past the end repeats the last one; it is not
         // stored) and, unguarded, its part of the input offset. Where every tile lies in
         // one run of the innermost pixel axis, the pixels after the first are steps along
@@ -1706,13 +1767,21 @@ impl Conv<'_> {
             }
         }
         body.extend(taps.lets);
-        body.extend(self.reduction_loops(LoopKind::InOrder, &taps.bounds, hot));
+        let mut bounds = taps.bounds.clone();
+        if let Some((r, _)) = self.kblock {
+            // (`block_index` reads an input axis that is never padded: no tap bounds.)
+            bounds.retain(|(i, _, _)| *i != r);
+            bounds.push((r, "c0".into(), "c1".into()));
+        }
+        body.extend(self.reduction_loops(LoopKind::InOrder, &bounds, hot));
+        // The stores: after the last block only; after the others, the partial sums.
+        let mut stores = Vec::new();
         if width > 0 {
             // The sums into the accumulator array that the stores read.
-            body.extend(self.spill(mr, vectors, width, cvar));
+            stores.extend(self.spill(mr, vectors, width, cvar));
         }
-        body.push(let_long("nv", format!("{fe} - f0 < {v} ? {fe} - f0 : {v}")));
-        body.extend(self.vector_store(buffers));
+        stores.push(let_long("nv", format!("{fe} - f0 < {v} ? {fe} - f0 : {v}")));
+        stores.extend(self.vector_store(buffers));
 
         // One store per output element, the epilogue fused.
         let f = self.shape.f;
@@ -1751,7 +1820,7 @@ impl Conv<'_> {
                 layout: Layout::Braced,
                 body: vec![store],
             });
-            body.push(if m == 0 {
+            stores.push(if m == 0 {
                 lp
             } else {
                 Stmt::If {
@@ -1762,9 +1831,35 @@ impl Conv<'_> {
                 }
             });
         }
+        match self.kblock {
+            Some((r, _)) if width > 0 => {
+                let saves = (0..mr)
+                    .flat_map(|m| (0..vectors).map(move |j| (m, j)))
+                    .filter_map(|(m, j)| {
+                        Some(Stmt::Assign {
+                            dst: part_lanes(m, j)?,
+                            op: AssignOp::Set,
+                            value: Value::Read(Target::Var(cvar(m, j))),
+                        })
+                    })
+                    .collect();
+                body.push(Stmt::If {
+                    cond: format!("c1 < {}", self.steps_of(r)),
+                    then: saves,
+                    els: Some(stores),
+                    braced: true,
+                });
+            }
+            _ => body.extend(stores),
+        }
+        let scalars: &[&str] = if self.kblock.is_some() {
+            &["f0", "p0", "c0", "c1"]
+        } else {
+            &["f0", "p0"]
+        };
         Func {
             name: TILE.into(),
-            params: self.params(&["f0", "p0"]),
+            params: self.params(scalars),
             body,
         }
     }
@@ -2528,6 +2623,8 @@ impl Conv<'_> {
         // The tile on channel tile `f0`'s panel: `panel` in place of this thread's.
         let wp = &buffers[self.wp.0].name;
         let tile_call = |panel: String| self.tile_call(buffers, pixel_var, &panel);
+        // (Reduction blocks pack each channel tile once: no `pk_f0`.)
+        let pack_once = refill[..1].to_vec();
         let work = vec![Stmt::Block(vec![
             Stmt::If {
                 cond: "f0 != pk_f0".into(),
@@ -2554,7 +2651,46 @@ impl Conv<'_> {
                 defs: vec![("pk_f0".into(), Value::Code("-1".into()))],
             },
         ]);
-        if self.tile.pixels_outer {
+        if let (Some((r, kc)), Some(part)) = (self.kblock, self.part) {
+            // Reduction blocks: per channel tile (shared out among the threads), each block
+            // of input channels through every pixel tile ([`CpuConfig::k_block`]).
+            region.pop();
+            region.push(Stmt::Alloc {
+                buf: part,
+                init: None,
+            });
+            let e = self.steps_of(r);
+            let mut blocks = for_each(
+                "c0",
+                e,
+                LoopKind::Serial,
+                Layout::Braced,
+                vec![
+                    let_long("c1", format!("c0 + {kc} < {e} ? c0 + {kc} : {e}")),
+                    Stmt::Loop(Loop {
+                        kind: LoopKind::Serial,
+                        layout: Layout::Braced,
+                        body: vec![tile_call(format!(
+                            "{wall} ? {} : {wp}",
+                            self.wall_panel(wall)
+                        ))],
+                        ..tiles("p0", np, self.mr)
+                    }),
+                ],
+            );
+            if let Stmt::Loop(l) = &mut blocks {
+                l.step = Step::Add(kc);
+                l.trip = e.div_ceil(kc);
+            }
+            let mut body = pack_once;
+            body.push(blocks);
+            region.push(Stmt::Loop(Loop {
+                layout: Layout::Braced,
+                body,
+                ..tiles("f0", fe, self.v)
+            }));
+            region.push(Stmt::Free(part));
+        } else if self.tile.pixels_outer {
             // On prepacked weights, pixel tiles outermost ([`ConvTile::pixels_outer`]):
             // a tile's input stays in L1 while every channel tile uses it, and each thread
             // reads its share of the input once, not once per channel tile. Timed in a C

@@ -68,7 +68,11 @@ pub struct CpuConfig {
     /// Block the first reduction index in chunks of this many iterations (0: no blocking,
     /// the whole reduction runs inside one register tile). With a block, the output tile
     /// accumulates across blocks (partial sums are stored in the output, the epilogue runs
-    /// after the last block) and the tile loops run in u-blocks of [`u_block`] rows.
+    /// after the last block) and the tile loops run in u-blocks of [`u_block`] rows. For a
+    /// convolution tile ([`crate::template::cpu_conv::ConvTile`]) the input channel is cut
+    /// instead ([`crate::template::cpu_conv::ConvShape::block_index`]): per channel tile,
+    /// every pixel tile runs one block before the next block starts, its partial sums
+    /// kept in a per-thread buffer.
     #[serde(default)]
     pub k_block: usize,
     /// Ask the C compiler for 512-bit vectors (GCC's `prefer-vector-width=512`, on x86-64
