@@ -436,7 +436,8 @@ pub fn accumulator_registers(registers: usize) -> usize {
 /// get a pixel-vector tile instead ([`ConvTile::pixel_vector`], [`PIXEL_TILE_CHANNELS`]
 /// channels by two vectors of pixels); elsewhere, reductions shorter than
 /// [`SHORT_REDUCTION`] over NCHW rows of whole vectors get one 16×16 transpose block per
-/// tile, channel tiles outermost (their stores bound them).
+/// tile, channel tiles outermost (their stores bound them). With 16 registers, a channel
+/// tile whose weight panel fills L1 runs the input channels in blocks (`default_k_block`).
 pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option<CpuConfig> {
     let shape = ConvShape::of(kernel)?;
     let lanes = machine.lanes;
