@@ -231,7 +231,6 @@ fn run_into(
     };
     // Where the weights can stay packed, also the call that packs them itself (no versions).
     let repacks = !weights.is_empty() && (ours_cfg.conv.is_some() || ours_cfg.pack);
-    let mut repack_out = vec![f32::NAN; out_len];
     let run_repacking = |out: &mut [f32]| {
         cpu::run_with(kernel, extents, &shapes, &views, out.into(), &ours_cfg).map_err(cpu_err)
     };
@@ -279,16 +278,27 @@ fn run_into(
         }
     }
     let mut lib_outs: Vec<Vec<f32>> = timed.iter().map(|_| vec![0.0f32; out_len]).collect();
+    // Checked, our kernels write one output buffer while timed, so that the tuned point
+    // and the default (often the same config) run on the same memory: with a buffer each,
+    // one config was timed 1.4–1.6× apart in the two slots in a run on an AVX2 VM, and
+    // 5–15% apart in reruns (`bench/results/2026-11-27-zen3-cpu-kblock/`).
+    let ours_timed = std::cell::RefCell::new(std::mem::take(&mut ours_out));
     let timings = {
         let mut contenders: Vec<Run<'_>> = vec![
-            Run::Call(Box::new(|| run_ours(&ours_cfg, &mut ours_out))),
+            Run::Call(Box::new(|| {
+                run_ours(&ours_cfg, &mut ours_timed.borrow_mut())
+            })),
             Run::Call(Box::new(|| {
                 baseline::run(&w.op, &refs, &mut base_out, &mut scratch)
             })),
-            Run::Call(Box::new(|| run_ours(&default_cfg, &mut default_out))),
+            Run::Call(Box::new(|| {
+                run_ours(&default_cfg, &mut ours_timed.borrow_mut())
+            })),
         ];
         if repacks {
-            contenders.push(Run::Call(Box::new(|| run_repacking(&mut repack_out))));
+            contenders.push(Run::Call(Box::new(|| {
+                run_repacking(&mut ours_timed.borrow_mut())
+            })));
         }
         let mut settle = vec![0.0; contenders.len()];
         for ((_, _, _, b), out) in timed.iter_mut().zip(lib_outs.iter_mut()) {
