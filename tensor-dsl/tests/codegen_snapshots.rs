@@ -151,6 +151,17 @@ fn generated_c_conv_bf16_pixel_pairs() {
     insta::assert_snapshot!("c_conv_bf16_pixel_pairs", code);
 }
 
+/// A 1×1 convolution with bias and ReLU (NCHW; parameters x, w, bias, y).
+fn conv_1x1_bias_relu() -> tensor_dsl::ir::Kernel {
+    tensor_dsl::ir::parse_text(
+        "conv",
+        "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]; \
+         y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
+        None,
+    )
+    .unwrap()
+}
+
 /// The convolution template's pixel-vector tile (`conv_vector=pixels`, the default of a
 /// short reduction over an unpadded NCHW input): a 1×1 convolution with bias and ReLU, 20
 /// channels in 8-channel tiles (the last one's rows past the channels not stored), runs of
@@ -158,13 +169,7 @@ fn generated_c_conv_bf16_pixel_pairs() {
 /// end, stored from their first new lane).
 #[test]
 fn generated_c_conv_pixel_vectors() {
-    let kernel = tensor_dsl::ir::parse_text(
-        "conv",
-        "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]; \
-         y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
-        None,
-    )
-    .unwrap();
+    let kernel = conv_1x1_bias_relu();
     let shapes: [&[usize]; 4] = [&[2, 24, 6, 6], &[20, 24, 1, 1], &[20], &[2, 20, 6, 6]];
     let extents = [2, 20, 6, 6, 24, 1, 1];
     let config = CpuConfig::heuristic(&kernel, &extents, 16);
@@ -226,13 +231,7 @@ fn convolution_tiles_use_the_targets_vectors() {
 /// blocks and stores (the epilogue fused) after the last.
 #[test]
 fn generated_c_conv_reduction_blocks() {
-    let kernel = tensor_dsl::ir::parse_text(
-        "conv",
-        "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]; \
-         y[[n, f, p, q]] = relu(y[[n, f, p, q]] + bias[[f]])",
-        None,
-    )
-    .unwrap();
+    let kernel = conv_1x1_bias_relu();
     let extents = [1, 20, 5, 7, 70, 1, 1];
     let shapes: [&[usize]; 4] = [&[1, 70, 5, 7], &[20, 70, 1, 1], &[20], &[1, 20, 5, 7]];
     let default = CpuConfig::heuristic(&kernel, &extents, 8);

@@ -2597,7 +2597,8 @@ impl Conv<'_> {
         );
         let tiles = |var: &str, e: usize, step: usize| self.tile_loop(var, e, step);
         let wall = &buffers[self.wall.0].name;
-        let mut refill = vec![Stmt::If {
+        // Without prepacked weights, this thread packs channel tile `f0` into its panel.
+        let pack = Stmt::If {
             cond: format!("!{wall}"),
             then: vec![Stmt::Call {
                 func: PACK.into(),
@@ -2609,12 +2610,15 @@ impl Conv<'_> {
             }],
             els: None,
             braced: false,
-        }];
-        refill.push(Stmt::Assign {
-            dst: Target::Var("pk_f0".into()),
-            op: AssignOp::Set,
-            value: Value::Code("f0".into()),
-        });
+        };
+        let refill = vec![
+            pack.clone(),
+            Stmt::Assign {
+                dst: Target::Var("pk_f0".into()),
+                op: AssignOp::Set,
+                value: Value::Code("f0".into()),
+            },
+        ];
         let (pixel_var, pixel_loop) = if self.tile.pixel_vector {
             ("t", tiles("t", self.pixel_tiles().1, 1))
         } else {
@@ -2623,8 +2627,8 @@ impl Conv<'_> {
         // The tile on channel tile `f0`'s panel: `panel` in place of this thread's.
         let wp = &buffers[self.wp.0].name;
         let tile_call = |panel: String| self.tile_call(buffers, pixel_var, &panel);
-        // (Reduction blocks pack each channel tile once: no `pk_f0`.)
-        let pack_once = refill[..1].to_vec();
+        // The prepacked panel of this channel tile, if any.
+        let panel = format!("{wall} ? {} : {wp}", self.wall_panel(wall));
         let work = vec![Stmt::Block(vec![
             Stmt::If {
                 cond: "f0 != pk_f0".into(),
@@ -2632,9 +2636,15 @@ impl Conv<'_> {
                 els: None,
                 braced: true,
             },
-            // The prepacked panel of this channel tile, if any.
-            tile_call(format!("{wall} ? {} : {wp}", self.wall_panel(wall))),
+            tile_call(panel.clone()),
         ])];
+        let blocked = self.kblock.zip(self.part);
+        // The channel tile this thread's panel holds (-1: none yet).
+        let pk_f0 = || Stmt::Let {
+            ty: Ty::Int(IntType::Long),
+            konst: false,
+            defs: vec![("pk_f0".into(), Value::Code("-1".into()))],
+        };
         let mut region = self.pad_input(buffers, ranges);
         region.extend([
             Stmt::Comment(format!(
@@ -2645,52 +2655,35 @@ impl Conv<'_> {
                 buf: self.wp,
                 init: None,
             },
-            Stmt::Let {
-                ty: Ty::Int(IntType::Long),
-                konst: false,
-                defs: vec![("pk_f0".into(), Value::Code("-1".into()))],
-            },
         ]);
-        if let (Some((r, kc)), Some(part)) = (self.kblock, self.part) {
-            // Reduction blocks: per channel tile (shared out among the threads), each block
-            // of input channels through every pixel tile ([`CpuConfig::k_block`]).
-            region.pop();
+        if let Some(((r, kc), part)) = blocked {
+            // Reduction blocks: per channel tile (shared out among the threads, packed
+            // once, so no `pk_f0`), each block of input channels through every pixel tile
+            // ([`CpuConfig::k_block`]).
             region.push(Stmt::Alloc {
                 buf: part,
                 init: None,
             });
             let e = self.steps_of(r);
-            let mut blocks = for_each(
-                "c0",
-                e,
-                LoopKind::Serial,
-                Layout::Braced,
-                vec![
-                    let_long("c1", format!("c0 + {kc} < {e} ? c0 + {kc} : {e}")),
-                    Stmt::Loop(Loop {
-                        kind: LoopKind::Serial,
-                        layout: Layout::Braced,
-                        body: vec![tile_call(format!(
-                            "{wall} ? {} : {wp}",
-                            self.wall_panel(wall)
-                        ))],
-                        ..tiles("p0", np, self.mr)
-                    }),
-                ],
-            );
-            if let Stmt::Loop(l) = &mut blocks {
-                l.step = Step::Add(kc);
-                l.trip = e.div_ceil(kc);
-            }
-            let mut body = pack_once;
-            body.push(blocks);
+            let serial = |l: Loop, body: Vec<Stmt>| {
+                Stmt::Loop(Loop {
+                    kind: LoopKind::Serial,
+                    layout: Layout::Braced,
+                    body,
+                    ..l
+                })
+            };
+            let pixels = serial(tiles("p0", np, self.mr), vec![tile_call(panel)]);
+            let c1 = let_long("c1", format!("c0 + {kc} < {e} ? c0 + {kc} : {e}"));
+            let blocks = serial(tiles("c0", e, kc), vec![c1, pixels]);
             region.push(Stmt::Loop(Loop {
                 layout: Layout::Braced,
-                body,
+                body: vec![pack, blocks],
                 ..tiles("f0", fe, self.v)
             }));
             region.push(Stmt::Free(part));
         } else if self.tile.pixels_outer {
+            region.push(pk_f0());
             // On prepacked weights, pixel tiles outermost ([`ConvTile::pixels_outer`]):
             // a tile's input stays in L1 while every channel tile uses it, and each thread
             // reads its share of the input once, not once per channel tile. Timed in a C
@@ -2707,6 +2700,7 @@ impl Conv<'_> {
                 braced: true,
             });
         } else {
+            region.push(pk_f0());
             region.extend(band(vec![tiles("f0", fe, self.v), pixel_loop], work));
         }
         region.push(Stmt::Free(self.wp));
