@@ -400,6 +400,11 @@ fn pick_record(
 /// search ([`tuner::confirm`]), where the trial budget has room for them.
 pub const CONFIRM_ROUNDS: usize = 3;
 
+/// Further rounds, after [`CONFIRM_ROUNDS`], while the point that leads has never been
+/// measured next to the default (its measurements in the search were lucky ones), where
+/// the budgets have room for them.
+pub const SETTLE_ROUNDS: usize = 5;
+
 /// The `strategy` of a zero-trial pick's record.
 pub const PICK_STRATEGY: &str = "model-pick";
 
@@ -441,8 +446,9 @@ fn strategy_of(
 /// ([`transfer::model_pick`]) and `default`
 /// (tuning never ends worse than not tuning), then the strategy of `opts` runs; where the
 /// trial budget has room left, the point that leads and `default` are then measured side
-/// by side, up to [`CONFIRM_ROUNDS`] rounds ([`tuner::confirm`]), and the best is chosen
-/// again after each. With
+/// by side, up to [`CONFIRM_ROUNDS`] rounds ([`tuner::confirm`]), then up to
+/// [`SETTLE_ROUNDS`] more while the point that leads was never measured next to the
+/// default, and the best is chosen again after each. With
 /// `opts.trials == 0` nothing is measured and the pick is the answer. With a time budget
 /// the run may stop early (`tuner::Budget::early_stop`): the user asked for "this many
 /// seconds at most", and a settled search that the model agrees with has nothing left to
@@ -522,14 +528,16 @@ pub fn search(
     // at most two of the search's average trials (remeasurements compile nothing, so
     // they take less).
     if let Some(d) = &default {
-        let mut rounds = (opts.trials.saturating_sub(result.trials.len()) / 2).min(CONFIRM_ROUNDS);
+        let mut room = opts.trials.saturating_sub(result.trials.len()) / 2;
         if let Some(limit) = opts.seconds {
             let spent = start.elapsed().as_secs_f64();
             let per_trial = spent / result.trials.len().max(1) as f64;
             let fit = ((limit - spent).max(0.0) / (2.0 * per_trial.max(1e-9))).floor();
-            rounds = rounds.min(fit as usize);
+            room = room.min(fit as usize);
         }
-        tuner::confirm(&mut result, d, rounds, measurer, on_trial);
+        let rounds = room.min(CONFIRM_ROUNDS);
+        let settle = (room - rounds).min(SETTLE_ROUNDS);
+        tuner::confirm(&mut result, d, rounds, settle, measurer, on_trial);
     }
     if let Some(a) = result.model_accuracy {
         tracing::debug!(

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
-use tensor_dsl::autotune::{search, TuneOptions, CONFIRM_ROUNDS};
+use tensor_dsl::autotune::{search, TuneOptions, CONFIRM_ROUNDS, SETTLE_ROUNDS};
 use tensor_dsl::transfer::Prior;
 use tuner::{Config, SearchSpace, SyntheticMeasurer};
 
@@ -90,11 +90,12 @@ fn the_confirmation_keeps_the_time_budget() {
     assert!((12..12 + 2 * CONFIRM_ROUNDS).contains(&r.trials.len()));
 }
 
-/// Points 12 and 11 measure fast the first time and slow ever after (a lucky moment);
-/// point `x` otherwise takes 1 ms / x.
+/// The `lucky` highest points measure fast the first time (12 fastest) and slow ever
+/// after (a lucky moment); point `x` otherwise takes 1 ms / x.
 struct Lucky {
     space: SearchSpace,
     knob: usize,
+    lucky: i64,
     seen: std::collections::HashMap<i64, usize>,
 }
 
@@ -106,10 +107,10 @@ impl tuner::Measurer for Lucky {
                 let x = self.space.discrete_value(c, self.knob).unwrap();
                 let n = self.seen.entry(x).or_default();
                 *n += 1;
-                let s = match (x, *n) {
-                    (12, 1) => 0.5e-4,
-                    (11, 1) => 0.6e-4,
-                    (11 | 12, _) => 2e-3,
+                let lucky = x > 12 - self.lucky;
+                let s = match (lucky, *n) {
+                    (true, 1) => (13 - x) as f64 * 1e-5,
+                    (true, _) => 2e-3,
                     _ => 1e-3 / x as f64,
                 };
                 tuner::Outcome::Valid { samples: vec![s] }
@@ -118,19 +119,36 @@ impl tuner::Measurer for Lucky {
     }
 }
 
-#[test]
-fn each_round_of_the_confirmation_takes_the_point_that_then_leads() {
+/// A random search of 30 trials over [`twelve`] measured by [`Lucky`] with `lucky` lucky
+/// points: the points compared with the default after the search, in order, and the
+/// best one.
+fn confirm_lucky(lucky: i64) -> (Vec<i64>, i64) {
     let (space, knob) = twelve();
     let mut m = Lucky {
         space: space.clone(),
         knob,
+        lucky,
         seen: Default::default(),
     };
     let (r, default) = random_search_on(&space, &mut m, 30, None);
     let x = |c: &Config| space.discrete_value(c, knob).unwrap();
-    // The lucky 12 is compared first, then the lucky 11, then the honest 10, which stays.
-    let compared: Vec<i64> = r.trials[12..].chunks(2).map(|p| x(&p[1].config)).collect();
-    assert_eq!(compared, [12, 11, 10]);
     assert!(r.trials[12..].chunks(2).all(|p| p[0].config == default));
-    assert_eq!(x(&r.best.unwrap().0), 10);
+    let compared = r.trials[12..].chunks(2).map(|p| x(&p[1].config)).collect();
+    (compared, x(&r.best.unwrap().0))
+}
+
+#[test]
+fn each_round_of_the_confirmation_takes_the_point_that_then_leads() {
+    // The lucky 12 is compared first, then the lucky 11, then the honest 10, which stays.
+    assert_eq!(confirm_lucky(2), (vec![12, 11, 10], 10));
+}
+
+#[test]
+fn the_confirmation_goes_on_while_the_leader_was_never_compared() {
+    // Five lucky points: after the three set rounds the lucky 9 leads, measured once;
+    // two more rounds take it and the lucky 8 down, and the honest 7 wins its round.
+    assert_eq!(confirm_lucky(5), (vec![12, 11, 10, 9, 8, 7], 7));
+    // More lucky points than rounds: it ends at the last settling round.
+    let (compared, _) = confirm_lucky(10);
+    assert_eq!(compared.len(), CONFIRM_ROUNDS + SETTLE_ROUNDS);
 }

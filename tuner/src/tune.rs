@@ -356,14 +356,19 @@ pub fn tune(
 
 /// Measures `baseline` and the best point of `result` side by side
 /// ([`Measurer::remeasure_pair`]: a CPU measurer alternates their calls every few
-/// milliseconds), up to `rounds` times (remeasurements: trials, added to `result` and
-/// shown to `on_trial`), choosing the best point again by the upper median of every
-/// measurement of each config after each round. Each round takes the best point as it then
-/// stands: where a round shows the winner slower than the baseline and another point now
-/// leads (until then measured alone), the next round measures that one against the
-/// baseline; where the baseline leads, the latest challenger again. (Measuring only the first winner, a live check on
-/// a convolution kept the runner-up it then fell back to, measured once, 12% slower than
-/// the baseline side by side: `bench/results/2026-11-27-zen4-cpu-tuner-live/`.)
+/// milliseconds), `rounds` times, then up to `settle` more rounds while the point that
+/// leads has not yet been measured next to the baseline (remeasurements: trials, added to
+/// `result` and shown to `on_trial`), choosing the best point again by the upper median of
+/// every measurement of each config after each round. Each round takes the best point as
+/// it then stands: where a round shows the winner slower than the baseline and another
+/// point now leads (until then measured alone), the next round measures that one against
+/// the baseline; where the baseline leads, the latest challenger again. (Measuring only the
+/// first winner, a live check on a convolution kept the runner-up it then fell back to,
+/// measured once, 12% slower than the baseline side by side:
+/// `bench/results/2026-11-27-zen4-cpu-tuner-live/`. With three rounds and no more, a
+/// 3×3 convolution over 7×7 whose pixel-outer points each measured fast once and 1.6–2.8×
+/// slower next to the default ended on the fourth of them, never compared:
+/// `bench/results/2026-11-27-zen3-cpu-confirm/`.)
 ///
 /// Why: a search compares points measured at different moments, the baseline (the
 /// default, measured first) in a runner that had just started. On the bench's CPU suites
@@ -372,11 +377,12 @@ pub fn tune(
 /// of it. Measured back to back, both see the same machine; each round first moves the
 /// measurer's data ([`Measurer::vary`]), so that the verdict holds over several placements
 /// of it in memory, not one. Nothing is done when the best point is the baseline, when the
-/// baseline was not measured valid, or with `rounds` 0.
+/// baseline was not measured valid, or with `rounds` and `settle` 0.
 pub fn confirm(
     result: &mut TuneResult,
     baseline: &Config,
     rounds: usize,
+    settle: usize,
     measurer: &mut dyn Measurer,
     on_trial: &mut dyn FnMut(&Trial),
 ) {
@@ -393,14 +399,26 @@ pub fn confirm(
         return;
     }
     let mut challenger = best;
-    for _ in 0..rounds {
+    // The challengers measured next to the baseline so far.
+    let mut paired: HashSet<Config> = HashSet::new();
+    for round in 0..rounds + settle {
         // The point that now leads, or, where the baseline leads, the latest challenger.
-        if let Some((leader, _)) = result.best.as_ref().filter(|(c, _)| c != baseline) {
-            challenger = leader.clone();
+        let leader = result
+            .best
+            .as_ref()
+            .map(|(c, _)| c.clone())
+            .filter(|c| c != baseline);
+        // Past the set rounds, only a leader never compared with the baseline is measured.
+        if round >= rounds && leader.as_ref().is_none_or(|c| paired.contains(c)) {
+            break;
+        }
+        if let Some(leader) = leader {
+            challenger = leader;
         }
         // Each round with the data elsewhere: a winner by placement alone does not last.
         measurer.vary();
         let outcomes = measurer.remeasure_pair(baseline, &challenger);
+        paired.insert(challenger.clone());
         for (c, outcome) in [baseline, &challenger].into_iter().zip(outcomes) {
             let trial = Trial {
                 config: c.clone(),

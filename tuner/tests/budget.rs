@@ -256,12 +256,12 @@ fn confirmation_measures_the_default_and_the_winner_back_to_back() {
     let points = space.enumerate(2).unwrap();
     assert_eq!(r.best.as_ref().unwrap().0, points[1]);
     let mut seen = 0;
-    tuner::confirm(&mut r, &points[0], 3, &mut m, &mut |_| seen += 1);
+    tuner::confirm(&mut r, &points[0], 3, 0, &mut m, &mut |_| seen += 1);
     assert_eq!((seen, r.trials.len(), r.history.len()), (6, 8, 8));
     assert_eq!(r.best, Some((points[0].clone(), 1.1)));
     assert_eq!(tuner::judge(&r.trials), r.best);
     // Nothing to confirm when the winner is the baseline.
     let before = r.trials.len();
-    tuner::confirm(&mut r, &points[0], 3, &mut m, &mut |_| {});
+    tuner::confirm(&mut r, &points[0], 3, 0, &mut m, &mut |_| {});
     assert_eq!(r.trials.len(), before);
 }
