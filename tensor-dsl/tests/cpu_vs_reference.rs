@@ -395,6 +395,9 @@ fn convolution_template_matches_reference() {
         (conv(2, 0), [1, 21, 8, 10, 40, 1, 1]),
         (conv(1, 1), [1, 12, 6, 18, 5, 3, 3]),
         (format!("{}{epilogue}", conv(1, 0)), [2, 19, 6, 6, 10, 1, 1]),
+        // Five channels: one tile of 8 reads the input in place, tiles of 4 through each
+        // pixel tile's own copy (the fused copy, for more than one channel tile).
+        (conv(1, 0), [1, 5, 9, 9, 24, 1, 1]),
         // Pixel vectors over strided windows (the window-expanded copy): a padded 3×3 of
         // stride 2 with 17-pixel rows, an unpadded one over a batch with 16-pixel rows.
         (conv(2, 1), [1, 20, 3, 17, 3, 3, 3]),

@@ -91,7 +91,7 @@ pub const PREPACK: &str = "td_conv_prepack";
 /// Name of the function that runs the convolution on prepacked weights or packs them.
 pub const RUN: &str = "td_conv_run";
 
-/// Name of the function that copies one pixel tile's pairs (pixel pairs, fused copy).
+/// Name of the function that copies one pixel tile's input (the fused copy).
 pub const XTILE: &str = "td_conv_xtile";
 
 /// Name of the function that runs the tiles of the fused copy on given panels.
@@ -293,17 +293,33 @@ pub fn lower<'a>(
     if pair.is_some() && !scratch {
         return Err("bf16 pairs read the padded copy of the input".into());
     }
-    // Pixel pairs over an input read at each point only through the pair index (a 1×1,
-    // stride-1, unpadded convolution): no copy of the whole input; each pixel tile copies
-    // its own pairs into a small per-thread buffer, which every channel tile then reads
-    // ([`Conv::xtile_func`]).
-    let fused = pair.is_some()
-        && tile.pixel_vector
-        && own_layout
-        && shape
+    // The fused copy: a pixel-vector tile over an input in its own layout, read at each
+    // point only through one reduction index (a 1×1, stride-1, unpadded convolution): no
+    // copy of the whole input; each pixel tile copies its own pixels of every input
+    // channel (in `bf16` pairs: its pairs) into a small per-thread buffer, which every
+    // channel tile then reads ([`Conv::xtile_func`]). In `f32`, where more than one
+    // channel tile reads it. Why: read in place, a tile's loads walk rows a plane apart
+    // (12.5 KB in a 56×56 plane), one cache line and one page each; generated C side by
+    // side on the Zen 3 VM, two threads, medians: R3 of the bench (64 → 256 channels over
+    // 56×56) 121–126 GFLOPS against 102–112, R1 107–116 against 99–109, R6 126–127 against
+    // 120–123 (`bench/results/2026-11-27-zen3-cpu-xcopy/`).
+    let copy_index = pair.or_else(|| {
+        let wide: Vec<usize> = shape
             .reduction
             .iter()
-            .all(|&r| Some(r) == pair || extents[r] == 1);
+            .copied()
+            .filter(|&r| extents[r] > 1)
+            .collect();
+        match wide[..] {
+            [r] => Some(r),
+            [] => shape.reduction.first().copied(),
+            _ => None,
+        }
+    });
+    let fused = tile.pixel_vector
+        && own_layout
+        && copy_index.is_some_and(|c| shape.reduction.iter().all(|&r| r == c || extents[r] == 1))
+        && (pair.is_some() || (xdtype == DType::F32 && extents[shape.f] > v));
     let scratch = scratch && !fused;
     let steps = if scratch { steps } else { vec![1; steps.len()] };
     // The axis of the input that the pair index reads: in the scratch copy it holds pairs,
@@ -345,14 +361,19 @@ pub fn lower<'a>(
             align: None,
         })
     });
-    // The fused copy's buffers: a pixel tile's pairs (every pair of channels by the tile's
-    // pixels), and for calls without prepacked weights, every channel tile's panel.
+    // The fused copy's buffers: a pixel tile's pixels of every input channel (in pairs:
+    // every pair of channels by the tile's pixels), and for calls without prepacked
+    // weights, every channel tile's panel.
+    let copy_index = copy_index.unwrap_or(0);
     let xt = fused.then(|| {
         push(Buffer {
             name: "xt".into(),
             scope: Scope::Panel,
             dtype: panel_dtype,
-            dims: vec![pair.map_or(1, |c| extents[c].div_ceil(2)), tile.pixels, 2],
+            dims: match pair {
+                Some(c) => vec![extents[c].div_ceil(2), tile.pixels, 2],
+                None => vec![extents[copy_index], tile.pixels],
+            },
             param: None,
             align: None,
         })
@@ -457,6 +478,7 @@ pub fn lower<'a>(
         pair,
         pair_axis,
         xt,
+        copy_index,
         walls,
         kblock,
         part,
@@ -656,9 +678,13 @@ struct Conv<'a> {
     /// pairs) and the input axis it reads ([`ConvShape::pair_index`]).
     pair: Option<usize>,
     pair_axis: Option<usize>,
-    /// Pixel pairs with the fused copy: the per-thread buffer of one pixel tile's pairs, and
-    /// the scratch for every channel tile's panel on calls without prepacked weights.
+    /// The fused copy: the per-thread buffer of one pixel tile's pixels (in pairs: its
+    /// pairs), and the scratch for every channel tile's panel on calls without prepacked
+    /// weights.
     xt: Option<BufId>,
+    /// With the fused copy, the reduction index it copies along (the input channels; the
+    /// pair index in pairs).
+    copy_index: usize,
     walls: Option<BufId>,
     /// Reduction blocks ([`CpuConfig::k_block`]): the input-channel index cut and the
     /// block, and the per-thread buffer of every pixel tile's partial sums.
@@ -1168,8 +1194,12 @@ impl Conv<'_> {
             }
             body.push(self.pixel_lets(&ps, j));
             body.push(match self.xt {
-                // In the tile's own copy: two elements a pixel from its first vector's.
-                Some(_) => let_long(&format!("xs_{j}"), format!("2 * (ps_{j} - ps_0)")),
+                // In the tile's own copy: a pixel from its first vector's (in pairs, two
+                // elements a pixel).
+                Some(_) if self.pair.is_some() => {
+                    let_long(&format!("xs_{j}"), format!("2 * (ps_{j} - ps_0)"))
+                }
+                Some(_) => let_long(&format!("xs_{j}"), format!("ps_{j} - ps_0")),
                 None => self.x_offset(j),
             });
             body.push(let_long(&format!("os_{j}"), linear(&self.out_terms(j))));
@@ -1191,8 +1221,10 @@ impl Conv<'_> {
             .reduction
             .iter()
             .map(|&r| match self.xt {
-                // The tile's copy: a row of `pixels` pairs per pair of channels.
-                Some(_) if Some(r) == self.pair => (2 * mr as i64, self.names[r].clone()),
+                // The tile's copy: a row of `pixels` pixels (pairs) per channel (pair).
+                Some(_) if r == self.copy_index => {
+                    ((self.lane_elems() * mr) as i64, self.names[r].clone())
+                }
                 Some(_) => (0, self.names[r].clone()),
                 None => (self.xread.coef[r], self.names[r].clone()),
             })
@@ -1216,7 +1248,7 @@ impl Conv<'_> {
                         );
                     }
                     let lanes = Target::Lanes {
-                        buf: self.xread.buf,
+                        buf: self.xt.unwrap_or(self.xread.buf),
                         index: vec![at],
                         width: lanes,
                     };
@@ -2393,17 +2425,18 @@ impl Conv<'_> {
         rows.into_iter().chain(channels).chain([last]).collect()
     }
 
-    /// `td_conv_xtile(inputs.., xt, t)` (pixel pairs with the fused copy): fills this
-    /// thread's `xt` with pixel tile `t`'s pairs — for each pair of input channels, the
-    /// tile's pixels from its first vector's on (the tile's span, cut at the run's end),
-    /// each as one 32-bit pair (an odd last channel paired with zero).
+    /// `td_conv_xtile(inputs.., xt, t)` (the fused copy): fills this thread's `xt` with
+    /// pixel tile `t`'s pixels — for each input channel, the tile's pixels from its first
+    /// vector's on (the tile's span, cut at the run's end); in `bf16` pairs, for each pair
+    /// of input channels, each pixel as one 32-bit pair (an odd last channel paired with
+    /// zero).
     fn xtile_func(&self, buffers: &[Buffer], xt: BufId) -> Func {
         let (mr, run) = (self.mr, self.run);
         let (_, tiles) = self.pixel_tiles();
         let [pb, p0] = self.pixel_tile_start();
         let x = &buffers[self.shape.x.tensor].name;
         let xt_name = &buffers[xt.0].name;
-        let c = self.pair.unwrap_or(0);
+        let c = self.copy_index;
         let ce = self.extents[c];
         let sc = self.xread.coef[c];
         let mut xb: Vec<(i64, String)> = self
@@ -2418,12 +2451,20 @@ impl Conv<'_> {
         } else {
             format!("(unsigned int){x}[xb + (2 * cp + 1) * {sc} + p]")
         };
-        let copy = Stmt::Assign {
-            dst: Target::Var(format!("((unsigned int *){xt_name})[cp * {mr} + p]")),
-            op: AssignOp::Set,
-            value: Value::Code(format!(
-                "(unsigned int){x}[xb + 2 * cp * {sc} + p] | {hi} << 16"
-            )),
+        let copy = if self.pair.is_some() {
+            Stmt::Assign {
+                dst: Target::Var(format!("((unsigned int *){xt_name})[cp * {mr} + p]")),
+                op: AssignOp::Set,
+                value: Value::Code(format!(
+                    "(unsigned int){x}[xb + 2 * cp * {sc} + p] | {hi} << 16"
+                )),
+            }
+        } else {
+            Stmt::Assign {
+                dst: Target::Var(format!("{xt_name}[cp * {mr} + p]")),
+                op: AssignOp::Set,
+                value: Value::Code(format!("{x}[xb + cp * {sc} + p]")),
+            }
         };
         let inner = Stmt::Loop(Loop {
             var: "p".into(),
@@ -2462,15 +2503,20 @@ impl Conv<'_> {
                 pb,
                 p0,
                 let_long("ps", self.vector_start(0)),
+                // Pixels to copy: the tile's, or at a run's end those left in it.
                 let_long(
                     "np",
-                    format!("pb + {run} - ps < {mr} ? pb + {run} - ps : {mr}"),
+                    if run.is_multiple_of(mr) {
+                        mr.to_string()
+                    } else {
+                        format!("pb + {run} - ps < {mr} ? pb + {run} - ps : {mr}")
+                    },
                 ),
                 self.pixel_lets("ps", 0),
                 let_long("xb", linear(&xb)),
                 for_each(
                     "cp",
-                    ce.div_ceil(2),
+                    self.steps_of(c),
                     LoopKind::Serial,
                     Layout::Braced,
                     vec![inner],
@@ -2479,8 +2525,8 @@ impl Conv<'_> {
         }
     }
 
-    /// `td_conv_tiles(inputs.., wall, out)` (pixel pairs with the fused copy): pixel tiles
-    /// outermost, each thread copying a pixel tile's pairs once ([`Conv::xtile_func`]) and
+    /// `td_conv_tiles(inputs.., wall, out)` (the fused copy): pixel tiles outermost, each
+    /// thread copying a pixel tile's pixels (pairs) once ([`Conv::xtile_func`]) and
     /// running every channel tile on them, on the panels in `wall`.
     fn fused_tiles_func(&self, buffers: &[Buffer], xt: BufId) -> Func {
         let fe = self.extents[self.shape.f];
@@ -2514,7 +2560,12 @@ impl Conv<'_> {
         ];
         let mut region = vec![
             Stmt::Comment(format!(
-                "This thread's copy of a pixel tile's pairs of `{}`.",
+                "This thread's copy of a pixel tile's {} of `{}`.",
+                if self.pair.is_some() {
+                    "pairs"
+                } else {
+                    "pixels"
+                },
                 self.kernel.params[self.shape.x.tensor].name
             )),
             Stmt::Alloc {
