@@ -366,8 +366,8 @@ pub fn tune(
 /// first winner, a live check on a convolution kept the runner-up it then fell back to,
 /// measured once, 12% slower than the baseline side by side:
 /// `bench/results/2026-11-27-zen4-cpu-tuner-live/`. With three rounds and no more, a
-/// 3×3 convolution over 7×7 whose pixel-outer points each measured fast once and 1.6–2.8×
-/// slower next to the default ended on the fourth of them, never compared:
+/// 3×3 convolution over 7×7 whose pixel-outer points each measured fast once and then
+/// 1.3–2.2× slower than the default next to it ended on the fourth of them, never compared:
 /// `bench/results/2026-11-27-zen3-cpu-confirm/`.)
 ///
 /// Why: a search compares points measured at different moments, the baseline (the

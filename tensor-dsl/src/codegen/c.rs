@@ -473,8 +473,8 @@ static inline void td_store16_from(float *restrict p, td_f32x16 v, int o)
 /// Defines `td_store8_from(p, v, o)`, [`STORE_TAIL_PRELUDE`]'s store for 8-float vectors
 /// ([`lower::cpu_conv::STORE_TAIL8`]): one vector store where `o` is 0, else a loop. Why:
 /// a run that tiles do not divide sends every tile's stores here, not only its last
-/// vector's; lane by lane, a 1×1 layer (96 → 192 channels over 35×35) ran at 45 GFLOPS on
-/// the Zen 3 VM, 80 with the vector store (`bench/results/2026-11-27-zen3-cpu-xcopy/`).
+/// vector's; lane by lane, a 1×1 layer (96 → 192 channels over 35×35) ran at 45–51 GFLOPS
+/// on the Zen 3 VM, 103 with the vector store (`bench/results/2026-11-27-zen3-cpu-xcopy/`).
 pub const STORE_TAIL8_PRELUDE: &str = "\
 /* The lanes of an 8-float vector from lane o on, stored: one vector store for all of them. */
 static inline void td_store8_from(float *restrict p, td_f32x8 v, int o)
