@@ -620,7 +620,21 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     }
     let pairs = pair_ok && vector.is_multiple_of(16);
     let parallel = machine.threads > 1 && kernel.flops(extents) >= 65_536.0;
+    // A strided window (`S·q + s`, [`ConvShape::window_axis`]) with 16 registers: tiles of
+    // 5 pixels where 6 would fit, channel tiles outermost. Two Zen 3 cores, generated C side
+    // by side, medians in GFLOPS, against 16×6 with pixel tiles outermost: R0 of the bench
+    // (7×7, stride 2, over 3 channels) 100–105 → 125–127; three unseen stride-2 layers
+    // 1.01–1.17× (a 3×3 one of 3 → 32 channels over 224×224 54 / 79 → 63 / 90 in two runs).
+    // 16×6 with channel tiles outermost alone was level on those three; stride-1 3×3 layers
+    // (R2, R5, R8) ran level in 16×5 and keep 16×6
+    // (`bench/results/2026-11-27-zen3-cpu-xcopy/`).
+    let narrow_window =
+        machine.registers <= 16 && !store_bound && shape.window_axis(extents).is_some();
+    if narrow_window && pixels == 6 {
+        pixels = 5;
+    }
     let pixels_outer = !store_bound
+        && !narrow_window
         && pixels_outer_pays(
             extents,
             &shape,
@@ -1236,11 +1250,26 @@ mod tests {
             registers: 16,
             ..m
         };
-        let h = heuristic(&k, &[1, 512, 7, 7, 512, 3, 3], avx2).unwrap();
+        let stride1 = parse_text(
+            "conv",
+            "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
+            None,
+        )
+        .unwrap();
+        let h = heuristic(&stride1, &[1, 512, 7, 7, 512, 3, 3], avx2).unwrap();
         assert_eq!(h.vector, 16);
         assert_eq!(h.conv.unwrap().pixels, 6);
-        let h = heuristic(&k, &[1, 128, 28, 28, 128, 3, 3], avx2).unwrap();
+        let h = heuristic(&stride1, &[1, 128, 28, 28, 128, 3, 3], avx2).unwrap();
         assert_eq!((h.vector, h.conv.unwrap().pixels), (16, 6));
+        // A strided window (R0's 7×7, stride 2): 5 pixels, channel tiles outermost.
+        for e in [[1, 64, 112, 112, 3, 7, 7], [1, 128, 28, 28, 128, 3, 3]] {
+            let h = heuristic(&k, &e, avx2).unwrap();
+            let tile = h.conv.unwrap();
+            assert_eq!((h.vector, tile.pixels, tile.pixels_outer), (16, 5, false));
+        }
+        // Not with 32 registers.
+        let h = heuristic(&k, &[1, 64, 112, 112, 3, 7, 7], m).unwrap();
+        assert_ne!(h.conv.unwrap().pixels, 5);
     }
 
     /// Records written before the `conv_vector` knob read as channel-vector tiles; the
