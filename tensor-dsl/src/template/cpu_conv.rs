@@ -643,7 +643,8 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             copied && parallel,
             machine,
         );
-    let k_block = if pairs || pixels_outer {
+    // (Strided windows: measured without blocks.)
+    let k_block = if pairs || pixels_outer || narrow_window {
         0
     } else {
         default_k_block(extents, &shape, vector, machine)
@@ -1266,6 +1267,7 @@ mod tests {
             let h = heuristic(&k, &e, avx2).unwrap();
             let tile = h.conv.unwrap();
             assert_eq!((h.vector, tile.pixels, tile.pixels_outer), (16, 5, false));
+            assert_eq!(h.k_block, 0);
         }
         // Not with 32 registers.
         let h = heuristic(&k, &[1, 64, 112, 112, 3, 7, 7], m).unwrap();
