@@ -287,8 +287,8 @@ fn run_into(
     // libraries): turns alternate forwards and backwards, so each contender follows its
     // neighbours in that order, and ours and the default both neighbour the repacking call
     // (the same code) and one other library. With the default alone next to the repacking
-    // call, the same config ran 2–11% slower in ours' slot than in the default's in every
-    // row of a run on the Zen 3 VM.
+    // call, the same config ran 0.1–25% slower in ours' slot than in the default's in all
+    // 17 such rows of two runs on the Zen 3 VM (`bench/results/2026-11-27-zen3-cpu-xcopy/`).
     let timings = {
         let mut contenders: Vec<Run<'_>> = vec![Run::Call(Box::new(|| {
             run_ours(&ours_cfg, &mut ours_timed.borrow_mut())
