@@ -44,6 +44,17 @@ pub const PREPACK_ENTRY: &str = "td_kernel_prepacked";
 pub const PREPACK_INPUT: &str = "td_prepack_input";
 pub const PREPACK_ELEMS: &str = "td_prepack_elems";
 
+/// Steps of the reduction per iteration of the loop around an explicit-vector register tile
+/// (the matmul micro-kernel's `k`, a 1×1 convolution's channels): the loop is unrolled by
+/// this factor, as oneDNN's AVX2 1×1 kernel unrolls its reduction by 8. Rolled, the loop
+/// runs one tile step per iteration, and on AVX2 Zen 3 the loop's own instructions held the
+/// FMAs back: an assembly 6×16 tile on data in L1 ran at 0.78 of the register-only FMA rate
+/// rolled and 0.93 unrolled by 8. Generated C, two cores, interleaved with oneDNN (medians,
+/// GFLOPS): ResNet-50's 1×1 layers R1 124 → 140, R3 129 → 148, R9 123 → 136, R12 104 → 122
+/// (oneDNN 162, 158, 150, 121), a 512³ matmul 143 → 154
+/// (`bench/results/2026-11-28-zen3-cpu-unroll/`).
+pub const UNROLL_REDUCTION: usize = 8;
+
 /// What a config decides for the nest, beyond its knobs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
@@ -376,12 +387,13 @@ impl Lower<'_> {
         )
     }
 
-    /// Nested loops of `kind` over every reduction index, each flat around the next, the
-    /// last one with `last` around `body`; a blocked index runs over its current block (`k0`,
-    /// `nk` in scope).
+    /// Nested loops over every reduction index, each flat around the next: the innermost of
+    /// `innermost` kind and with `last` layout around `body`, the others of `kind`; a blocked
+    /// index runs over its current block (`k0`, `nk` in scope).
     pub(super) fn reduction_loops(
         &self,
         kind: LoopKind,
+        innermost: LoopKind,
         last: Layout,
         body: Vec<Stmt>,
     ) -> Vec<Stmt> {
@@ -390,10 +402,10 @@ impl Lower<'_> {
             .iter()
             .enumerate()
             .map(|(n, &r)| {
-                let layout = if n + 1 == red.len() {
-                    last
+                let (layout, kind) = if n + 1 == red.len() {
+                    (last, innermost)
                 } else {
-                    Layout::Flat
+                    (Layout::Flat, kind)
                 };
                 let name = &self.names[r];
                 match self.plan.block {
@@ -578,6 +590,7 @@ impl Lower<'_> {
         if sum {
             // In order: the tile inside is what the compiler should vectorize.
             body.extend(self.reduction_loops(
+                LoopKind::InOrder,
                 LoopKind::InOrder,
                 Layout::Flat,
                 vec![Stmt::Block(vec![compute])],
@@ -905,6 +918,7 @@ impl Lower<'_> {
             self.pair_panel_rows(pk, access, v)
         } else {
             self.reduction_loops(
+                LoopKind::Serial,
                 LoopKind::Serial,
                 if row.len() > 1 {
                     Layout::Braced

@@ -738,20 +738,35 @@ impl Conv<'_> {
     /// The innermost one is unrolled instead when it is short (at most
     /// [`UNROLL_SHORT`] steps, the `s` of a 3×3 or 7×7 window), and the one around it too
     /// where [`Conv::unrolled_window_row`] says so.
+    /// Where `body` is vector code (`vector_body`), the innermost loop of more than one step
+    /// that is not unrolled whole is unrolled by [`super::cpu::UNROLL_REDUCTION`] when every
+    /// loop inside it takes one step (the channels of a 1×1 convolution): the compiler does
+    /// not vectorize vector code again, and one tile step per iteration held the FMAs back.
     /// `bounds`: reduction indices whose loop runs over a range computed in the tile
     /// (C names of its start and end), not the whole extent.
     fn reduction_loops(
         &self,
         kind: LoopKind,
+        vector_body: bool,
         bounds: &[(usize, String, String)],
         body: Vec<Stmt>,
     ) -> Vec<Stmt> {
         let last = self.shape.reduction.last().copied();
         let row = self.unrolled_window_row();
+        let rolled = self
+            .shape
+            .reduction
+            .iter()
+            .rev()
+            .copied()
+            .find(|&r| self.steps_of(r) > 1)
+            .filter(|&r| vector_body && !(Some(r) == last && self.unrolled(r)) && Some(r) != row);
         self.shape.reduction.iter().rev().fold(body, |inner, &r| {
             let e = self.steps_of(r);
             let kind = if Some(r) == last && self.unrolled(r) || Some(r) == row {
                 LoopKind::Unrolled(e)
+            } else if Some(r) == rolled {
+                LoopKind::Unrolled(super::cpu::UNROLL_REDUCTION)
             } else {
                 kind
             };
@@ -1301,7 +1316,7 @@ impl Conv<'_> {
                 });
             }
         }
-        body.extend(self.reduction_loops(LoopKind::InOrder, &[], hot));
+        body.extend(self.reduction_loops(LoopKind::InOrder, true, &[], hot));
         // The epilogue, element by element on the accumulator array.
         let epilogue = !self.kernel.epilogue.is_empty();
         let acc = &buffers[self.acc.0].name;
@@ -1805,7 +1820,8 @@ impl Conv<'_> {
             bounds.retain(|(i, _, _)| *i != r);
             bounds.push((r, "c0".into(), "c1".into()));
         }
-        body.extend(self.reduction_loops(LoopKind::InOrder, &bounds, hot));
+        let vector_body = width > 0 || self.pair.is_some();
+        body.extend(self.reduction_loops(LoopKind::InOrder, vector_body, &bounds, hot));
         // The stores: after the last block only; after the others, the partial sums.
         let mut stores = Vec::new();
         if width > 0 {

@@ -565,7 +565,14 @@ impl Lower<'_> {
                 },
             });
         }
-        self.reduction_loops(LoopKind::InOrder, Layout::Flat, vec![Stmt::Block(step)])
+        // The body is vector code, which the compiler does not vectorize again: the
+        // innermost loop is unrolled ([`super::cpu::UNROLL_REDUCTION`]), the others in order.
+        self.reduction_loops(
+            LoopKind::InOrder,
+            LoopKind::Unrolled(super::cpu::UNROLL_REDUCTION),
+            Layout::Flat,
+            vec![Stmt::Block(step)],
+        )
     }
 }
 
