@@ -223,6 +223,31 @@ fn convolution_tiles_use_the_targets_vectors() {
     }
 }
 
+/// AVX2's channel-tile stores: the default 16×6 tile of a padded 3×3 convolution with 8
+/// lanes transposes each 8-channel block of its accumulators in registers (pixels padded to
+/// 8 with zeros) and stores each channel's 6 pixels with `td_store8` (four lanes, then one
+/// by one), where the tile's pixels lie in one run of the output; elsewhere lane by lane.
+#[test]
+fn generated_c_conv_vector_stores_8_lanes() {
+    let kernel = tensor_dsl::ir::parse_text(
+        "conv",
+        "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
+        None,
+    )
+    .unwrap();
+    let extents = [1, 64, 28, 28, 64, 3, 3];
+    let shapes: [&[usize]; 3] = [&[1, 64, 28, 28], &[64, 64, 3, 3], &[1, 64, 28, 28]];
+    let mut config = CpuConfig::heuristic(&kernel, &extents, 8);
+    config.parallel = false;
+    let tile = config.conv.clone().unwrap();
+    assert!(tile.vector_store && !tile.pixel_vector, "{tile:?}");
+    assert_eq!((config.vector, tile.pixels), (16, 6));
+    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    assert!(code.contains("static inline void td_store8("), "{code}");
+    assert!(code.contains("td_store8(&out["), "{code}");
+    insta::assert_snapshot!("c_conv_vector_stores_8_lanes", code);
+}
+
 /// The convolution template's reduction blocks (`conv_kblock`, AVX2's default where a
 /// channel tile's weight panel fills L1): a 1×1 convolution with bias and ReLU, 70 input
 /// channels in blocks of 32 (the last one 6), 20 output channels (a partial 16-channel

@@ -449,6 +449,28 @@ static inline void td_store16(float *restrict p, td_f32x16 v, int n)
 }
 ";
 
+/// Defines `td_store8(p, v, n)`, which stores the first `n` lanes of the 8-float vector `v`
+/// at `p` ([`lower::cpu_conv::STORE_LANES8`]): the whole vector, else four lanes as one
+/// store and the rest one by one (`n` is a constant at each call, so the branches fold).
+pub const STORE_LANES8_PRELUDE: &str = "\
+/* The first n lanes of an 8-float vector, stored: four at once, then one by one. */
+static inline void td_store8(float *restrict p, td_f32x8 v, int n)
+{
+    typedef float td_f32x4u __attribute__((vector_size(16), aligned(4)));
+    int l = 0;
+    if (n == 8) {
+        *(td_f32x8 *)p = v;
+        return;
+    }
+    if (n >= 4) {
+        *(td_f32x4u *)p = (td_f32x4u){v[0], v[1], v[2], v[3]};
+        l = 4;
+    }
+    for (; l < n; ++l)
+        p[l] = v[l];
+}
+";
+
 /// Defines `td_store16_from(p, v, o)`, which stores the lanes of the 16-float vector `v`
 /// from lane `o` on (none when `o` is 16) at `p` ([`lower::cpu_conv::STORE_TAIL`]): one
 /// masked store with AVX-512, else one vector store where `o` is 0 (every tile's vectors
@@ -528,18 +550,20 @@ pub const OPAQUE_PRELUDE: &str = "\
 /// Whether the nest has an [`LoopKind::InOrder`] loop (and so needs [`IN_ORDER_PRELUDE`]),
 /// whether it has an assumption (and needs [`ASSUME_PRELUDE`]), the widths of the
 /// vectors it uses (for [`vector_prelude`]) and the preludes of the helpers it calls
-/// ([`STORE_LANES_PRELUDE`], [`STORE_TAIL_PRELUDE`], [`IN_REGISTER_PRELUDE`],
+/// ([`STORE_LANES_PRELUDE`], [`STORE_LANES8_PRELUDE`], [`STORE_TAIL_PRELUDE`], [`IN_REGISTER_PRELUDE`],
 /// [`STORE_TAIL8_PRELUDE`], [`IN_REGISTER8_PRELUDE`], [`OPAQUE_PRELUDE`]).
 fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, Vec<&'static str>) {
     let (mut in_order, mut assume, mut store_lanes, mut store_tail) = (false, false, false, false);
     let (mut in_register, mut opaque, mut store_tail8, mut in_register8) =
         (false, false, false, false);
+    let mut store_lanes8 = false;
     let mut widths = std::collections::BTreeSet::new();
     nest.walk(&mut |_, s, _| match s {
         lower::Stmt::Loop(l) => in_order |= l.kind == LoopKind::InOrder,
         lower::Stmt::Assume(_) => assume = true,
         lower::Stmt::Call { func, .. } => {
             store_lanes |= func.as_str() == lower::cpu_conv::STORE_LANES;
+            store_lanes8 |= func.as_str() == lower::cpu_conv::STORE_LANES8;
             store_tail |= func.as_str() == lower::cpu_conv::STORE_TAIL;
             in_register |= func.as_str() == lower::cpu_conv::IN_REGISTER;
             store_tail8 |= func.as_str() == lower::cpu_conv::STORE_TAIL8;
@@ -556,6 +580,7 @@ fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, Vec<&'static str>) {
     });
     let preludes = [
         (store_lanes, STORE_LANES_PRELUDE),
+        (store_lanes8, STORE_LANES8_PRELUDE),
         (store_tail, STORE_TAIL_PRELUDE),
         (in_register, IN_REGISTER_PRELUDE),
         (store_tail8, STORE_TAIL8_PRELUDE),

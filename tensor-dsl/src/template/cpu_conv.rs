@@ -664,7 +664,14 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             // (A 16×16 transpose of GNU C vectors is 16-lane code: with fewer lanes GCC
             // splits each vector through memory.)
             transpose: !pairs && lanes >= TRANSPOSE && vector.is_multiple_of(TRANSPOSE),
-            vector_store: lanes >= 16,
+            // Channel vectors stored by in-register transposes of the target's vectors
+            // (`lower::cpu_conv`), not lane by lane. With AVX2 (8-lane blocks, four lanes
+            // and then one by one for a tile's last pixels), two Zen 3 cores, generated C
+            // side by side, medians in GFLOPS, two runs: the stem R0 120 / 125 → 126 / 134,
+            // R2 135 / 136 → 142 / 146, R9 122 / 138 → 137 / 151, R4 80 / 135 → 95 / 140,
+            // R7 117 / 79 → 125 / 80; R5, R8, R11, R12 within 2% either way, R10 59 / 93 →
+            // 56 / 100 (`bench/results/2026-11-28-zen3-cpu-unroll/`).
+            vector_store: lanes >= 8,
             pixel_vector: false,
             pixels_outer,
         }),
@@ -1007,11 +1014,12 @@ impl ConvTemplate {
         b.constraint("wide vectors need AVX-512", move |c| {
             wide_ok || c.index(simd) == Some(0)
         });
-        // The vector stores of channel vectors are 16-float vectors, the masked ones
-        // AVX-512's; pixel vectors are stored whole (a run's last one lane by lane
-        // without AVX-512).
-        b.constraint("vector stores need AVX-512", move |c| {
-            wide_ok || c.index(store) == Some(0) || c.index(along) == Some(1)
+        // The vector stores of channel vectors transpose blocks of the target's vectors
+        // (16 floats with AVX-512, 8 with AVX2); pixel vectors are stored whole (a run's
+        // last one lane by lane without AVX-512).
+        let store_ok = lanes >= 8;
+        b.constraint("vector stores need 8-lane vectors", move |c| {
+            store_ok || c.index(store) == Some(0) || c.index(along) == Some(1)
         });
         // Pixel vectors: whole vectors of the target's lanes of pixels that lie in one run
         // of the (padded) input and the output, an `f32` output, the unguarded read, 8
