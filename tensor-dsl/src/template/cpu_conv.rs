@@ -70,8 +70,9 @@ pub struct ConvTile {
     pub transpose: bool,
     /// Store the tile as vectors where the output allows it
     /// ([`crate::lower::cpu_conv`]: whole channel vectors where channels are unit-stride,
-    /// else in-register transposes and masked stores of each channel's pixels where the
-    /// pixels are); `false` stores one element at a time.
+    /// else in-register transposes of the target's vectors and a store of each channel's
+    /// pixels where the pixels are: masked with AVX-512, four lanes and then one by one with
+    /// AVX2); `false` stores one element at a time.
     #[serde(default)]
     pub vector_store: bool,
     /// Vectorize the pixels instead of the channels: the register tile is `vector` output
