@@ -550,8 +550,9 @@ pub const OPAQUE_PRELUDE: &str = "\
 /// Whether the nest has an [`LoopKind::InOrder`] loop (and so needs [`IN_ORDER_PRELUDE`]),
 /// whether it has an assumption (and needs [`ASSUME_PRELUDE`]), the widths of the
 /// vectors it uses (for [`vector_prelude`]) and the preludes of the helpers it calls
-/// ([`STORE_LANES_PRELUDE`], [`STORE_LANES8_PRELUDE`], [`STORE_TAIL_PRELUDE`], [`IN_REGISTER_PRELUDE`],
-/// [`STORE_TAIL8_PRELUDE`], [`IN_REGISTER8_PRELUDE`], [`OPAQUE_PRELUDE`]).
+/// ([`STORE_LANES_PRELUDE`], [`STORE_LANES8_PRELUDE`], [`STORE_TAIL_PRELUDE`],
+/// [`IN_REGISTER_PRELUDE`], [`STORE_TAIL8_PRELUDE`], [`IN_REGISTER8_PRELUDE`],
+/// [`OPAQUE_PRELUDE`]).
 fn uses(nest: &Nest) -> (bool, bool, Vec<usize>, Vec<&'static str>) {
     let (mut in_order, mut assume, mut store_lanes, mut store_tail) = (false, false, false, false);
     let (mut in_register, mut opaque, mut store_tail8, mut in_register8) =
