@@ -198,19 +198,25 @@ fn generated_c_conv_pixel_vectors() {
     insta::assert_snapshot!("c_conv_pixel_vectors", code);
 }
 
-/// A convolution tile's accumulators are vectors of the target's width: 8 lanes (two `ymm`
-/// per 16 channels) for AVX2, 16 for AVX-512. (GCC splits a 16-lane vector through memory
-/// on AVX2: a 1×1 convolution's default ran at 12 GFLOPS on two Zen 3 cores, 104 after.)
-#[test]
-fn convolution_tiles_use_the_targets_vectors() {
+/// A padded 3×3 convolution, 64 → 64 channels over 28×28: the kernel, its extents and its
+/// tensors' shapes.
+fn padded_conv_3x3() -> (tensor_dsl::ir::Kernel, [usize; 7], [&'static [usize]; 3]) {
     let kernel = tensor_dsl::ir::parse_text(
         "conv",
         "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
         None,
     )
     .unwrap();
-    let extents = [1, 64, 28, 28, 64, 3, 3];
-    let shapes: [&[usize]; 3] = [&[1, 64, 28, 28], &[64, 64, 3, 3], &[1, 64, 28, 28]];
+    let shapes: [&'static [usize]; 3] = [&[1, 64, 28, 28], &[64, 64, 3, 3], &[1, 64, 28, 28]];
+    (kernel, [1, 64, 28, 28, 64, 3, 3], shapes)
+}
+
+/// A convolution tile's accumulators are vectors of the target's width: 8 lanes (two `ymm`
+/// per 16 channels) for AVX2, 16 for AVX-512. (GCC splits a 16-lane vector through memory
+/// on AVX2: a 1×1 convolution's default ran at 12 GFLOPS on two Zen 3 cores, 104 after.)
+#[test]
+fn convolution_tiles_use_the_targets_vectors() {
+    let (kernel, extents, shapes) = padded_conv_3x3();
     for (lanes, own, other) in [
         (8, "td_f32x8 c0_0", "td_f32x16"),
         (16, "td_f32x16 c0_0", "td_f32x8 "),
@@ -229,14 +235,7 @@ fn convolution_tiles_use_the_targets_vectors() {
 /// by one), where the tile's pixels lie in one run of the output; elsewhere lane by lane.
 #[test]
 fn generated_c_conv_vector_stores_8_lanes() {
-    let kernel = tensor_dsl::ir::parse_text(
-        "conv",
-        "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
-        None,
-    )
-    .unwrap();
-    let extents = [1, 64, 28, 28, 64, 3, 3];
-    let shapes: [&[usize]; 3] = [&[1, 64, 28, 28], &[64, 64, 3, 3], &[1, 64, 28, 28]];
+    let (kernel, extents, shapes) = padded_conv_3x3();
     let mut config = CpuConfig::heuristic(&kernel, &extents, 8);
     config.parallel = false;
     let tile = config.conv.clone().unwrap();
