@@ -226,7 +226,7 @@ fn source(
 ) -> Result<String, String> {
     let nest = lower::cpu::lower(kernel, extents, shapes, config)?;
     let body = printer::print(&nest, &CDialect)?;
-    let plan = Plan::new(kernel, extents, config);
+    let plan = Plan::new(kernel, extents, shapes, config);
     let pairs = lower::cpu_pairs::active(kernel, extents, shapes, config);
     let conv_pairs = lower::cpu_conv::pairs(kernel, config);
     let (ru, rv) = (config.unroll, config.vector);

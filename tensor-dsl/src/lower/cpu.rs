@@ -15,9 +15,10 @@
 //! // The parallel iteration space: 2 vector tiles (17 = 16 + 1) x 2 unroll tiles (7 = 4 + 3).
 //! let band: Vec<usize> = nest.outer_band().iter().map(|l| l.trip).collect();
 //! assert_eq!(band, vec![2, 2]);
-//! // `b` is packed into a per-thread panel of 13 rows of 24 floats.
+//! // `b` is packed into a per-thread panel of 13 rows of 16 floats (the tiles over it are
+//! // explicit vector code, which reads contiguous rows).
 //! let panel = nest.scoped(lower::Scope::Panel).next().unwrap();
-//! assert_eq!(panel.dims, vec![13, 24]);
+//! assert_eq!(panel.dims, vec![13, 16]);
 //! ```
 
 use super::{
@@ -66,17 +67,30 @@ pub struct Plan {
     pub block: Option<(usize, usize)>,
     /// Rows of the unroll axis per u-block (with a blocked reduction).
     pub u_block: usize,
+    /// Row stride, in elements, of the packed panel: the vector tile where the packed tiles
+    /// are explicit vector code, else [`pack_stride`]'s padded stride (see
+    /// `cpu_micro::panel_stride`).
+    pub panel_stride: usize,
 }
 
 impl Plan {
-    pub fn new(kernel: &Kernel, extents: &[usize], config: &CpuConfig) -> Plan {
+    pub fn new(
+        kernel: &Kernel,
+        extents: &[usize],
+        shapes: &[&[usize]],
+        config: &CpuConfig,
+    ) -> Plan {
+        let packed = packed_access(kernel, extents, config);
         Plan {
+            panel_stride: packed.as_ref().map_or(pack_stride(config.vector), |p| {
+                super::cpu_micro::panel_stride(kernel, extents, shapes, config, p)
+            }),
             others: kernel
                 .spatial()
                 .into_iter()
                 .filter(|&s| Some(s) != config.vector_axis && Some(s) != config.unroll_axis)
                 .collect(),
-            packed: packed_access(kernel, extents, config),
+            packed,
             block: blocked_reduction(kernel, extents, config),
             u_block: u_block(kernel, extents, config),
         }
@@ -112,7 +126,7 @@ pub fn lower<'a>(
         return super::cpu_conv::lower(kernel, extents, shapes, config, tile);
     }
     check(kernel, extents, shapes, config)?;
-    let plan = Plan::new(kernel, extents, config);
+    let plan = Plan::new(kernel, extents, shapes, config);
     let mut buffers = super::param_buffers(kernel, shapes);
     let acc = BufId(buffers.len());
     buffers.push(Buffer {
@@ -139,7 +153,7 @@ pub fn lower<'a>(
             name: "pk".into(),
             scope: Scope::Panel,
             dtype: panel_dtype,
-            dims: vec![rows, pack_stride(config.vector)],
+            dims: vec![rows, plan.panel_stride],
             param: None,
             align: None,
         });
@@ -161,7 +175,7 @@ pub fn lower<'a>(
                 name: "wall".into(),
                 scope: Scope::Global,
                 dtype: panel_dtype,
-                dims: vec![panels * rows, pack_stride(config.vector)],
+                dims: vec![panels * rows, plan.panel_stride],
                 param: None,
                 align: None,
             });
@@ -383,7 +397,7 @@ impl Lower<'_> {
         format!(
             "({}) * {} + v",
             self.reduction_point(),
-            pack_stride(self.config.vector)
+            self.plan.panel_stride
         )
     }
 
@@ -1258,7 +1272,7 @@ mod tests {
                 .decode(&t.space().sample_uniform(&mut rng).unwrap())
                 .unwrap();
             let nest = lower(&k, &e, &shapes, &cfg).unwrap();
-            let plan = Plan::new(&k, &e, &cfg);
+            let plan = Plan::new(&k, &e, &shapes, &cfg);
             let ext = |a: Option<usize>| a.map_or(1, |a| e[a]);
             let u_tiles = match plan.block {
                 Some(_) => ext(cfg.unroll_axis).div_ceil(plan.u_block),
@@ -1281,7 +1295,11 @@ mod tests {
                 panel,
                 plan.packed
                     .as_ref()
-                    .map(|_| vec![panel_points(&k, &e, &cfg), pack_stride(cfg.vector)])
+                    .map(|_| vec![panel_points(&k, &e, &cfg), plan.panel_stride])
+            );
+            assert!(
+                [cfg.vector, pack_stride(cfg.vector)].contains(&plan.panel_stride),
+                "{cfg:?}"
             );
         }
     }

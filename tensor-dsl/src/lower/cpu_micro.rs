@@ -29,7 +29,7 @@ use super::{AssignOp, Binding, Func, Stmt, Target, Ty, Value};
 use crate::codegen::strides;
 use crate::ir::{Access, BodyKind, Expr, Kernel};
 use crate::lower::{Layout, LoopKind};
-use crate::template::cpu::pack_stride;
+use crate::template::cpu::{blocked_reduction, pack_stride, CpuConfig};
 use crate::template::cpu_machine::CpuMachine;
 
 /// Reduction points ahead of the current one that `stream_prefetch` fetches (512
@@ -39,9 +39,6 @@ const PREFETCH_AHEAD: usize = 128;
 const PREFETCH_MIN_ROW_BYTES: usize = 16 << 10;
 /// Longest rows (bytes) whose next tile `stream_prefetch` fetches during the current one.
 const PREFETCH_NEXT_MAX_ROW_BYTES: usize = 2 << 10;
-
-#[cfg(doc)]
-use crate::template::cpu::CpuConfig;
 
 /// Whether `expr` may be evaluated with `packed` as a vector: the packed access appears
 /// only under `+ - * /` and negation (a built-in function of it would be a call on a
@@ -70,6 +67,52 @@ fn only_packed_walks(kernel: &Kernel, v: usize, packed: &Access) -> bool {
         ok &= !walks || a == packed;
     });
     ok
+}
+
+/// Whether `config`'s packed tiles of `kernel` may be explicit vector code: it asks for
+/// vector code, the kernel sums, and its body is vector-safe with `packed` (along `v`) the
+/// only access that walks the vector axis.
+fn vector_body(kernel: &Kernel, config: &CpuConfig, v: usize, packed: &Access) -> bool {
+    config.vector_code > 0
+        && kernel.kind == BodyKind::Sum
+        && vector_safe(&kernel.body, packed)
+        && only_packed_walks(kernel, v, packed)
+}
+
+/// Row stride, in floats, of the packed panel ([`super::cpu::Plan::panel_stride`]): the
+/// vector tile itself where its full tiles are explicit vector code (whole vectors, and with
+/// a blocked reduction a unit-stride output, as [`Lower::micro_tile`] asks), else
+/// [`pack_stride`]'s padded stride, which the compiler-vectorized loop tiles need. `bf16`
+/// pairs keep the padded stride.
+///
+/// Contiguous rows are one sequential stream, and at K = 3072–4096 the padded panel (1.5×
+/// the bytes with 16-float tiles) no longer fit L2 beside the rows of the other operand:
+/// the untuned default on the Zen 3 VM (AVX2, two cores, generated C side by side, medians)
+/// went from 117 to 136 GFLOPS at 512×1024·4096, 128 to 142 at 512×4096·1024, 125 to 142
+/// at 512×768·3072 and 145 to 152 at 512³ (OpenBLAS 131, 131, 128 and 110)
+/// (`bench/results/2026-11-28-zen3-cpu-panel/`).
+pub(super) fn panel_stride(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[&[usize]],
+    config: &CpuConfig,
+    packed: &Access,
+) -> usize {
+    let contiguous = config.vector_axis.is_some_and(|v| {
+        let unit_out = || {
+            let d = kernel.spatial().iter().position(|&s| s == v);
+            d.and_then(|d| strides(shapes[kernel.output]).get(d).copied()) == Some(1)
+        };
+        vector_body(kernel, config, v, packed)
+            && config.vector.is_multiple_of(config.vector_code)
+            && (blocked_reduction(kernel, extents, config).is_none() || unit_out())
+            && !super::cpu_pairs::active(kernel, extents, shapes, config)
+    });
+    if contiguous {
+        config.vector
+    } else {
+        pack_stride(config.vector)
+    }
 }
 
 /// The width of the last tile of an axis of `extent` in tiles of `tile`, when it is
@@ -104,11 +147,7 @@ impl Lower<'_> {
         let (Some(v), Some(packed)) = (self.config.vector_axis, &self.plan.packed) else {
             return false;
         };
-        self.config.vector_code > 0
-            && self.pk.is_some()
-            && self.kernel.kind == BodyKind::Sum
-            && vector_safe(&self.kernel.body, packed)
-            && only_packed_walks(self.kernel, v, packed)
+        self.pk.is_some() && vector_body(self.kernel, self.config, v, packed)
     }
 
     /// The width, in whole vectors, that the edge tile of the vector axis computes when it
@@ -536,7 +575,7 @@ impl Lower<'_> {
         let lanes = self.config.vector_code;
         let tiles = || (0..nu).flat_map(move |u| (0..vectors).map(move |j| (u, j)));
         let row = self.reduction_point();
-        let stride = pack_stride(self.config.vector);
+        let stride = self.plan.panel_stride;
         let mut step = vec![Stmt::Let {
             ty: Ty::Vector(lanes),
             konst: true,

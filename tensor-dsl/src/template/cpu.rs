@@ -178,10 +178,13 @@ pub fn panel_points(kernel: &Kernel, extents: &[usize], config: &CpuConfig) -> u
         .product()
 }
 
-/// Row stride (in floats) of a packed panel for a vector tile of `vector`: padded past the
-/// tile and never a power of two. A panel whose rows are contiguous lets GCC vectorize
-/// across the reduction instead of along the tile, and power-of-two strides cause cache-set
-/// conflicts; either one measured 20x slower than this (512³ matmul, AVX-512).
+/// Row stride (in floats) of a packed panel for a vector tile of `vector` that loop tiles
+/// (vectorized by the compiler) read: padded past the tile and never a power of two. A panel
+/// whose rows are contiguous lets GCC vectorize such a tile across the reduction instead of
+/// along the tile, and power-of-two strides cause cache-set conflicts; either one measured
+/// 20x slower than this (512³ matmul, AVX-512). Panels read by explicit vector code have
+/// contiguous rows instead (`lower::cpu::Plan::panel_stride`); the template sizes panels
+/// with this stride, an upper bound.
 pub fn pack_stride(vector: usize) -> usize {
     let s = vector + 8;
     if s.is_power_of_two() {
