@@ -87,9 +87,9 @@ fn vector_body(kernel: &Kernel, config: &CpuConfig, v: usize, packed: &Access) -
 ///
 /// Contiguous rows are one sequential stream, and at K = 3072–4096 the padded panel (1.5×
 /// the bytes with 16-float tiles) no longer fit L2 beside the rows of the other operand:
-/// the untuned default on the Zen 3 VM (AVX2, two cores, generated C side by side, medians)
-/// went from 117 to 136 GFLOPS at 512×1024·4096, 128 to 142 at 512×4096·1024, 125 to 142
-/// at 512×768·3072 and 145 to 152 at 512³ (OpenBLAS 131, 131, 128 and 110)
+/// the untuned default on the Zen 3 VM (AVX2, two cores, generated C side by side, medians
+/// of two runs) went from 128 to 144–147 GFLOPS at 512×1024·4096, 120–126 to 139–143 at
+/// 512×768·3072 and 149–152 to 156–157 at 512³ (OpenBLAS 129–135, 126–127 and 128)
 /// (`bench/results/2026-11-28-zen3-cpu-panel/`).
 pub(super) fn panel_stride(
     kernel: &Kernel,
