@@ -278,3 +278,27 @@ fn generated_c_conv_reduction_blocks() {
     assert!(code.contains("if (c1 < 70)"), "{code}");
     insta::assert_snapshot!("c_conv_reduction_blocks", code);
 }
+
+/// AVX2's default for a strided 1×1 convolution (19 → 37 channels over 10×12, stride 2):
+/// 16×6 channel tiles over the fused copy. Each thread gathers a pixel tile's 6 pixels of
+/// every input channel side by side (`td_conv_xtile`, each pixel at its own strided
+/// offset; the last of the 30 pixels repeated past the end) and runs every channel tile
+/// (the last one partial) on them, broadcasting `xt[xr + m]`.
+#[test]
+fn generated_c_conv_channel_tiles_fused_copy() {
+    let kernel = tensor_dsl::ir::parse_text(
+        "conv",
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r, 2 * q + s]] * w[[f, c, r, s]]",
+        None,
+    )
+    .unwrap();
+    let extents = [1, 37, 5, 6, 19, 1, 1];
+    let shapes: [&[usize]; 3] = [&[1, 19, 10, 12], &[37, 19, 1, 1], &[1, 37, 5, 6]];
+    let config = CpuConfig::heuristic(&kernel, &extents, 8);
+    let tile = config.conv.clone().unwrap();
+    assert!(!tile.pixel_vector && config.k_block == 0, "{config:?}");
+    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    assert!(code.contains("td_conv_xtile(t0, t1, xt, t);"), "{code}");
+    assert!(code.contains("const float x_5 = xt[xr + 5];"), "{code}");
+    insta::assert_snapshot!("c_conv_channel_tiles_fused_copy", code);
+}

@@ -407,6 +407,11 @@ fn convolution_template_matches_reference() {
         // of stride 2 over 33 channels.
         (format!("{}{epilogue}", conv(1, 0)), [1, 20, 5, 7, 70, 1, 1]),
         (conv(2, 1), [1, 17, 4, 4, 33, 3, 3]),
+        // Channel tiles over the fused copy (each pixel tile's pixels gathered per input
+        // channel): a strided 1×1 over a batch of two, 37 output channels (a partial
+        // channel tile), 70 pixels (a partial pixel tile), with and without an epilogue.
+        (conv(2, 0), [2, 37, 5, 7, 19, 1, 1]),
+        (format!("{}{epilogue}", conv(1, 0)), [1, 40, 3, 5, 21, 1, 1]),
     ];
     let types: [(DType, DType); 3] = [
         (DType::F32, DType::F32),

@@ -322,10 +322,29 @@ pub fn lower<'a>(
             _ => None,
         }
     });
-    let fused = tile.pixel_vector
-        && own_layout
-        && copy_index.is_some_and(|c| shape.reduction.iter().all(|&r| r == c || extents[r] == 1))
-        && (pair.is_some() || (xdtype == DType::F32 && extents[shape.f] > v));
+    // A channel-vector tile of a 1×1 convolution (any stride) with more than one channel
+    // tile takes the fused copy too, each pixel tile's pixels gathered per input channel
+    // side by side (`xt[c][pixel]`): read in place or in the strided copy, a tile's
+    // broadcasts walk one row a plane apart per channel, one cache line each for a few
+    // bytes. Generated C, prepacked weights, two AVX2 cores, side by side, two runs
+    // (medians, GFLOPS; `bench/results/2026-11-28-zen3-cpu-panel/`): ResNet-50's R10 99 /
+    // 100 → 118 / 116 (oneDNN 109 / 108), R4 122 / 88 → 134 / 104 (134 / 108), R7 123 /
+    // 124 → 124 / 130 (134 / 132), R12 (before in reduction blocks) 103 / 98 → 110 / 115
+    // (110 / 121); R9 level, 139 / 134 → 134 / 138 (143 / 158).
+    let one_index =
+        copy_index.is_some_and(|c| shape.reduction.iter().all(|&r| r == c || extents[r] == 1));
+    let fused = if tile.pixel_vector {
+        own_layout
+            && one_index
+            && (pair.is_some() || (xdtype == DType::F32 && extents[shape.f] > v))
+    } else {
+        one_index
+            && pair.is_none()
+            && !outside
+            && xdtype == DType::F32
+            && extents[shape.f] > v
+            && config.k_block == 0
+    };
     let scratch = scratch && !fused;
     let steps = if scratch { steps } else { vec![1; steps.len()] };
     // The axis of the input that the pair index reads: in the scratch copy it holds pairs,
@@ -1566,6 +1585,58 @@ impl Conv<'_> {
         }]
     }
 
+    /// Each tile pixel's indices (`px_<m>`, a pixel past the end repeating the last one)
+    /// and, with `offsets` and unguarded, its part of the input offset (`xs_<m>`), `p0` in
+    /// scope. With
+    /// `in_row` (every tile in one run of that innermost pixel axis), the pixels after the
+    /// first are steps along it, and only the first has an offset.
+    fn pixel_prelude(&self, in_row: Option<usize>, offsets: bool) -> Vec<Stmt> {
+        let (mr, np) = (self.mr, self.shape.pixel_count(self.extents));
+        let mut out = Vec::new();
+        for m in 0..mr {
+            let px = format!("px_{m}");
+            match in_row {
+                Some(t) if m > 0 => {
+                    out.push(Stmt::Let {
+                        ty: Ty::Int(IntType::Long),
+                        konst: true,
+                        defs: self
+                            .shape
+                            .pixels
+                            .iter()
+                            .map(|&u| {
+                                let first = self.pixel_var(u, 0);
+                                let value = if u == t {
+                                    format!("{first} + {m}")
+                                } else {
+                                    first
+                                };
+                                (self.pixel_var(u, m), Value::Code(value))
+                            })
+                            .collect(),
+                    });
+                }
+                _ if m > 0 => {
+                    out.extend(self.next_pixel(m));
+                    if offsets && !self.xread.guarded {
+                        out.push(self.x_offset(m));
+                    }
+                }
+                _ => {
+                    out.push(let_long(
+                        &px,
+                        format!("p0 + {m} < {np} ? p0 + {m} : {}", np - 1),
+                    ));
+                    out.push(self.pixel_lets(&px, m));
+                    if offsets && !self.xread.guarded {
+                        out.push(self.x_offset(m));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// One register tile: `pixels` output pixels from `p0` by `vector` channels from `f0`.
     fn tile_func(&self, buffers: &[Buffer]) -> Func {
         let (v, mr) = (self.v, self.mr);
@@ -1639,53 +1710,29 @@ impl Conv<'_> {
         // it: their input reads are one address plus constants (14 pointers of their own,
         // moved at every step of the reduction, took general registers from the hot loop
         // of a 14-pixel tile and spilled some of its accumulators).
-        let in_row = self.row_axis();
-        for m in 0..mr {
-            let px = format!("px_{m}");
-            match in_row {
-                Some(t) if m > 0 => {
-                    body.push(Stmt::Let {
-                        ty: Ty::Int(IntType::Long),
-                        konst: true,
-                        defs: self
-                            .shape
-                            .pixels
-                            .iter()
-                            .map(|&u| {
-                                let first = self.pixel_var(u, 0);
-                                let value = if u == t {
-                                    format!("{first} + {m}")
-                                } else {
-                                    first
-                                };
-                                (self.pixel_var(u, m), Value::Code(value))
-                            })
-                            .collect(),
-                    });
-                }
-                _ if m > 0 => {
-                    body.extend(self.next_pixel(m));
-                    if !self.xread.guarded {
-                        body.push(self.x_offset(m));
-                    }
-                }
-                _ => {
-                    body.push(let_long(
-                        &px,
-                        format!("p0 + {m} < {np} ? p0 + {m} : {}", np - 1),
-                    ));
-                    body.push(self.pixel_lets(&px, m));
-                    if !self.xread.guarded {
-                        body.push(self.x_offset(m));
-                    }
-                }
-            }
-        }
+        let in_row = if self.xt.is_some() {
+            None
+        } else {
+            self.row_axis()
+        };
+        body.extend(self.pixel_prelude(in_row, self.xt.is_none()));
         // The hot loop: per reduction point, each pixel's input broadcast against the
         // channel vector of the panel.
         let row = v * self.lane_elems();
         let mut hot = vec![let_long("wr", format!("({}) * {row}", self.point()))];
-        if !self.xread.guarded {
+        if self.xt.is_some() {
+            // The fused copy: this tile's `mr` pixels side by side per input channel.
+            let terms: Vec<(i64, String)> = self
+                .shape
+                .reduction
+                .iter()
+                .map(|&r| {
+                    let k = if r == self.copy_index { mr as i64 } else { 0 };
+                    (k, self.names[r].clone())
+                })
+                .collect();
+            hot.push(let_long("xr", linear(&terms)));
+        } else if !self.xread.guarded {
             let terms: Vec<(i64, String)> = self
                 .shape
                 .reduction
@@ -1712,7 +1759,9 @@ impl Conv<'_> {
             }
         }
         for m in 0..mr {
-            let value = if self.xread.guarded {
+            let value = if let Some(xt) = self.xt {
+                Value::Code(format!("{}[xr + {m}]", buffers[xt.0].name))
+            } else if self.xread.guarded {
                 let mut index: Vec<String> = self.names.clone();
                 for &t in &self.shape.pixels {
                     index[t] = self.pixel_var(t, m);
@@ -2458,6 +2507,9 @@ impl Conv<'_> {
     /// of input channels, each pixel as one 32-bit pair (an odd last channel paired with
     /// zero).
     fn xtile_func(&self, buffers: &[Buffer], xt: BufId) -> Func {
+        if !self.tile.pixel_vector {
+            return self.channel_xtile_func(buffers, xt);
+        }
         let (mr, run) = (self.mr, self.run);
         let (_, tiles) = self.pixel_tiles();
         let [pb, p0] = self.pixel_tile_start();
@@ -2552,6 +2604,69 @@ impl Conv<'_> {
         }
     }
 
+    /// `td_conv_xtile(inputs.., xt, t)` for channel-vector tiles: fills this thread's `xt`
+    /// with the `mr` pixels of pixel tile `t` (from pixel `t · mr`; past the last pixel,
+    /// the last again, as the tile clamps them) side by side for each input channel,
+    /// gathered from the input in place at each pixel's own offset (any stride).
+    fn channel_xtile_func(&self, buffers: &[Buffer], xt: BufId) -> Func {
+        let mr = self.mr;
+        let x = &buffers[self.shape.x.tensor].name;
+        let xt_name = &buffers[xt.0].name;
+        let c = self.copy_index;
+        let sc = self.xread.coef[c];
+        let copies = (0..mr)
+            .map(|m| Stmt::Assign {
+                dst: Target::Var(format!("{xt_name}[cp * {mr} + {m}]")),
+                op: AssignOp::Set,
+                value: Value::Code(format!("{x}[xs_{m} + cp * {sc}]")),
+            })
+            .collect();
+        let mut params: Vec<Param> = self
+            .kernel
+            .inputs()
+            .into_iter()
+            .map(|i| Param::Buffer {
+                buf: BufId(i),
+                konst: true,
+            })
+            .collect();
+        params.push(Param::Buffer {
+            buf: xt,
+            konst: false,
+        });
+        params.push(Param::Scalar {
+            ty: IntType::Long,
+            name: "t".into(),
+        });
+        let mut body = vec![
+            Stmt::Assume(format!("t >= 0 && t < {}", self.copy_tiles())),
+            let_long("p0", format!("t * {mr}")),
+        ];
+        body.extend(self.pixel_prelude(None, true));
+        body.push(for_each(
+            "cp",
+            self.steps_of(c),
+            LoopKind::Serial,
+            Layout::Braced,
+            copies,
+        ));
+        Func {
+            name: XTILE.into(),
+            params,
+            body,
+        }
+    }
+
+    /// Pixel tiles of the fused copy: a pixel-vector schedule's ([`Conv::pixel_tiles`]), or
+    /// the fused pixel axis in tiles of `mr`.
+    fn copy_tiles(&self) -> usize {
+        if self.tile.pixel_vector {
+            self.pixel_tiles().1
+        } else {
+            self.shape.pixel_count(self.extents).div_ceil(self.mr)
+        }
+    }
+
     /// `td_conv_tiles(inputs.., wall, out)` (the fused copy): pixel tiles outermost, each
     /// thread copying a pixel tile's pixels (pairs) once ([`Conv::xtile_func`]) and
     /// running every channel tile on them, on the panels in `wall`.
@@ -2583,7 +2698,11 @@ impl Conv<'_> {
                 els: None,
                 braced: true,
             },
-            self.tile_call(buffers, "t", &self.wall_panel(wall)),
+            if self.tile.pixel_vector {
+                self.tile_call(buffers, "t", &self.wall_panel(wall))
+            } else {
+                self.tile_call(buffers, &format!("t * {}", self.mr), &self.wall_panel(wall))
+            },
         ];
         let mut region = vec![
             Stmt::Comment(format!(
@@ -2607,7 +2726,7 @@ impl Conv<'_> {
         ];
         region.extend(band(
             vec![
-                self.tile_loop("t", self.pixel_tiles().1, 1),
+                self.tile_loop("t", self.copy_tiles(), 1),
                 self.tile_loop("f0", fe, self.v),
             ],
             vec![Stmt::Block(work)],

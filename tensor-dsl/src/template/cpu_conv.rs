@@ -698,18 +698,28 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
 /// one over 14×14 with 1024 channels (R10, a 64 KB panel, pixel tiles outermost by
 /// default) level too (83 against 78–82). With 32 registers (AVX-512) not measured: no
 /// blocks.
+///
+/// A 1×1 convolution (one tap per input channel) takes no blocks since its channel tiles
+/// read the fused copy (`lower::cpu_conv`: each pixel tile's pixels side by side per input
+/// channel, 12 KB for 6 pixels of 512 channels, which stays in L1): R12 without blocks and
+/// with the copy 110 / 115 GFLOPS against 103 / 98 with blocks of 64 and no copy (oneDNN
+/// 110 / 121; `bench/results/2026-11-28-zen3-cpu-panel/`).
 fn default_k_block(extents: &[usize], shape: &ConvShape, vector: usize, machine: Machine) -> usize {
     let Some(r) = shape.block_index() else {
         return 0;
     };
     let channels = extents[r].max(1);
     let points = shape.points(extents);
-    if machine.registers >= 32 || !vector.is_multiple_of(8) || points * vector * 4 < machine.l1 {
+    let taps = points / channels;
+    if machine.registers >= 32
+        || !vector.is_multiple_of(8)
+        || points * vector * 4 < machine.l1
+        || taps == 1
+    {
         return 0;
     }
     // Elements per input channel: the input's plane the tiles read, and the panel's taps.
     let plane = shape.scratch_dims(extents).iter().product::<usize>() / channels;
-    let taps = points / channels;
     let step = (plane + taps * vector) * 4;
     CONV_K_BLOCKS
         .iter()
@@ -1621,9 +1631,11 @@ mod tests {
     }
 
     /// With 16 registers, a channel tile whose panel over the whole reduction fills L1
-    /// runs the input channels in blocks (R12 of the bench: 512 → 2048 channels over 7×7,
-    /// blocks of 64); not where the panel is smaller (R9), not with 32 registers. Records
-    /// from before the knob read as unblocked; blocks need channel tiles outermost.
+    /// runs the input channels in blocks (a 1×3 window over 512 channels and 7×7 pixels:
+    /// blocks of 32); not where the panel is smaller (R9), not in a 1×1 convolution (R12 of
+    /// the bench, 512 → 2048 channels over 7×7, which reads the fused copy), not with 32
+    /// registers. Records from before the knob read as unblocked; blocks need channel
+    /// tiles outermost.
     #[test]
     fn reduction_blocks_where_the_panel_fills_l1_with_16_registers() {
         let k = parse_text(
@@ -1640,16 +1652,18 @@ mod tests {
             ..AVX512_TWO_CORES
         };
         let r12 = [1, 2048, 7, 7, 512, 1, 1];
-        let h = heuristic(&k, &r12, avx2).unwrap();
-        assert_eq!((h.vector, h.k_block), (16, 64));
+        assert_eq!(heuristic(&k, &r12, avx2).unwrap().k_block, 0);
+        let wide = [1, 2048, 7, 7, 512, 1, 3];
+        let h = heuristic(&k, &wide, avx2).unwrap();
+        assert_eq!((h.vector, h.k_block), (16, 32));
         assert!(!h.conv.as_ref().unwrap().pixels_outer);
         let r9 = [1, 1024, 14, 14, 256, 1, 1];
         assert_eq!(heuristic(&k, &r9, avx2).unwrap().k_block, 0);
-        assert_eq!(heuristic(&k, &r12, AVX512_TWO_CORES).unwrap().k_block, 0);
+        assert_eq!(heuristic(&k, &wide, AVX512_TWO_CORES).unwrap().k_block, 0);
         let shape = ConvShape::of(&k).unwrap();
         assert_eq!(shape.block_index(), Some(4));
-        let t = ConvTemplate::build(&k, &r12, 8, &shape, h.clone()).unwrap();
-        assert_eq!(t.decode(&t.default_config()).unwrap().k_block, 64);
+        let t = ConvTemplate::build(&k, &wide, 8, &shape, h.clone()).unwrap();
+        assert_eq!(t.decode(&t.default_config()).unwrap().k_block, 32);
         let old = "conv_channels=16;conv_pixels=6;conv_border=pad;parallel=parallel;\
                    simd=compiler;conv_pack=loops;conv_store=scalar";
         assert_eq!(t.decode(&t.parse(old).unwrap()).unwrap().k_block, 0);
