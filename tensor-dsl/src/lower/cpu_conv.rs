@@ -19,9 +19,17 @@
 //! (`td_conv_tiles`). Why: the whole copy took a quarter of a 1×1 convolution over 128
 //! channels of 136×136 (YOLO9000's Y3: 297–311 GFLOPS, 408–426 with the copy left out); per
 //! tile, Y3 ran at 302–356 and R1 of ResNet-50 at 364–406 against 341 at best before (in the
-//! bench, best rounds: R1 74.8 → 64.8 µs, Y3 953 → 766 µs). Channel tiles keep the whole
-//! copy: gathering per pixel tile measured slower on the strided 1×1 layers (R4, R7, R10 of
-//! ResNet-50, 5–9% in the bench).
+//! bench, best rounds: R1 74.8 → 64.8 µs, Y3 953 → 766 µs). Channel tiles in pairs keep the
+//! whole copy: gathering per pixel tile measured slower on the strided 1×1 layers (R4, R7,
+//! R10 of ResNet-50, 5–9% in the bench, Zen 4).
+//!
+//! In `f32`, channel tiles of a 1×1 convolution of any stride gather each pixel tile's
+//! pixels side by side per input channel (`xt[c][m]`, `td_conv_xtile`, each pixel at its own
+//! offset) and run every channel tile on them, pixel tiles outermost: read in place (or
+//! from the compact copy of a strided input) a tile's broadcasts walk one cache line per
+//! input channel for 4 bytes. On two AVX2 Zen 3 cores, prepacked weights, side by side:
+//! R10 1.17–1.20×, R4 1.10–1.18×, R12 1.06–1.17× (`bench/results/2026-11-28-zen3-cpu-panel/`);
+//! not measured with AVX-512.
 //!
 //! A pixel-vector tile over a strided window (`S·q + s`, [`ConvShape::window_axis`]) reads
 //! a window-expanded copy: the input axis becomes two, the tap `s` and the pixel `q`, each
@@ -1587,9 +1595,8 @@ impl Conv<'_> {
 
     /// Each tile pixel's indices (`px_<m>`, a pixel past the end repeating the last one)
     /// and, with `offsets` and unguarded, its part of the input offset (`xs_<m>`), `p0` in
-    /// scope. With
-    /// `in_row` (every tile in one run of that innermost pixel axis), the pixels after the
-    /// first are steps along it, and only the first has an offset.
+    /// scope. With `in_row` (every tile in one run of that innermost pixel axis), the
+    /// pixels after the first are steps along it, and only the first has an offset.
     fn pixel_prelude(&self, in_row: Option<usize>, offsets: bool) -> Vec<Stmt> {
         let (mr, np) = (self.mr, self.shape.pixel_count(self.extents));
         let mut out = Vec::new();
@@ -1710,6 +1717,7 @@ impl Conv<'_> {
         // it: their input reads are one address plus constants (14 pointers of their own,
         // moved at every step of the reduction, took general registers from the hot loop
         // of a 14-pixel tile and spilled some of its accumulators).
+        // Over the fused copy the pixels' indices only place the stores: no input offsets.
         let in_row = if self.xt.is_some() {
             None
         } else {
@@ -2557,23 +2565,7 @@ impl Conv<'_> {
             layout: Layout::Flat,
             body: vec![copy],
         });
-        let mut params: Vec<Param> = self
-            .kernel
-            .inputs()
-            .into_iter()
-            .map(|i| Param::Buffer {
-                buf: BufId(i),
-                konst: true,
-            })
-            .collect();
-        params.push(Param::Buffer {
-            buf: xt,
-            konst: false,
-        });
-        params.push(Param::Scalar {
-            ty: IntType::Long,
-            name: "t".into(),
-        });
+        let params = self.xtile_params(xt);
         Func {
             name: XTILE.into(),
             params,
@@ -2621,23 +2613,7 @@ impl Conv<'_> {
                 value: Value::Code(format!("{x}[xs_{m} + cp * {sc}]")),
             })
             .collect();
-        let mut params: Vec<Param> = self
-            .kernel
-            .inputs()
-            .into_iter()
-            .map(|i| Param::Buffer {
-                buf: BufId(i),
-                konst: true,
-            })
-            .collect();
-        params.push(Param::Buffer {
-            buf: xt,
-            konst: false,
-        });
-        params.push(Param::Scalar {
-            ty: IntType::Long,
-            name: "t".into(),
-        });
+        let params = self.xtile_params(xt);
         let mut body = vec![
             Stmt::Assume(format!("t >= 0 && t < {}", self.copy_tiles())),
             let_long("p0", format!("t * {mr}")),
@@ -2655,6 +2631,28 @@ impl Conv<'_> {
             params,
             body,
         }
+    }
+
+    /// `td_conv_xtile`'s parameters: the inputs, this thread's `xt` and the pixel tile `t`.
+    fn xtile_params(&self, xt: BufId) -> Vec<Param> {
+        let mut params: Vec<Param> = self
+            .kernel
+            .inputs()
+            .into_iter()
+            .map(|i| Param::Buffer {
+                buf: BufId(i),
+                konst: true,
+            })
+            .collect();
+        params.push(Param::Buffer {
+            buf: xt,
+            konst: false,
+        });
+        params.push(Param::Scalar {
+            ty: IntType::Long,
+            name: "t".into(),
+        });
+        params
     }
 
     /// Pixel tiles of the fused copy: a pixel-vector schedule's ([`Conv::pixel_tiles`]), or
