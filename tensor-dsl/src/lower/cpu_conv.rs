@@ -1264,20 +1264,7 @@ impl Conv<'_> {
         let pairs = self.pair.is_some();
         let row = v * self.lane_elems();
         let mut hot = vec![let_long("wr", format!("({}) * {row}", self.point()))];
-        let terms: Vec<(i64, String)> = self
-            .shape
-            .reduction
-            .iter()
-            .map(|&r| match self.xt {
-                // The tile's copy: a row of `pixels` pixels (pairs) per channel (pair).
-                Some(_) if r == self.copy_index => {
-                    ((self.lane_elems() * mr) as i64, self.names[r].clone())
-                }
-                Some(_) => (0, self.names[r].clone()),
-                None => (self.xread.coef[r], self.names[r].clone()),
-            })
-            .collect();
-        hot.push(let_long("xr", linear(&terms)));
+        hot.push(let_long("xr", self.x_row()));
         // Each pixel vector feeds `v` FMAs: held in a register ([`IN_REGISTER`]), or GCC
         // folds its load into each of them.
         let held = v > 1;
@@ -1593,6 +1580,25 @@ impl Conv<'_> {
         }]
     }
 
+    /// The reduction's part of a tile's input offset (C text): in the fused copy, the row
+    /// of the tile's `mr` pixels (pairs) per channel (pair), else the input's own
+    /// coefficients.
+    fn x_row(&self) -> String {
+        let terms: Vec<(i64, String)> = self
+            .shape
+            .reduction
+            .iter()
+            .map(|&r| match self.xt {
+                Some(_) if r == self.copy_index => {
+                    ((self.lane_elems() * self.mr) as i64, self.names[r].clone())
+                }
+                Some(_) => (0, self.names[r].clone()),
+                None => (self.xread.coef[r], self.names[r].clone()),
+            })
+            .collect();
+        linear(&terms)
+    }
+
     /// Each tile pixel's indices (`px_<m>`, a pixel past the end repeating the last one)
     /// and, with `offsets` and unguarded, its part of the input offset (`xs_<m>`), `p0` in
     /// scope. With `in_row` (every tile in one run of that innermost pixel axis), the
@@ -1728,25 +1734,10 @@ impl Conv<'_> {
         // channel vector of the panel.
         let row = v * self.lane_elems();
         let mut hot = vec![let_long("wr", format!("({}) * {row}", self.point()))];
-        if self.xt.is_some() {
-            // The fused copy: this tile's `mr` pixels side by side per input channel.
-            let terms: Vec<(i64, String)> = self
-                .shape
-                .reduction
-                .iter()
-                .map(|&r| {
-                    let k = if r == self.copy_index { mr as i64 } else { 0 };
-                    (k, self.names[r].clone())
-                })
-                .collect();
-            hot.push(let_long("xr", linear(&terms)));
-        } else if !self.xread.guarded {
-            let terms: Vec<(i64, String)> = self
-                .shape
-                .reduction
-                .iter()
-                .map(|&r| (self.xread.coef[r], self.names[r].clone()))
-                .collect();
+        // (Over the fused copy, or over the input unguarded; `in_row` is never set over
+        // the copy.)
+        if self.xt.is_some() || !self.xread.guarded {
+            let xr = self.x_row();
             if in_row.is_some() {
                 // The reads of a row tile overlap from one tap to the next (pixel m + 1
                 // at tap s is pixel m at tap s + 1 with stride 1): GCC would keep values
@@ -1756,14 +1747,14 @@ impl Conv<'_> {
                 hot.push(Stmt::Let {
                     ty: Ty::Int(IntType::Long),
                     konst: false,
-                    defs: vec![("xr".into(), Value::Code(linear(&terms)))],
+                    defs: vec![("xr".into(), Value::Code(xr))],
                 });
                 hot.push(Stmt::Call {
                     func: OPAQUE.into(),
                     args: vec!["xr".into()],
                 });
             } else {
-                hot.push(let_long("xr", linear(&terms)));
+                hot.push(let_long("xr", xr));
             }
         }
         for m in 0..mr {

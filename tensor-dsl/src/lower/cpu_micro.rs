@@ -99,13 +99,10 @@ pub(super) fn panel_stride(
     packed: &Access,
 ) -> usize {
     let contiguous = config.vector_axis.is_some_and(|v| {
-        let unit_out = || {
-            let d = kernel.spatial().iter().position(|&s| s == v);
-            d.and_then(|d| strides(shapes[kernel.output]).get(d).copied()) == Some(1)
-        };
         vector_body(kernel, config, v, packed)
             && config.vector.is_multiple_of(config.vector_code)
-            && (blocked_reduction(kernel, extents, config).is_none() || unit_out())
+            && (blocked_reduction(kernel, extents, config).is_none()
+                || out_vector_stride(kernel, shapes, v) == Some(1))
             && !super::cpu_pairs::active(kernel, extents, shapes, config)
     });
     if contiguous {
@@ -113,6 +110,13 @@ pub(super) fn panel_stride(
     } else {
         pack_stride(config.vector)
     }
+}
+
+/// The output's element stride along spatial index `v` (of shapes `shapes`), if the output
+/// has that axis.
+pub(super) fn out_vector_stride(kernel: &Kernel, shapes: &[&[usize]], v: usize) -> Option<usize> {
+    let d = kernel.spatial().iter().position(|&s| s == v)?;
+    strides(shapes[kernel.output]).get(d).copied()
 }
 
 /// The width of the last tile of an axis of `extent` in tiles of `tile`, when it is
@@ -128,10 +132,7 @@ fn padded_edge(extent: usize, tile: usize) -> usize {
 impl Lower<'_> {
     /// The output's element stride along the vector axis.
     fn out_vector_stride(&self) -> Option<usize> {
-        let v = self.config.vector_axis?;
-        let out = strides(self.shapes[self.kernel.output]);
-        let d = self.kernel.spatial().iter().position(|&s| s == v)?;
-        out.get(d).copied()
+        out_vector_stride(self.kernel, self.shapes, self.config.vector_axis?)
     }
 
     /// Whether the tile sums go straight to the output as vectors: an `f32` output,

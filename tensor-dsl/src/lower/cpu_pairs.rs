@@ -41,7 +41,7 @@
 
 use super::cpu::Lower;
 use super::{AssignOp, BufId, IntType, Layout, Loop, LoopKind, Step, Stmt, Target, Ty, Value};
-use crate::codegen::{strides, ExprPrinter};
+use crate::codegen::ExprPrinter;
 use crate::ir::{Access, BinOp, BodyKind, DType, Expr, Kernel};
 use crate::template::cpu::{blocked_reduction, pack_stride, packed_access, CpuConfig};
 
@@ -142,15 +142,12 @@ pub fn active(kernel: &Kernel, extents: &[usize], shapes: &[&[usize]], config: &
             lo >= 0 && hi < n as i64
         })
     };
-    let unit_out = || {
-        let d = kernel.spatial().iter().position(|&s| s == v);
-        d.and_then(|d| strides(shapes[kernel.output]).get(d).copied()) == Some(1)
-    };
     other != &packed
         && !walks(other)
         && in_range(other)
         && in_range(&packed)
-        && (blocked_reduction(kernel, extents, config).is_none() || unit_out())
+        && (blocked_reduction(kernel, extents, config).is_none()
+            || super::cpu_micro::out_vector_stride(kernel, shapes, v) == Some(1))
 }
 
 /// The first panel element of the pair that starts at reduction point `point` (C text, an
