@@ -853,10 +853,13 @@ fn pixels_outer_pays(
     shared_copy: bool,
     machine: Machine,
 ) -> bool {
-    let elem = 4usize;
-    let bytes = |n: &[usize]| n.iter().fold(elem, |a, &b| a.saturating_mul(b));
-    let channels = extents[shape.f].next_multiple_of(vector.max(1));
-    let weights = bytes(&[shape.points(extents), channels]);
+    if WeightReread::of(extents, shape, machine).dominated(vector, pixels) {
+        return false;
+    }
+    let weights = conv_bytes(&[
+        shape.points(extents),
+        padded_channels(extents, shape, vector),
+    ]);
     if shared_copy {
         return weights <= machine.l2 || pixels >= PIXELS_OUTER_LEAST;
     }
@@ -864,7 +867,63 @@ fn pixels_outer_pays(
         // A strided input read in place.
         return true;
     }
-    bytes(&shape.scratch_dims(extents)) > machine.l2 && weights <= machine.l2 / 2
+    conv_bytes(&shape.scratch_dims(extents)) > machine.l2 && weights <= machine.l2 / 2
+}
+
+/// Bytes of `f32` elements, `n` multiplied out (saturating).
+fn conv_bytes(n: &[usize]) -> usize {
+    n.iter().fold(4usize, |a, &b| a.saturating_mul(b))
+}
+
+/// Output channels padded to whole channel tiles of `vector`.
+fn padded_channels(extents: &[usize], shape: &ConvShape, vector: usize) -> usize {
+    extents[shape.f].next_multiple_of(vector.max(1))
+}
+
+/// What re-reading the weights once per pixel tile costs ([`ConvTile::pixels_outer`]),
+/// against re-reading the input once per channel tile.
+///
+/// Pixel tiles outermost are *dominated* where the weights outgrow L2, the tile has fewer
+/// than [`PIXELS_OUTER_LEAST`] pixels and the input the tiles read fits in half of L2: every
+/// pixel tile then streams all the weights again from L3 or memory (`4 / pixels` bytes per
+/// multiply-add), while channel tiles outermost stream each weight once and re-read an
+/// input that stays in L2. Neither the default nor the search takes such a point. Why: how
+/// fast that stream runs depends on what else shares L3, not on the kernel. R11 of the
+/// bench (512 → 512 channels, 3×3 over 7×7, 9.4 MB of weights, 166 KB of padded input) in
+/// 16×6 tiles on the two-core Zen 3 VM, generated C side by side in one process, medians in
+/// GFLOPS, eight processes: channel tiles outermost 92–110 wherever the FMA peak was whole,
+/// pixel tiles outermost 40–130 (`bench/results/2026-11-28-zen3-cpu-reread/`). Both 64-trial
+/// bench runs before took the pixel-outer point (the search measured it ahead) and then
+/// timed it at 45 and 73 against the default's 93 and 96.
+#[derive(Clone, Copy, Debug)]
+pub struct WeightReread {
+    /// Weight elements per output channel (the reduction's points).
+    points: usize,
+    /// Output channels.
+    channels: usize,
+    /// Bytes of the input the tiles read ([`ConvShape::scratch_dims`]).
+    input: usize,
+    /// Per-core L2, bytes.
+    l2: usize,
+}
+
+impl WeightReread {
+    /// The figures of `shape` at `extents` on `machine`.
+    pub fn of(extents: &[usize], shape: &ConvShape, machine: Machine) -> WeightReread {
+        WeightReread {
+            points: shape.points(extents),
+            channels: extents[shape.f],
+            input: conv_bytes(&shape.scratch_dims(extents)),
+            l2: machine.l2,
+        }
+    }
+
+    /// Whether pixel tiles outermost are dominated for a tile of `vector` channels ×
+    /// `pixels`.
+    pub fn dominated(&self, vector: usize, pixels: usize) -> bool {
+        let weights = conv_bytes(&[self.points, self.channels.next_multiple_of(vector.max(1))]);
+        weights > self.l2 && pixels < PIXELS_OUTER_LEAST && self.input <= self.l2 / 2
+    }
 }
 
 /// Pixels of a channel-vector tile from which the default ([`heuristic`]) walks pixel tiles
@@ -947,17 +1006,19 @@ impl ConvTemplate {
         lanes: usize,
     ) -> Option<Result<ConvTemplate, String>> {
         let shape = ConvShape::of(kernel)?;
-        let heuristic = heuristic(kernel, extents, Machine::with_lanes(lanes))?;
-        Some(Self::build(kernel, extents, lanes, &shape, heuristic))
+        let machine = Machine::with_lanes(lanes);
+        let heuristic = heuristic(kernel, extents, machine)?;
+        Some(Self::build(kernel, extents, machine, &shape, heuristic))
     }
 
     fn build(
         kernel: &Kernel,
         extents: &[usize],
-        lanes: usize,
+        machine: Machine,
         shape: &ConvShape,
         heuristic: CpuConfig,
     ) -> Result<ConvTemplate, String> {
+        let lanes = machine.lanes;
         let mut b = SearchSpace::builder();
         let vector = b.discrete("conv_channels", &CHANNEL_CHOICES);
         let pixels = b.discrete("conv_pixels", &PIXEL_CHOICES);
@@ -984,7 +1045,7 @@ impl ConvTemplate {
             c.index(k).and_then(|i| list.get(i)).map(|&v| v as usize)
         };
         let (fe, np) = (extents[shape.f], shape.pixel_count(extents));
-        let regs = Machine::with_lanes(lanes).registers;
+        let regs = machine.registers;
         b.constraint("tiles fit their axes", move |c| {
             value(c, vector, &CHANNEL_CHOICES).is_some_and(|v| v <= fe.next_power_of_two())
                 && value(c, pixels, &PIXEL_CHOICES).is_some_and(|m| m <= np)
@@ -998,6 +1059,17 @@ impl ConvTemplate {
                 m * v.div_ceil(lanes.max(1)) <= regs
             }
         });
+        let reread = WeightReread::of(extents, shape, machine);
+        b.constraint(
+            "pixel tiles outermost re-read no weights beyond L2",
+            move |c| {
+                c.index(order) != Some(1)
+                    || !reread.dominated(
+                        value(c, vector, &CHANNEL_CHOICES).unwrap_or(1),
+                        value(c, pixels, &PIXEL_CHOICES).unwrap_or(1),
+                    )
+            },
+        );
         b.constraint("six channels are a pixel-vector tile", move |c| {
             value(c, vector, &CHANNEL_CHOICES) != Some(6) || matches!(c.index(along), Some(1))
         });
@@ -1422,8 +1494,9 @@ mod tests {
     }
 
     /// A strided, unpadded input (a 1×1 stride-2 convolution) is read in place with pixel
-    /// tiles outermost, however many channel tiles read it (R4, R7, R10 of the bench, and
-    /// 1024 → 2048 channels over 14×14).
+    /// tiles outermost, however many channel tiles read it (R4, R7 of the bench), except
+    /// where that re-reads weights beyond L2 over an input that fits ([`WeightReread`]: R10,
+    /// 2 MB of weights over 200 KB read, and 2048 → 1024 channels over 14×14).
     #[test]
     fn strided_inputs_are_read_in_place_with_pixel_tiles_outermost() {
         let k = parse_text(
@@ -1443,9 +1516,12 @@ mod tests {
                 ..AVX512_TWO_CORES
             },
         ] {
-            for e in [r4, r7, r10, wide] {
+            for (e, outer) in [(r4, true), (r7, true), (r10, false), (wide, false)] {
                 let tile = heuristic(&k, &e, m).unwrap().conv.unwrap();
-                assert!(!tile.pad && tile.pixels_outer, "{e:?} on {m:?}: {tile:?}");
+                assert!(
+                    !tile.pad && tile.pixels_outer == outer,
+                    "{e:?} on {m:?}: {tile:?}"
+                );
             }
         }
         // A 3×3 window moves along the same axes: nothing to drop.
@@ -1527,8 +1603,7 @@ mod tests {
         ] {
             let h = heuristic(&k, &e, m).unwrap();
             assert!(h.conv.as_ref().unwrap().transpose, "{e:?}");
-            let t =
-                ConvTemplate::build(&k, &e, 16, &ConvShape::of(&k).unwrap(), h.clone()).unwrap();
+            let t = ConvTemplate::build(&k, &e, m, &ConvShape::of(&k).unwrap(), h.clone()).unwrap();
             assert_eq!(t.decode(&t.default_config()).unwrap(), h, "{e:?}");
         }
         // Fewer channels than a transpose: packed by the loops, and the space has no
@@ -1543,7 +1618,7 @@ mod tests {
         let t = ConvTemplate::build(
             &k,
             &[1, 8, 5, 5, 3, 3, 3],
-            16,
+            m,
             &ConvShape::of(&k).unwrap(),
             h,
         )
@@ -1607,8 +1682,14 @@ mod tests {
             assert_eq!(tile.pixel_vector, e[6] == 1);
             assert!(validate(kernel, &h, &tile).is_ok());
             assert!(!without.pairs);
-            let t = ConvTemplate::build(kernel, &e, 16, &ConvShape::of(kernel).unwrap(), h.clone())
-                .unwrap();
+            let t = ConvTemplate::build(
+                kernel,
+                &e,
+                AVX512_TWO_CORES,
+                &ConvShape::of(kernel).unwrap(),
+                h.clone(),
+            )
+            .unwrap();
             let text = t.space().format(&t.default_config()).unwrap();
             let want = if tile.pixel_vector {
                 "conv_vector=pixel_pairs"
@@ -1662,7 +1743,7 @@ mod tests {
         assert_eq!(heuristic(&k, &wide, AVX512_TWO_CORES).unwrap().k_block, 0);
         let shape = ConvShape::of(&k).unwrap();
         assert_eq!(shape.block_index(), Some(4));
-        let t = ConvTemplate::build(&k, &wide, 8, &shape, h.clone()).unwrap();
+        let t = ConvTemplate::build(&k, &wide, avx2, &shape, h.clone()).unwrap();
         assert_eq!(t.decode(&t.default_config()).unwrap().k_block, 32);
         let old = "conv_channels=16;conv_pixels=6;conv_border=pad;parallel=parallel;\
                    simd=compiler;conv_pack=loops;conv_store=scalar";
@@ -1678,5 +1759,56 @@ mod tests {
         assert!(validate(&k, &outer, outer.conv.as_ref().unwrap()).is_err());
         let whole = CpuConfig { k_block: 512, ..h };
         assert_eq!(t.encode(&whole), None);
+    }
+
+    /// The space has no point that walks pixel tiles outermost where that re-reads the
+    /// weights beyond L2 over an input that fits ([`WeightReread`]): R11 of the bench (9.4
+    /// MB of weights over 166 KB of padded input) in 16×6 tiles, but it keeps them at 12
+    /// pixels, and over a 28×28 plane whose padded input outgrows half of L2 (R5).
+    #[test]
+    fn no_pixel_tiles_outermost_that_reread_the_weights_beyond_l2() {
+        let k = parse_text(
+            "conv",
+            "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
+            None,
+        )
+        .unwrap();
+        let avx2 = Machine {
+            lanes: 8,
+            registers: 16,
+            l1: 32 << 10,
+            l2: 512 << 10,
+            ..AVX512_TWO_CORES
+        };
+        let shape = ConvShape::of(&k).unwrap();
+        let point = |e: &[usize], m: Machine, text: &str| {
+            let t = ConvTemplate::build(&k, e, m, &shape, heuristic(&k, e, m).unwrap()).unwrap();
+            t.parse(text).is_ok()
+        };
+        let r11 = [1, 512, 7, 7, 512, 3, 3];
+        let cfg = |v: usize, m: usize, outer: &str| {
+            format!(
+                "conv_channels={v};conv_pixels={m};conv_border=pad;parallel=parallel;\
+                 simd=compiler;conv_pack=loops;conv_store=vector;conv_vector=channels;\
+                 conv_outer={outer};conv_kblock=0"
+            )
+        };
+        assert!(point(&r11, avx2, &cfg(16, 6, "channels")));
+        assert!(!point(&r11, avx2, &cfg(16, 6, "pixels")));
+        assert!(!point(&r11, AVX512_TWO_CORES, &cfg(32, 10, "pixels")));
+        assert!(point(&r11, AVX512_TWO_CORES, &cfg(16, 12, "pixels")));
+        assert!(
+            !heuristic(&k, &r11, avx2)
+                .unwrap()
+                .conv
+                .unwrap()
+                .pixels_outer
+        );
+        // R5: 590 KB of weights over 460 KB of padded input, more than half of 512 KB.
+        assert!(point(
+            &[1, 128, 28, 28, 128, 3, 3],
+            avx2,
+            &cfg(16, 6, "pixels")
+        ));
     }
 }
