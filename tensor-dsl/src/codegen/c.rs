@@ -451,23 +451,45 @@ static inline void td_store16(float *restrict p, td_f32x16 v, int n)
 
 /// Defines `td_store8(p, v, n)`, which stores the first `n` lanes of the 8-float vector `v`
 /// at `p` ([`lower::cpu_conv::STORE_LANES8`]): the whole vector, else four lanes as one
-/// store and the rest one by one (`n` is a constant at each call, so the branches fold).
+/// store, two as one, and the last one alone (`n` is a constant at each call, so the
+/// branches fold).
+///
+/// With AVX, an empty `asm` first takes `v` in a register as it is: GCC otherwise follows
+/// each stored lane back through the transposes that built `v` (`lower::cpu_conv`) and
+/// extracts it from there, one `vextractps` per lane. The stem of ResNet-50 (R0 of the
+/// bench, 16 × 5 tiles: five-lane stores), generated C side by side on the two-core Zen 3
+/// VM, medians in GFLOPS, four processes: 108, 100, 106, 111 → 120, 108, 116, 116 (oneDNN
+/// 131–149; `bench/results/2026-11-28-zen3-cpu-reread/`); six-lane stores (R2, R5, R9,
+/// R11, R12) within that VM's noise either way.
 pub const STORE_LANES8_PRELUDE: &str = "\
-/* The first n lanes of an 8-float vector, stored: four at once, then one by one. */
+/* The first n lanes of an 8-float vector, stored: four at once, two at once, then one. */
 static inline void td_store8(float *restrict p, td_f32x8 v, int n)
 {
     typedef float td_f32x4u __attribute__((vector_size(16), aligned(4)));
-    int l = 0;
+    typedef float td_f32x2u __attribute__((vector_size(8), aligned(4)));
     if (n == 8) {
         *(td_f32x8 *)p = v;
         return;
     }
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__AVX__)
+    /* v as it is: GCC would extract each lane from the vectors that built v. */
+    __asm__(\"\" : \"+x\"(v));
+#endif
+    td_f32x4u q = {v[0], v[1], v[2], v[3]};
     if (n >= 4) {
-        *(td_f32x4u *)p = (td_f32x4u){v[0], v[1], v[2], v[3]};
-        l = 4;
+        *(td_f32x4u *)p = q;
+        q = (td_f32x4u){v[4], v[5], v[6], v[7]};
+        p += 4;
+        n -= 4;
     }
-    for (; l < n; ++l)
-        p[l] = v[l];
+    if (n >= 2) {
+        *(td_f32x2u *)p = (td_f32x2u){q[0], q[1]};
+        q = (td_f32x4u){q[2], q[3], q[2], q[3]};
+        p += 2;
+        n -= 2;
+    }
+    if (n >= 1)
+        p[0] = q[0];
 }
 ";
 
