@@ -144,6 +144,7 @@ fn generated_c_conv_bf16_pixel_pairs() {
         vector_store: true,
         pixel_vector: true,
         pixels_outer: true,
+        block_tiles: 0,
     };
     let config = in_pairs(base, 8, tile);
     let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
@@ -189,6 +190,7 @@ fn generated_c_conv_pixel_vectors() {
             vector_store: true,
             pixel_vector: true,
             pixels_outer: true,
+            block_tiles: 0,
         }),
         ..config
     };
@@ -270,6 +272,7 @@ fn generated_c_conv_reduction_blocks() {
             vector_store: false,
             transpose: false,
             pad: true,
+            block_tiles: 0,
         }),
         ..default
     };
@@ -277,6 +280,37 @@ fn generated_c_conv_reduction_blocks() {
     let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
     assert!(code.contains("if (c1 < 70)"), "{code}");
     insta::assert_snapshot!("c_conv_reduction_blocks", code);
+}
+
+/// [`generated_c_conv_reduction_blocks`] in pixel blocks of 2 tiles (`block_tiles`): the
+/// 35 pixels' 6 tiles in 3 blocks, the threads sharing out channel tiles and pixel blocks
+/// (each packs a channel tile's panel when it changes), every reduction block through one
+/// pixel block's tiles before the next, `part` holding that block's partial sums.
+#[test]
+fn generated_c_conv_reduction_blocks_in_pixel_blocks() {
+    let kernel = conv_1x1_bias_relu();
+    let extents = [1, 20, 5, 7, 70, 1, 1];
+    let shapes: [&[usize]; 4] = [&[1, 70, 5, 7], &[20, 70, 1, 1], &[20], &[1, 20, 5, 7]];
+    let default = CpuConfig::heuristic(&kernel, &extents, 8);
+    let config = CpuConfig {
+        vector: 16,
+        k_block: 32,
+        parallel: true,
+        conv: Some(tensor_dsl::template::cpu_conv::ConvTile {
+            pixels: 6,
+            pixel_vector: false,
+            pixels_outer: false,
+            vector_store: false,
+            transpose: false,
+            pad: true,
+            block_tiles: 2,
+        }),
+        ..default
+    };
+    config.validate(&kernel).unwrap();
+    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    assert!(code.contains("(p0 - b0) / 6 * 96"), "{code}");
+    insta::assert_snapshot!("c_conv_reduction_blocks_in_pixel_blocks", code);
 }
 
 /// AVX2's default for a strided 1×1 convolution (19 → 37 channels over 10×12, stride 2):

@@ -479,6 +479,7 @@ fn convolution_template_matches_reference() {
                         vector_store: true,
                         pixel_vector: true,
                         pixels_outer: true,
+                        block_tiles: 0,
                     };
                 }
                 c
@@ -527,14 +528,16 @@ fn convolution_template_matches_reference() {
                 }
             }
             // Reduction blocks that divide the input channels and blocks that do not, on
-            // the default's channel tile (pairs aside), channel tiles outermost.
+            // the default's channel tile (pairs aside), channel tiles outermost; over all
+            // pixel tiles at once and in pixel blocks of 2 and 3 tiles.
             let channels = extents[id("c")];
-            for k_block in [32, 64] {
+            for (k_block, block_tiles) in [(32, 0), (64, 0), (32, 2), (64, 3)] {
                 let mut c = default.clone();
                 c.k_block = k_block;
                 c.pairs = false;
                 if let Some(t) = c.conv.as_mut() {
                     t.pixels_outer = false;
+                    t.block_tiles = block_tiles;
                 }
                 if k_block < channels && c.validate(&kernel).is_ok() && !configs.contains(&c) {
                     blocked += 1;

@@ -474,12 +474,16 @@ pub fn lower<'a>(
         .flatten()
         .filter(|&r| config.k_block < extents[r] && v.is_multiple_of(8))
         .map(|r| (r, config.k_block));
+    // Partial sums of the pixel tiles one reduction block walks: every tile, or a pixel
+    // block's ([`ConvTile::block_tiles`]).
+    let part_tiles = pixel_block(tile, shape.pixel_count(extents).div_ceil(mr))
+        .unwrap_or_else(|| shape.pixel_count(extents).div_ceil(mr));
     let part = kblock.map(|_| {
         push(Buffer {
             name: "part".into(),
             scope: Scope::Panel,
             dtype: COMPUTE,
-            dims: vec![shape.pixel_count(extents).div_ceil(mr) * mr * v],
+            dims: vec![part_tiles * mr * v],
             param: None,
             align: None,
         })
@@ -566,6 +570,12 @@ pub fn lower<'a>(
 /// Per axis of a copy of the input: the input axis it walks and the stride between the
 /// coordinates it keeps ([`Conv`]'s `layout`).
 type CopyAxes = Vec<(usize, i64)>;
+
+/// Pixel tiles per pixel block of reduction blocks ([`ConvTile::block_tiles`]), where it
+/// cuts the `tiles` pixel tiles in more than one block.
+fn pixel_block(tile: &ConvTile, tiles: usize) -> Option<usize> {
+    (tile.block_tiles > 0 && tile.block_tiles < tiles).then_some(tile.block_tiles)
+}
 
 /// The weights' element stride between output channels, if they are `f32` and their
 /// reduction points lie one after another in memory (`w[f][c][r][s]`: point `(c, r, s)` at
@@ -1176,6 +1186,12 @@ impl Conv<'_> {
         }
     }
 
+    /// Pixel tiles per pixel block of the reduction blocks, where there are several.
+    fn pixel_block(&self) -> Option<usize> {
+        let tiles = self.shape.pixel_count(self.extents).div_ceil(self.mr);
+        self.kblock.and_then(|_| pixel_block(self.tile, tiles))
+    }
+
     /// The call of the tile on channel tile `f0` and pixel tile `pixel_var`, reading the
     /// panel `panel` (C text) in place of this thread's.
     fn tile_call(&self, buffers: &[Buffer], pixel_var: &str, panel: &str) -> Stmt {
@@ -1188,12 +1204,18 @@ impl Conv<'_> {
         for a in args.iter_mut().filter(|a| *a == wp) {
             *a = panel.to_string();
         }
-        // Each pixel tile's partial sums: its own stretch of this thread's buffer.
+        // Each pixel tile's partial sums: its own stretch of this thread's buffer (counted
+        // from the pixel block's first tile, `b0`, in pixel blocks).
         if let Some(part) = self.part {
             let name = &buffers[part.0].name;
             let (mr, v) = (self.mr, self.v);
+            let from = if self.pixel_block().is_some() {
+                format!("({pixel_var} - b0)")
+            } else {
+                pixel_var.to_string()
+            };
             for a in args.iter_mut().filter(|a| *a == name) {
-                *a = format!("{name} + {pixel_var} / {mr} * {}", mr * v);
+                *a = format!("{name} + {from} / {mr} * {}", mr * v);
             }
         }
         Stmt::Call {
@@ -2818,7 +2840,7 @@ impl Conv<'_> {
         let work = vec![Stmt::Block(vec![
             Stmt::If {
                 cond: "f0 != pk_f0".into(),
-                then: refill,
+                then: refill.clone(),
                 els: None,
                 braced: true,
             },
@@ -2859,14 +2881,44 @@ impl Conv<'_> {
                     ..l
                 })
             };
-            let pixels = serial(tiles("p0", np, self.mr), vec![tile_call(panel)]);
             let c1 = let_long("c1", format!("c0 + {kc} < {e} ? c0 + {kc} : {e}"));
-            let blocks = serial(tiles("c0", e, kc), vec![c1, pixels]);
-            region.push(Stmt::Loop(Loop {
-                layout: Layout::Braced,
-                body: vec![pack, blocks],
-                ..tiles("f0", fe, self.v)
-            }));
+            if let Some(bt) = self.pixel_block() {
+                // In pixel blocks ([`ConvTile::block_tiles`]): per channel tile and block of
+                // pixel tiles (both shared out among the threads), each reduction block
+                // through the block's pixel tiles.
+                let span = bt * self.mr;
+                let pixels = serial(
+                    Loop {
+                        start: "b0".into(),
+                        end: format!("(b0 + {span} < {np} ? b0 + {span} : {np})"),
+                        trip: bt,
+                        ..tiles("p0", np, self.mr)
+                    },
+                    vec![tile_call(panel)],
+                );
+                let blocks = serial(tiles("c0", e, kc), vec![c1, pixels]);
+                region.push(pk_f0());
+                region.extend(band(
+                    vec![tiles("f0", fe, self.v), tiles("b0", np, span)],
+                    vec![Stmt::Block(vec![
+                        Stmt::If {
+                            cond: "f0 != pk_f0".into(),
+                            then: refill.clone(),
+                            els: None,
+                            braced: true,
+                        },
+                        blocks,
+                    ])],
+                ));
+            } else {
+                let pixels = serial(tiles("p0", np, self.mr), vec![tile_call(panel)]);
+                let blocks = serial(tiles("c0", e, kc), vec![c1, pixels]);
+                region.push(Stmt::Loop(Loop {
+                    layout: Layout::Braced,
+                    body: vec![pack, blocks],
+                    ..tiles("f0", fe, self.v)
+                }));
+            }
             region.push(Stmt::Free(part));
         } else if self.tile.pixels_outer {
             region.push(pk_f0());

@@ -92,6 +92,29 @@ pub struct ConvTile {
     /// channel tiles outermost (one packing per channel tile).
     #[serde(default)]
     pub pixels_outer: bool,
+    /// With reduction blocks ([`CpuConfig::k_block`]), the pixel tiles in blocks of this
+    /// many: each block of pixel tiles runs every reduction block before the next pixel
+    /// block starts, so its partial sums, the reduction block's panel rows and the input
+    /// rows it reads stay in L1 (0, or at least the pixel tiles there are: one block of
+    /// them all). The template derives it from L1 ([`block_tiles`]).
+    #[serde(default)]
+    pub block_tiles: usize,
+}
+
+/// Pixel tiles per pixel block ([`ConvTile::block_tiles`]) of a channel-vector tile of
+/// `vector` channels × `pixels` with reduction blocks of `k_block` on a core with `l1`
+/// bytes of L1: as many as fill half of L1 with their `f32` partial sums (0 without
+/// reduction blocks). Why: without pixel blocks each reduction block walks every pixel
+/// tile, whose partial sums (200 KB for ResNet-50's R2 in 16 × 6 tiles) and input rows
+/// stream from L2 once per block; with two threads that ran R2 at 78–118 GFLOPS against
+/// 107–130 without reduction blocks. In pixel blocks of 40 tiles (15 KB of partial sums),
+/// blocks of 16 channels: 108–133 on two threads, 60–79 on one against 53–70
+/// (`bench/results/2026-11-28-zen3-cpu-reread/`).
+pub fn block_tiles(l1: usize, vector: usize, pixels: usize, k_block: usize) -> usize {
+    if k_block == 0 {
+        return 0;
+    }
+    (l1 / 2 / (vector * pixels * 4).max(1)).max(1)
 }
 
 /// Channels and reduction points of one in-register transpose of the weight packing.
@@ -403,7 +426,11 @@ pub const PIXEL_CHOICES: [i64; 22] = [
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 28, 32, 48, 64,
 ];
 /// Reduction blocks the space offers ([`CpuConfig::k_block`] of a convolution; 0: none).
-pub const CONV_K_BLOCKS: [i64; 4] = [0, 32, 64, 128];
+/// Blocks of 16 serve pixel blocks ([`ConvTile::block_tiles`]) over wide rows: ResNet-50's
+/// R2 (64 channels, 3×3 over 56×56, 42 tiles of 16 × 6 per pixel block) ran on two AVX2
+/// cores at 93 / 98 GFLOPS in blocks of 16 against 70 / 80 in blocks of 32 and 85 / 98
+/// without (`bench/results/2026-11-28-zen3-cpu-reread/`). The default takes 32 or more.
+pub const CONV_K_BLOCKS: [i64; 5] = [0, 16, 32, 64, 128];
 /// Output-channel tiles the space offers.
 /// (6 for pixel-vector tiles only: the 6×16 matmul tile turned on its side, with AVX2.)
 pub const CHANNEL_CHOICES: [i64; 9] = [1, 2, 4, 6, 8, 16, 32, 48, 64];
@@ -675,6 +702,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             vector_store: lanes >= 8,
             pixel_vector: false,
             pixels_outer,
+            block_tiles: block_tiles(machine.l1, vector, pixels, k_block),
         }),
         ..base
     })
@@ -725,7 +753,7 @@ fn default_k_block(extents: &[usize], shape: &ConvShape, vector: usize, machine:
         .iter()
         .rev()
         .map(|&k| k as usize)
-        .find(|&k| k > 0 && k < channels && k * step <= machine.l1 * 3 / 4)
+        .find(|&k| k >= 32 && k < channels && k * step <= machine.l1 * 3 / 4)
         .unwrap_or(0)
 }
 
@@ -813,6 +841,7 @@ fn pixel_vector_default(
             vector_store: true,
             pixel_vector: true,
             pixels_outer: true,
+            block_tiles: 0,
         })
 }
 
@@ -996,6 +1025,8 @@ pub struct ConvTemplate {
     default: Config,
     base: CpuConfig,
     knobs: [usize; 10],
+    /// Per-core L1 data cache, bytes ([`ConvTile::block_tiles`] follows from it).
+    l1: usize,
 }
 
 impl ConvTemplate {
@@ -1147,6 +1178,7 @@ impl ConvTemplate {
             knobs: [
                 vector, pixels, pad, parallel, simd, packing, store, along, order, kblock,
             ],
+            l1: machine.l1,
         };
         t.default = t
             .encode(&heuristic)
@@ -1171,12 +1203,13 @@ impl ConvTemplate {
             self.knobs;
         let num = |k: usize| self.space.discrete_value(c, k).map_or(1, |v| v as usize);
         let choice = |k: usize| c.index(k).unwrap_or(0) == 1;
+        let k_block = self
+            .space
+            .discrete_value(c, kblock)
+            .map_or(0, |v| v as usize);
         Ok(CpuConfig {
             vector: num(vector),
-            k_block: self
-                .space
-                .discrete_value(c, kblock)
-                .map_or(0, |v| v as usize),
+            k_block,
             parallel: choice(parallel),
             wide_simd: choice(simd),
             conv: Some(ConvTile {
@@ -1186,6 +1219,7 @@ impl ConvTemplate {
                 vector_store: choice(store),
                 pixel_vector: matches!(c.index(along), Some(1 | 3)),
                 pixels_outer: choice(order),
+                block_tiles: block_tiles(self.l1, num(vector), num(pixels), k_block),
             }),
             pairs: matches!(c.index(along), Some(2 | 3)),
             ..self.base.clone()
@@ -1744,7 +1778,12 @@ mod tests {
         let shape = ConvShape::of(&k).unwrap();
         assert_eq!(shape.block_index(), Some(4));
         let t = ConvTemplate::build(&k, &wide, avx2, &shape, h.clone()).unwrap();
-        assert_eq!(t.decode(&t.default_config()).unwrap().k_block, 32);
+        let d = t.decode(&t.default_config()).unwrap();
+        assert_eq!(d.k_block, 32);
+        // Pixel blocks whose partial sums fill half of L1: 16 KB / (16 × 6 floats).
+        let tile = d.conv.clone().unwrap();
+        assert_eq!((tile.pixels, tile.block_tiles), (6, 42));
+        assert_eq!(block_tiles(32 << 10, 16, 6, 0), 0);
         let old = "conv_channels=16;conv_pixels=6;conv_border=pad;parallel=parallel;\
                    simd=compiler;conv_pack=loops;conv_store=scalar";
         assert_eq!(t.decode(&t.parse(old).unwrap()).unwrap().k_block, 0);
