@@ -2837,13 +2837,15 @@ impl Conv<'_> {
         let tile_call = |panel: String| self.tile_call(buffers, pixel_var, &panel);
         // The prepacked panel of this channel tile, if any.
         let panel = format!("{wall} ? {} : {wp}", self.wall_panel(wall));
+        // This thread's panel refilled where the channel tile changed.
+        let refill_on_change = || Stmt::If {
+            cond: "f0 != pk_f0".into(),
+            then: refill.clone(),
+            els: None,
+            braced: true,
+        };
         let work = vec![Stmt::Block(vec![
-            Stmt::If {
-                cond: "f0 != pk_f0".into(),
-                then: refill.clone(),
-                els: None,
-                braced: true,
-            },
+            refill_on_change(),
             tile_call(panel.clone()),
         ])];
         let blocked = self.kblock.zip(self.part);
@@ -2865,9 +2867,9 @@ impl Conv<'_> {
             },
         ]);
         if let Some(((r, kc), part)) = blocked {
-            // Reduction blocks: per channel tile (shared out among the threads, packed
-            // once, so no `pk_f0`), each block of input channels through every pixel tile
-            // ([`CpuConfig::k_block`]).
+            // Reduction blocks ([`CpuConfig::k_block`]): per channel tile, each block of
+            // input channels through every pixel tile, or in pixel blocks through each
+            // block's tiles.
             region.push(Stmt::Alloc {
                 buf: part,
                 init: None,
@@ -2900,17 +2902,11 @@ impl Conv<'_> {
                 region.push(pk_f0());
                 region.extend(band(
                     vec![tiles("f0", fe, self.v), tiles("b0", np, span)],
-                    vec![Stmt::Block(vec![
-                        Stmt::If {
-                            cond: "f0 != pk_f0".into(),
-                            then: refill.clone(),
-                            els: None,
-                            braced: true,
-                        },
-                        blocks,
-                    ])],
+                    vec![Stmt::Block(vec![refill_on_change(), blocks])],
                 ));
             } else {
+                // The channel tiles shared out among the threads, each packed once (no
+                // `pk_f0`).
                 let pixels = serial(tiles("p0", np, self.mr), vec![tile_call(panel)]);
                 let blocks = serial(tiles("c0", e, kc), vec![c1, pixels]);
                 region.push(Stmt::Loop(Loop {
