@@ -882,13 +882,11 @@ fn pixels_outer_pays(
     shared_copy: bool,
     machine: Machine,
 ) -> bool {
-    if WeightReread::of(extents, shape, machine).dominated(vector, pixels) {
+    let reread = WeightReread::of(extents, shape, machine);
+    if reread.dominated(vector, pixels) {
         return false;
     }
-    let weights = conv_bytes(&[
-        shape.points(extents),
-        padded_channels(extents, shape, vector),
-    ]);
+    let weights = reread.weights(vector);
     if shared_copy {
         return weights <= machine.l2 || pixels >= PIXELS_OUTER_LEAST;
     }
@@ -902,11 +900,6 @@ fn pixels_outer_pays(
 /// Bytes of `f32` elements, `n` multiplied out (saturating).
 fn conv_bytes(n: &[usize]) -> usize {
     n.iter().fold(4usize, |a, &b| a.saturating_mul(b))
-}
-
-/// Output channels padded to whole channel tiles of `vector`.
-fn padded_channels(extents: &[usize], shape: &ConvShape, vector: usize) -> usize {
-    extents[shape.f].next_multiple_of(vector.max(1))
 }
 
 /// What re-reading the weights once per pixel tile costs ([`ConvTile::pixels_outer`]),
@@ -947,11 +940,15 @@ impl WeightReread {
         }
     }
 
+    /// Bytes of the weights packed in channel tiles of `vector` (the last one padded).
+    pub fn weights(&self, vector: usize) -> usize {
+        conv_bytes(&[self.points, self.channels.next_multiple_of(vector.max(1))])
+    }
+
     /// Whether pixel tiles outermost are dominated for a tile of `vector` channels ×
     /// `pixels`.
     pub fn dominated(&self, vector: usize, pixels: usize) -> bool {
-        let weights = conv_bytes(&[self.points, self.channels.next_multiple_of(vector.max(1))]);
-        weights > self.l2 && pixels < PIXELS_OUTER_LEAST && self.input <= self.l2 / 2
+        self.weights(vector) > self.l2 && pixels < PIXELS_OUTER_LEAST && self.input <= self.l2 / 2
     }
 }
 
