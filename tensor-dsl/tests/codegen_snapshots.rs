@@ -249,14 +249,10 @@ fn generated_c_conv_vector_stores_8_lanes() {
     insta::assert_snapshot!("c_conv_vector_stores_8_lanes", code);
 }
 
-/// The convolution template's reduction blocks (`conv_kblock`, AVX2's default where a
-/// channel tile's weight panel fills L1): a 1×1 convolution with bias and ReLU, 70 input
-/// channels in blocks of 32 (the last one 6), 20 output channels (a partial 16-channel
-/// tile) over 5×7, 8 lanes. Each channel tile (shared out among the threads) runs every
-/// block through all its pixel tiles; a tile keeps its partial sums in `part` between
-/// blocks and stores (the epilogue fused) after the last.
-#[test]
-fn generated_c_conv_reduction_blocks() {
+/// A 1×1 convolution with bias and ReLU (70 input channels, 20 output channels over 5×7,
+/// 8 lanes) in 16×6 channel tiles with reduction blocks of 32, channel tiles outermost, in
+/// pixel blocks of `block_tiles` tiles (0: all of them at once): its generated C.
+fn reduction_blocks_code(block_tiles: usize) -> String {
     let kernel = conv_1x1_bias_relu();
     let extents = [1, 20, 5, 7, 70, 1, 1];
     let shapes: [&[usize]; 4] = [&[1, 70, 5, 7], &[20, 70, 1, 1], &[20], &[1, 20, 5, 7]];
@@ -272,12 +268,23 @@ fn generated_c_conv_reduction_blocks() {
             vector_store: false,
             transpose: false,
             pad: true,
-            block_tiles: 0,
+            block_tiles,
         }),
         ..default
     };
     config.validate(&kernel).unwrap();
-    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config)
+}
+
+/// The convolution template's reduction blocks (`conv_kblock`, AVX2's default where a
+/// channel tile's weight panel fills L1): a 1×1 convolution with bias and ReLU, 70 input
+/// channels in blocks of 32 (the last one 6), 20 output channels (a partial 16-channel
+/// tile) over 5×7, 8 lanes. Each channel tile (shared out among the threads) runs every
+/// block through all its pixel tiles; a tile keeps its partial sums in `part` between
+/// blocks and stores (the epilogue fused) after the last.
+#[test]
+fn generated_c_conv_reduction_blocks() {
+    let code = reduction_blocks_code(0);
     assert!(code.contains("if (c1 < 70)"), "{code}");
     insta::assert_snapshot!("c_conv_reduction_blocks", code);
 }
@@ -288,27 +295,7 @@ fn generated_c_conv_reduction_blocks() {
 /// pixel block's tiles before the next, `part` holding that block's partial sums.
 #[test]
 fn generated_c_conv_reduction_blocks_in_pixel_blocks() {
-    let kernel = conv_1x1_bias_relu();
-    let extents = [1, 20, 5, 7, 70, 1, 1];
-    let shapes: [&[usize]; 4] = [&[1, 70, 5, 7], &[20, 70, 1, 1], &[20], &[1, 20, 5, 7]];
-    let default = CpuConfig::heuristic(&kernel, &extents, 8);
-    let config = CpuConfig {
-        vector: 16,
-        k_block: 32,
-        parallel: true,
-        conv: Some(tensor_dsl::template::cpu_conv::ConvTile {
-            pixels: 6,
-            pixel_vector: false,
-            pixels_outer: false,
-            vector_store: false,
-            transpose: false,
-            pad: true,
-            block_tiles: 2,
-        }),
-        ..default
-    };
-    config.validate(&kernel).unwrap();
-    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    let code = reduction_blocks_code(2);
     assert!(code.contains("(p0 - b0) / 6 * 96"), "{code}");
     insta::assert_snapshot!("c_conv_reduction_blocks_in_pixel_blocks", code);
 }

@@ -1291,6 +1291,15 @@ mod tests {
         bf16_dot: false,
     };
 
+    /// The Zen 3 VM: AVX2 (8 lanes, 16 registers), 32 KB of L1, 512 KB of L2, 2 cores.
+    const AVX2_TWO_CORES: Machine = Machine {
+        lanes: 8,
+        registers: 16,
+        l1: 32 << 10,
+        l2: 512 << 10,
+        ..AVX512_TWO_CORES
+    };
+
     /// The default's channel tile and pixel tile for `k` at extents `e` on `m`.
     fn default_tile(k: &Kernel, e: &[usize], m: Machine) -> (usize, usize) {
         let h = heuristic(k, e, m).unwrap();
@@ -1756,13 +1765,7 @@ mod tests {
             None,
         )
         .unwrap();
-        let avx2 = Machine {
-            lanes: 8,
-            registers: 16,
-            l1: 32 << 10,
-            l2: 512 << 10,
-            ..AVX512_TWO_CORES
-        };
+        let avx2 = AVX2_TWO_CORES;
         let r12 = [1, 2048, 7, 7, 512, 1, 1];
         assert_eq!(heuristic(&k, &r12, avx2).unwrap().k_block, 0);
         let wide = [1, 2048, 7, 7, 512, 1, 3];
@@ -1809,13 +1812,7 @@ mod tests {
             None,
         )
         .unwrap();
-        let avx2 = Machine {
-            lanes: 8,
-            registers: 16,
-            l1: 32 << 10,
-            l2: 512 << 10,
-            ..AVX512_TWO_CORES
-        };
+        let avx2 = AVX2_TWO_CORES;
         let shape = ConvShape::of(&k).unwrap();
         let point = |e: &[usize], m: Machine, text: &str| {
             let t = ConvTemplate::build(&k, e, m, &shape, heuristic(&k, e, m).unwrap()).unwrap();
