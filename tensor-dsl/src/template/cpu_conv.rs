@@ -710,22 +710,26 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
 
 /// The default's reduction block ([`CpuConfig::k_block`]) for a channel-vector tile of
 /// `vector` channels with channel tiles outermost: with 16 registers (AVX2), where the
-/// tile's weight panel over the whole reduction fills L1, the largest block of
-/// [`CONV_K_BLOCKS`] whose input (every pixel the tiles read, per input channel) and panel
-/// rows fit in three quarters of L1; else none.
+/// tile's weight panel over the whole reduction fills L1 and the window has more than one
+/// tap, the largest block of [`CONV_K_BLOCKS`] up to 64 and below the channel count whose
+/// panel rows fit in three quarters of L1; else none. The blocks run in pixel blocks
+/// ([`block_tiles`]), so the input rows and partial sums a block touches are bounded by
+/// those, not by the plane.
 ///
 /// Why: without blocks each pixel tile walks every input channel, so the panel and the
 /// input lines stream from L2 once per tile (a 6-pixel tile uses 24 bytes of each input
-/// line it loads). With blocks, every pixel tile of a channel tile runs one block before
-/// the next, and the block's input and panel rows stay in L1. Two Zen 3 cores, generated C
-/// side by side, medians in GFLOPS: the 1×1 convolution of 512 → 2048 channels over 7×7
-/// (R12 of the bench, a 32 KB panel per 16 channels) 81 → 93 with blocks of 64 (92 with
-/// 32, 88 with 128), in a later run 99 → 110 (105 with 32); single-threaded 32 → 46 (a
-/// block of 64 is 16.6 KB of a 32 KB L1 here). Over 14×14 with 256 channels (R9, a 16 KB
-/// panel) blocks of 32–128 ran level or behind (144 against 134–144), and the strided 1×1
-/// one over 14×14 with 1024 channels (R10, a 64 KB panel, pixel tiles outermost by
-/// default) level too (83 against 78–82). With 32 registers (AVX-512) not measured: no
-/// blocks.
+/// line it loads). With blocks, every pixel tile of a pixel block runs one block before
+/// the next, and the block's panel rows stay in L1. Two Zen 3 cores, generated C side by
+/// side, the default's 16 × 6 tiles in blocks of 32 against none, medians per process
+/// (`bench/results/2026-11-28-zen3-cpu-kblock-default/`): the 3×3 convolutions of
+/// ResNet-50 over 128 channels and 28×28 (R5 of the bench) 1.05–1.13× in four processes,
+/// over 256 channels and 14×14 (R8) 0.98–1.11× in six, over 512 channels and 7×7 (R11)
+/// 0.95–1.09× in six; blocks of 16 and 64 within a few percent of 32. (The 3×3 one over
+/// 64 channels and 56×56, R2, keeps pixel tiles outermost: 125 GFLOPS against 105–115 in
+/// channel tiles with blocks of 16, 89–96 with 32.) A 1×1 convolution of 512 → 2048
+/// channels over 7×7 (R12, a 32 KB panel per 16 channels) without the fused copy ran
+/// 81 → 93 with blocks of 64 (92 with 32, 88 with 128): hence no block above 64. With 32
+/// registers (AVX-512) not measured: no blocks.
 ///
 /// A 1×1 convolution (one tap per input channel) takes no blocks since its channel tiles
 /// read the fused copy (`lower::cpu_conv`: each pixel tile's pixels side by side per input
@@ -746,14 +750,13 @@ fn default_k_block(extents: &[usize], shape: &ConvShape, vector: usize, machine:
     {
         return 0;
     }
-    // Elements per input channel: the input's plane the tiles read, and the panel's taps.
-    let plane = shape.scratch_dims(extents).iter().product::<usize>() / channels;
-    let step = (plane + taps * vector) * 4;
+    // Panel bytes per input channel: its taps of `vector` channels.
+    let row = taps * vector * 4;
     CONV_K_BLOCKS
         .iter()
         .rev()
         .map(|&k| k as usize)
-        .find(|&k| k >= 32 && k < channels && k * step <= machine.l1 * 3 / 4)
+        .find(|&k| k > 0 && k <= 64 && k < channels && k * row <= machine.l1 * 3 / 4)
         .unwrap_or(0)
 }
 
@@ -1753,7 +1756,8 @@ mod tests {
 
     /// With 16 registers, a channel tile whose panel over the whole reduction fills L1
     /// runs the input channels in blocks (a 1×3 window over 512 channels and 7×7 pixels:
-    /// blocks of 32); not where the panel is smaller (R9), not in a 1×1 convolution (R12 of
+    /// blocks of 64; ResNet-50's 3×3 layers over 128–512 channels, R5, R8, R11 of the
+    /// bench: 32); not where the panel is smaller (R9), not in a 1×1 convolution (R12 of
     /// the bench, 512 → 2048 channels over 7×7, which reads the fused copy), not with 32
     /// registers. Records from before the knob read as unblocked; blocks need channel
     /// tiles outermost.
@@ -1770,7 +1774,18 @@ mod tests {
         assert_eq!(heuristic(&k, &r12, avx2).unwrap().k_block, 0);
         let wide = [1, 2048, 7, 7, 512, 1, 3];
         let h = heuristic(&k, &wide, avx2).unwrap();
-        assert_eq!((h.vector, h.k_block), (16, 32));
+        assert_eq!((h.vector, h.k_block), (16, 64));
+        let padded = parse_text(
+            "conv",
+            "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
+            None,
+        )
+        .unwrap();
+        for (channels, plane) in [(128, 28), (256, 14), (512, 7)] {
+            let e = [1, channels, plane, plane, channels, 3, 3];
+            let d = heuristic(&padded, &e, avx2).unwrap();
+            assert_eq!((d.vector, d.k_block), (16, 32), "{channels} over {plane}²");
+        }
         assert!(!h.conv.as_ref().unwrap().pixels_outer);
         let r9 = [1, 1024, 14, 14, 256, 1, 1];
         assert_eq!(heuristic(&k, &r9, avx2).unwrap().k_block, 0);
@@ -1779,7 +1794,7 @@ mod tests {
         assert_eq!(shape.block_index(), Some(4));
         let t = ConvTemplate::build(&k, &wide, avx2, &shape, h.clone()).unwrap();
         let d = t.decode(&t.default_config()).unwrap();
-        assert_eq!(d.k_block, 32);
+        assert_eq!(d.k_block, 64);
         // Pixel blocks whose partial sums fill half of L1: 16 KB / (16 × 6 floats).
         let tile = d.conv.clone().unwrap();
         assert_eq!((tile.pixels, tile.block_tiles), (6, 42));
