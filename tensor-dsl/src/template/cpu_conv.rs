@@ -654,14 +654,33 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     // (7×7, stride 2, over 3 channels) 100–105 → 125–127; three unseen stride-2 layers
     // 1.01–1.17× (a 3×3 one of 3 → 32 channels over 224×224 54 / 79 → 63 / 90 in two runs).
     // 16×6 with channel tiles outermost alone was level on those three; stride-1 3×3 layers
-    // (R2, R5, R8) ran level in 16×5 and keep 16×6
-    // (`bench/results/2026-11-27-zen3-cpu-xcopy/`).
+    // (R2, R5, R8) ran level in 16×5 without reduction blocks
+    // (`bench/results/2026-11-27-zen3-cpu-xcopy/`); in blocks they take 16×5 (below).
     let narrow_window =
         machine.registers <= 16 && !store_bound && shape.window_axis(extents).is_some();
-    if narrow_window && pixels == 6 {
+    // (Strided windows: measured without blocks.)
+    let k_block = if pairs || narrow_window {
+        0
+    } else {
+        default_k_block(extents, &shape, vector, machine)
+    };
+    // Tiles in reduction blocks (16 registers only) take 5 pixels too: ResNet-50's 3×3
+    // layers R2, R5, R8, R11 on two Zen 3 cores in blocks of 16, generated C side by side,
+    // every call or every tenth after another library's, 16 × 5 against 16 × 6:
+    // 1.02–1.08×, 1.02–1.08×, 1.00–1.38× and 1.03–1.11× in four processes or more each
+    // (`bench/results/2026-11-28-zen3-cpu-kblock-default/`). (Twelve accumulators, two
+    // panel vectors and a broadcast fill the 16 registers; GCC adds register moves.)
+    if (narrow_window || k_block > 0) && pixels == 6 {
         pixels = 5;
     }
-    let pixels_outer = !store_bound
+    // Reduction blocks need channel tiles outermost, and where the default takes them they
+    // beat pixel tiles outermost: R2 of the bench (3×3, 64 → 64 channels over 56×56, whose
+    // 147 KB of weights fit in L2) on two Zen 3 cores, generated C side by side, every call
+    // or every tenth after another library's: 16 × 5 channel-outer tiles in blocks of 16
+    // 1.02–1.37× (median 1.07) of 16 × 6 tiles with pixel tiles outermost in sixteen
+    // processes, 1.19 and 1.28× single-threaded (`bench/results/2026-11-28-zen3-cpu-kblock-default/`).
+    let pixels_outer = k_block == 0
+        && !store_bound
         && !narrow_window
         && pixels_outer_pays(
             extents,
@@ -671,12 +690,6 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             copied && parallel,
             machine,
         );
-    // (Strided windows: measured without blocks.)
-    let k_block = if pairs || pixels_outer || narrow_window {
-        0
-    } else {
-        default_k_block(extents, &shape, vector, machine)
-    };
     Some(CpuConfig {
         vector_axis: Some(shape.f),
         vector,
@@ -712,22 +725,22 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
 /// `vector` channels with channel tiles outermost: with 16 registers (AVX2), where the
 /// tile's weight panel over the whole reduction fills L1 and the window has more than one
 /// tap, the largest block of [`CONV_K_BLOCKS`] up to 64 and below the channel count whose
-/// panel rows fit in three quarters of L1; else none. The blocks run in pixel blocks
-/// ([`block_tiles`]), so the input rows and partial sums a block touches are bounded by
-/// those, not by the plane.
+/// panel rows fit in half of L1 (16 input channels of a 3×3 window); else none. The blocks
+/// run in pixel blocks ([`block_tiles`]), so the input rows and partial sums a block
+/// touches are bounded by those, not by the plane. Where the default takes blocks it walks
+/// channel tiles outermost (blocks need them) in tiles of 5 pixels.
 ///
 /// Why: without blocks each pixel tile walks every input channel, so the panel and the
 /// input lines stream from L2 once per tile (a 6-pixel tile uses 24 bytes of each input
 /// line it loads). With blocks, every pixel tile of a pixel block runs one block before
 /// the next, and the block's panel rows stay in L1. Two Zen 3 cores, generated C side by
-/// side, the default's 16 × 6 tiles in blocks of 32 against none, medians per process
-/// (`bench/results/2026-11-28-zen3-cpu-kblock-default/`): the 3×3 convolutions of
-/// ResNet-50 over 128 channels and 28×28 (R5 of the bench) 1.05–1.13× in four processes,
-/// over 256 channels and 14×14 (R8) 0.98–1.11× in six, over 512 channels and 7×7 (R11)
-/// 0.95–1.09× in six; blocks of 16 and 64 within a few percent of 32. (The 3×3 one over
-/// 64 channels and 56×56, R2, keeps pixel tiles outermost: 125 GFLOPS against 105–115 in
-/// channel tiles with blocks of 16, 89–96 with 32.) A 1×1 convolution of 512 → 2048
-/// channels over 7×7 (R12, a 32 KB panel per 16 channels) without the fused copy ran
+/// side, medians per process (`bench/results/2026-11-28-zen3-cpu-kblock-default/`): the
+/// 3×3 convolutions of ResNet-50 over 128 channels and 28×28 (R5 of the bench) in 16 × 6
+/// tiles in blocks of 32 against none 1.05–1.13× in four processes, over 256 channels and
+/// 14×14 (R8) 0.98–1.11× in six, over 512 channels and 7×7 (R11) 0.95–1.09× in six; blocks
+/// of 16 within 6% of 32 either way on those three, but on R2 (64 channels over 56×56,
+/// whose default walked pixel tiles outermost) 1.03–1.29× of 32 in seven processes. A 1×1 convolution of 512
+/// → 2048 channels over 7×7 (R12, a 32 KB panel per 16 channels) without the fused copy ran
 /// 81 → 93 with blocks of 64 (92 with 32, 88 with 128): hence no block above 64. With 32
 /// registers (AVX-512) not measured: no blocks.
 ///
@@ -756,7 +769,7 @@ fn default_k_block(extents: &[usize], shape: &ConvShape, vector: usize, machine:
         .iter()
         .rev()
         .map(|&k| k as usize)
-        .find(|&k| k > 0 && k <= 64 && k < channels && k * row <= machine.l1 * 3 / 4)
+        .find(|&k| k > 0 && k <= 64 && k < channels && k * row <= machine.l1 / 2)
         .unwrap_or(0)
 }
 
@@ -1378,8 +1391,9 @@ mod tests {
         };
         let h = heuristic(&k, &[1, 512, 7, 7, 512, 3, 3], small).unwrap();
         assert_eq!((h.vector, h.parallel), (16, false));
-        // AVX2: 16 registers, 12 for accumulators, 2 per pixel at 16 channels (a 7×7
-        // plane covered at 91% by 6-pixel tiles); no row parts.
+        // AVX2: 16 registers, 12 for accumulators, 2 per pixel at 16 channels (a 14×14
+        // plane covered at 98% by 6-pixel tiles); no row parts. 3×3 layers whose panel
+        // fills L1 run in reduction blocks, in 16 × 5 tiles (R11 and R5 of the bench).
         let avx2 = Machine {
             lanes: 8,
             registers: 16,
@@ -1391,11 +1405,14 @@ mod tests {
             None,
         )
         .unwrap();
-        let h = heuristic(&stride1, &[1, 512, 7, 7, 512, 3, 3], avx2).unwrap();
-        assert_eq!(h.vector, 16);
-        assert_eq!(h.conv.unwrap().pixels, 6);
-        let h = heuristic(&stride1, &[1, 128, 28, 28, 128, 3, 3], avx2).unwrap();
-        assert_eq!((h.vector, h.conv.unwrap().pixels), (16, 6));
+        let h = heuristic(&stride1, &[1, 32, 14, 14, 32, 3, 3], avx2).unwrap();
+        assert_eq!((h.vector, h.conv.unwrap().pixels, h.k_block), (16, 6, 0));
+        for e in [[1, 512, 7, 7, 512, 3, 3], [1, 128, 28, 28, 128, 3, 3]] {
+            let h = heuristic(&stride1, &e, avx2).unwrap();
+            let tile = h.conv.unwrap();
+            assert_eq!((h.vector, tile.pixels), (16, 5));
+            assert!(h.k_block > 0 && !tile.pixels_outer);
+        }
         // A strided window (R0's 7×7, stride 2): 5 pixels, channel tiles outermost.
         for e in [[1, 64, 112, 112, 3, 7, 7], [1, 128, 28, 28, 128, 3, 3]] {
             let h = heuristic(&k, &e, avx2).unwrap();
@@ -1756,8 +1773,8 @@ mod tests {
 
     /// With 16 registers, a channel tile whose panel over the whole reduction fills L1
     /// runs the input channels in blocks (a 1×3 window over 512 channels and 7×7 pixels:
-    /// blocks of 64; ResNet-50's 3×3 layers over 128–512 channels, R5, R8, R11 of the
-    /// bench: 32); not where the panel is smaller (R9), not in a 1×1 convolution (R12 of
+    /// blocks of 64; ResNet-50's 3×3 layers over 64–512 channels: 16); not where the panel
+    /// is smaller (R9), not in a 1×1 convolution (R12 of
     /// the bench, 512 → 2048 channels over 7×7, which reads the fused copy), not with 32
     /// registers. Records from before the knob read as unblocked; blocks need channel
     /// tiles outermost.
@@ -1781,10 +1798,13 @@ mod tests {
             None,
         )
         .unwrap();
-        for (channels, plane) in [(128, 28), (256, 14), (512, 7)] {
+        // ResNet-50's 3×3 layers R2, R5, R8, R11: blocks of 16 (R2's weights fit in L2,
+        // yet channel tiles outermost, which blocks need).
+        for (channels, plane) in [(64, 56), (128, 28), (256, 14), (512, 7)] {
             let e = [1, channels, plane, plane, channels, 3, 3];
             let d = heuristic(&padded, &e, avx2).unwrap();
-            assert_eq!((d.vector, d.k_block), (16, 32), "{channels} over {plane}²");
+            assert_eq!((d.vector, d.k_block), (16, 16), "{channels} over {plane}²");
+            assert!(!d.conv.unwrap().pixels_outer);
         }
         assert!(!h.conv.as_ref().unwrap().pixels_outer);
         let r9 = [1, 1024, 14, 14, 256, 1, 1];
@@ -1795,9 +1815,10 @@ mod tests {
         let t = ConvTemplate::build(&k, &wide, avx2, &shape, h.clone()).unwrap();
         let d = t.decode(&t.default_config()).unwrap();
         assert_eq!(d.k_block, 64);
-        // Pixel blocks whose partial sums fill half of L1: 16 KB / (16 × 6 floats).
+        // In 16 × 5 tiles, pixel blocks whose partial sums fill half of L1: 16 KB / (16 × 5
+        // floats).
         let tile = d.conv.clone().unwrap();
-        assert_eq!((tile.pixels, tile.block_tiles), (6, 42));
+        assert_eq!((tile.pixels, tile.block_tiles), (5, 51));
         assert_eq!(block_tiles(32 << 10, 16, 6, 0), 0);
         let old = "conv_channels=16;conv_pixels=6;conv_border=pad;parallel=parallel;\
                    simd=compiler;conv_pack=loops;conv_store=scalar";

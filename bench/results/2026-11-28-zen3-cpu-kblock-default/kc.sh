@@ -1,0 +1,17 @@
+#!/bin/bash
+# kc.sh LAYER cfg... : the default and each config text ("d:s/a/b/" edits the default with sed), hm_cold BLOCK=1 and 10
+L=$1; shift
+read n F C H W R S st pad < <(grep "^$L " resnet.txt)
+P=$(( (H + 2*pad - R) / st + 1 )); Q=$(( (W + 2*pad - S) / st + 1 ))
+if [ $pad -gt 0 ]; then xi="$st * p + r - $pad, $st * q + s - $pad"; else xi="$st * p + r, $st * q + s"; fi
+[ $st = 1 ] && xi=$(echo "$xi" | sed 's/1 \* //g')
+CK="y[[n, f, p, q]] += x[[n, c, $xi]] * w[[f, c, r, s]]"
+rm -rf kcd_$L; /work/main/target/release/tensor-dsl emit --kernel "$CK" --shapes x=1x${C}x${H}x${W},w=${F}x${C}x${R}x${S},y=1x${F}x${P}x${Q} --configs default --out kcd_$L >/dev/null
+def=$(grep -o '"config": "[^"]*"' kcd_$L/config_0000.json | sed 's/"config": "//; s/"$//')
+cfgs=(default)
+for c in "$@"; do case "$c" in d:*) cfgs+=("$(echo "$def" | sed "${c#d:}")");; *) cfgs+=("$c");; esac; done
+echo "## $L default: $def"
+ROUNDS=1 ./cv.sh $L "$CK" 1x${C}x${H}x${W} ${F}x${C}x${R}x${S} 1x${F}x${P}x${Q} $((2*F*C*R*S*P*Q)) 1,$C,$H,$W,$F,$R,$S,$st,$pad "${cfgs[@]}" 2>&1 | grep "^c[0-9]\|emit"
+export CV=1,$C,$H,$W,$F,$R,$S,$st,$pad PFLOPS=$((2*F*C*R*S*P*Q))
+libs=$(ls cv_$L/c*.so | sort -V)
+for b in ${BLOCKS:-1 10 1 10}; do echo "T${T:-2} BLOCK=$b: $(OMP_NUM_THREADS=${T:-2} BLOCK=$b ROUNDS=${ROUNDS:-8} ./hm_cold $((2*F*C*R*S*P*Q)) $((C*H*W)) $((F*C*R*S)) $((F*P*Q)) -- ./peak.so $libs ./dnnl.so 2>&1 | grep GFLOPS | awk '{print $1, $8}' | sed "s|./cv_$L/||" | paste -sd' ')"; done
