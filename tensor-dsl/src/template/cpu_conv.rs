@@ -678,7 +678,8 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     // 147 KB of weights fit in L2) on two Zen 3 cores, generated C side by side, every call
     // or every tenth after another library's: 16 × 5 channel-outer tiles in blocks of 16
     // 1.02–1.37× (median 1.07) of 16 × 6 tiles with pixel tiles outermost in sixteen
-    // processes, 1.19 and 1.28× single-threaded (`bench/results/2026-11-28-zen3-cpu-kblock-default/`).
+    // processes, 1.19 and 1.28× single-threaded
+    // (`bench/results/2026-11-28-zen3-cpu-kblock-default/`).
     let pixels_outer = k_block == 0
         && !store_bound
         && !narrow_window
@@ -739,10 +740,10 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
 /// tiles in blocks of 32 against none 1.05–1.13× in four processes, over 256 channels and
 /// 14×14 (R8) 0.98–1.11× in six, over 512 channels and 7×7 (R11) 0.95–1.09× in six; blocks
 /// of 16 within 6% of 32 either way on those three, but on R2 (64 channels over 56×56,
-/// whose default walked pixel tiles outermost) 1.03–1.29× of 32 in seven processes. A 1×1 convolution of 512
-/// → 2048 channels over 7×7 (R12, a 32 KB panel per 16 channels) without the fused copy ran
-/// 81 → 93 with blocks of 64 (92 with 32, 88 with 128): hence no block above 64. With 32
-/// registers (AVX-512) not measured: no blocks.
+/// whose default walked pixel tiles outermost) 1.03–1.29× of 32 in seven processes. A 1×1
+/// convolution of 512 → 2048 channels over 7×7 (R12, a 32 KB panel per 16 channels)
+/// without the fused copy ran 81 → 93 with blocks of 64 (92 with 32, 88 with 128): hence
+/// no block above 64. With 32 registers (AVX-512) not measured: no blocks.
 ///
 /// A 1×1 convolution (one tap per input channel) takes no blocks since its channel tiles
 /// read the fused copy (`lower::cpu_conv`: each pixel tile's pixels side by side per input
@@ -1392,7 +1393,7 @@ mod tests {
         let h = heuristic(&k, &[1, 512, 7, 7, 512, 3, 3], small).unwrap();
         assert_eq!((h.vector, h.parallel), (16, false));
         // AVX2: 16 registers, 12 for accumulators, 2 per pixel at 16 channels (a 14×14
-        // plane covered at 98% by 6-pixel tiles); no row parts. 3×3 layers whose panel
+        // plane covered at 99% by 6-pixel tiles); no row parts. 3×3 layers whose panel
         // fills L1 run in reduction blocks, in 16 × 5 tiles (R11 and R5 of the bench).
         let avx2 = Machine {
             lanes: 8,
@@ -1774,10 +1775,9 @@ mod tests {
     /// With 16 registers, a channel tile whose panel over the whole reduction fills L1
     /// runs the input channels in blocks (a 1×3 window over 512 channels and 7×7 pixels:
     /// blocks of 64; ResNet-50's 3×3 layers over 64–512 channels: 16); not where the panel
-    /// is smaller (R9), not in a 1×1 convolution (R12 of
-    /// the bench, 512 → 2048 channels over 7×7, which reads the fused copy), not with 32
-    /// registers. Records from before the knob read as unblocked; blocks need channel
-    /// tiles outermost.
+    /// is smaller (R9), not in a 1×1 convolution (R12 of the bench, 512 → 2048 channels over
+    /// 7×7, which reads the fused copy), not with 32 registers. Records from before the
+    /// knob read as unblocked; blocks need channel tiles outermost.
     #[test]
     fn reduction_blocks_where_the_panel_fills_l1_with_16_registers() {
         let k = parse_text(
