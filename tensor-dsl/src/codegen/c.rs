@@ -280,25 +280,18 @@ fn source(
         }
     }
     if let Some((r0, b)) = plan.block {
-        let name = &kernel.indices[r0].name;
-        let _ = match &config.conv {
-            // A convolution's blocks run in pixel blocks (`ConvTile::block_tiles`).
-            // (0: one block of them all.)
-            Some(tile) if tile.block_tiles == 0 => writeln!(
-                s,
-                " *   reduction blocked: {name} in blocks of {b}, over every pixel tile"
-            ),
-            Some(tile) => writeln!(
-                s,
-                " *   reduction blocked: {name} in blocks of {b}, pixel tiles in blocks of {}",
-                tile.block_tiles
-            ),
-            None => writeln!(
-                s,
-                " *   reduction blocked: {name} in blocks of {b}, unroll axis in blocks of {} rows",
-                plan.u_block
-            ),
+        let walk = match &config.conv {
+            // A convolution's blocks run in pixel blocks (`ConvTile::block_tiles`; 0: one
+            // block of them all).
+            Some(tile) if tile.block_tiles == 0 => "over every pixel tile".to_string(),
+            Some(tile) => format!("pixel tiles in blocks of {}", tile.block_tiles),
+            None => format!("unroll axis in blocks of {} rows", plan.u_block),
         };
+        let _ = writeln!(
+            s,
+            " *   reduction blocked: {} in blocks of {b}, {walk}",
+            kernel.indices[r0].name
+        );
     }
     if kernel.params.iter().any(|p| p.dtype != lower::COMPUTE) {
         let _ = writeln!(
