@@ -1,13 +1,7 @@
 #!/bin/bash
 # kc.sh LAYER cfg... : the default and each config text ("d:s/a/b/" edits the default with sed), hm_cold BLOCK=1 and 10
 L=$1; shift
-read n F C H W R S st pad < <(grep "^$L " resnet.txt)
-P=$(( (H + 2*pad - R) / st + 1 )); Q=$(( (W + 2*pad - S) / st + 1 ))
-if [ $pad -gt 0 ]; then xi="$st * p + r - $pad, $st * q + s - $pad"; else xi="$st * p + r, $st * q + s"; fi
-[ $st = 1 ] && xi=$(echo "$xi" | sed 's/1 \* //g')
-CK="y[[n, f, p, q]] += x[[n, c, $xi]] * w[[f, c, r, s]]"
-rm -rf kcd_$L; /work/main/target/release/tensor-dsl emit --kernel "$CK" --shapes x=1x${C}x${H}x${W},w=${F}x${C}x${R}x${S},y=1x${F}x${P}x${Q} --configs default --out kcd_$L >/dev/null
-def=$(grep -o '"config": "[^"]*"' kcd_$L/config_0000.json | sed 's/"config": "//; s/"$//')
+. "$(dirname "$0")/layer.sh"
 cfgs=(default)
 for c in "$@"; do case "$c" in d:*) cfgs+=("$(echo "$def" | sed "${c#d:}")");; *) cfgs+=("$c");; esac; done
 echo "## $L default: $def"
