@@ -200,6 +200,39 @@ fn generated_c_conv_pixel_vectors() {
     insta::assert_snapshot!("c_conv_pixel_vectors", code);
 }
 
+/// AVX2's pixel-vector tile over the fused copy, aligned to the output at run time: the 1×1
+/// convolution with bias and ReLU over 8×8 planes (runs of 64 pixels, which every channel
+/// starts the same distance past a line), 6 × 16 tiles. Each run's tiles start `sh` pixels
+/// before it (`sh`: the output's offset past a line, read from its pointer); a tile across
+/// the run's start or end copies zeros outside the run and stores lane by lane; one past
+/// it returns at once.
+#[test]
+fn generated_c_conv_pixel_vectors_aligned() {
+    let kernel = conv_1x1_bias_relu();
+    let shapes: [&[usize]; 4] = [&[1, 24, 8, 8], &[20, 24, 1, 1], &[20], &[1, 20, 8, 8]];
+    let extents = [1, 20, 8, 8, 24, 1, 1];
+    let config = CpuConfig {
+        vector: 6,
+        parallel: true,
+        vector_code: 8,
+        wide_simd: false,
+        conv: Some(tensor_dsl::template::cpu_conv::ConvTile {
+            pixels: 16,
+            pad: true,
+            transpose: false,
+            vector_store: true,
+            pixel_vector: true,
+            pixels_outer: true,
+            block_tiles: 0,
+        }),
+        ..CpuConfig::heuristic(&kernel, &extents, 8)
+    };
+    config.validate(&kernel).unwrap();
+    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    assert!(code.contains("const long sh = "));
+    insta::assert_snapshot!("c_conv_pixel_vectors_aligned", code);
+}
+
 /// A padded 3×3 convolution, 64 → 64 channels over 28×28: the kernel, its extents and its
 /// tensors' shapes.
 fn padded_conv_3x3() -> (tensor_dsl::ir::Kernel, [usize; 7], [&'static [usize]; 3]) {

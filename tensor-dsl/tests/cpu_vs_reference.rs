@@ -634,3 +634,105 @@ fn convolution_template_matches_reference() {
         "{blocked} configs with reduction blocks checked"
     );
 }
+
+/// Fused pixel-vector tiles (1×1, stride 1, unpadded, more than one channel tile) align
+/// their runs to the output's cache lines at run time: each run's first tile starts before
+/// it and its last may end past it. Every output element must come out right wherever the
+/// output starts (each offset past a line, as sub-slices of one buffer), with an epilogue
+/// that reads the output's own pixels too (where edge tiles' lanes outside the run read
+/// the run's ends).
+#[test]
+fn pixel_tiles_aligned_at_run_time_match_reference_at_every_offset() {
+    let base = "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]";
+    let residual = format!("{base}; y[[n, f, p, q]] = relu(y[[n, f, p, q]] + z[[n, f, p, q]])");
+    // (kernel, n f p q c r s): runs of 64 pixels (tiles of 16 and 32 whole), of 48 (tiles
+    // of 24 whole, of 16 over a batch of two), of 40 (no tile of 16 or more divides them).
+    let cases: [(&str, [usize; 7]); 4] = [
+        (base, [1, 20, 8, 8, 24, 1, 1]),
+        (&residual, [2, 13, 6, 8, 9, 1, 1]),
+        (base, [1, 9, 5, 8, 5, 1, 1]),
+        (&residual, [1, 20, 8, 8, 3, 1, 1]),
+    ];
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut checked = 0;
+    for (src, named) in cases {
+        let kernel = parse_text("k", src, None).unwrap();
+        let id = |n: &str| kernel.indices.iter().position(|i| i.name == n).unwrap();
+        let mut e = vec![0; kernel.indices.len()];
+        for (name, &x) in ["n", "f", "p", "q", "c", "r", "s"].iter().zip(&named) {
+            e[id(name)] = x;
+        }
+        let (extents, shapes) =
+            common::shapes_for(&kernel, &e, |hi| hi.max(0) as usize + 1).unwrap();
+        let default = CpuConfig::heuristic(&kernel, &extents, 8);
+        let data: Vec<Vec<f32>> = shapes
+            .iter()
+            .map(|s| {
+                (0..s.iter().product::<usize>())
+                    .map(|_| rng.gen_range(-1.0..1.0))
+                    .collect()
+            })
+            .collect();
+        let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+        let data_refs: Vec<Data> = data.iter().map(Into::into).collect();
+        let n_out: usize = shapes[kernel.output].iter().product();
+        let mut want = vec![0.0f32; n_out];
+        tensor_dsl::reference::run(
+            &kernel,
+            &extents,
+            &shape_refs,
+            &data_refs,
+            (&mut want).into(),
+        );
+        // Tiles of 8-float vectors (AVX2's) and of 16-float ones (AVX-512's; GCC splits
+        // them where the machine's are narrower).
+        for (v, px, lanes) in [(6, 16, 8), (4, 24, 8), (4, 32, 16)] {
+            let mut c = default.clone();
+            c.vector = v;
+            c.vector_code = lanes;
+            c.wide_simd = lanes == 16;
+            c.pairs = false;
+            c.k_block = 0;
+            if let Some(t) = c.conv.as_mut() {
+                *t = ConvTile {
+                    pixels: px,
+                    pad: true,
+                    transpose: false,
+                    vector_store: true,
+                    pixel_vector: true,
+                    pixels_outer: true,
+                    block_tiles: 0,
+                };
+            }
+            c.validate(&kernel).unwrap();
+            for offset in 0..16 {
+                let mut buffer = vec![f32::NAN; n_out + 16];
+                let got = &mut buffer[offset..offset + n_out];
+                match cpu::run_with(&kernel, &extents, &shape_refs, &data_refs, got.into(), &c) {
+                    Ok(()) => {}
+                    Err(cpu::CpuError::NoCompiler(e)) => {
+                        eprintln!("no C compiler ({e}): skipped");
+                        return;
+                    }
+                    Err(cpu::CpuError::Other(e)) => panic!("{src} {shapes:?} {c:?}: {e}"),
+                }
+                for (n, (g, w)) in buffer[offset..offset + n_out].iter().zip(&want).enumerate() {
+                    assert!(
+                        close(*g, *w),
+                        "{src} shapes {shapes:?} {c:?} output at +{offset}: element {n}: \
+                         cpu {g} vs reference {w}"
+                    );
+                }
+                assert!(
+                    buffer[..offset]
+                        .iter()
+                        .chain(&buffer[offset + n_out..])
+                        .all(|x| x.is_nan()),
+                    "{src} {c:?} output at +{offset}: wrote outside the output"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 4 * 3 * 16);
+}

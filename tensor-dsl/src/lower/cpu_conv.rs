@@ -120,6 +120,10 @@ pub const UNROLL_SHORT: usize = 8;
 /// too (`Conv::unrolled_window_row`): a 3×3 window.
 pub const UNROLL_WINDOW: usize = 9;
 
+/// Bytes of a cache line: what fused pixel-vector tiles align their stores to at run time
+/// and the fused copy prefetches in.
+pub const LINE_BYTES: usize = 64;
+
 /// Bytes of the weight panel filled per slice of the first reduction index.
 pub const PACK_SLICE_BYTES: usize = 16 << 10;
 
@@ -512,6 +516,7 @@ pub fn lower<'a>(
         mr,
         transpose,
         run: 0,
+        shift: None,
         pair,
         pair_axis,
         xt,
@@ -536,6 +541,7 @@ pub fn lower<'a>(
                 l.run
             ));
         }
+        l.shift = l.line_shift();
     }
     let mut helpers = vec![
         if tile.pixel_vector {
@@ -717,6 +723,11 @@ struct Conv<'a> {
     /// A pixel-vector tile's run: pixels one after another in the input read and the
     /// output (0 for a channel-vector tile).
     run: usize,
+    /// Fused pixel-vector tiles aligned to the output at run time: each run's tiles start
+    /// `sh` pixels before it, `sh` the output's offset past a boundary of this many
+    /// elements (a cache line's where tiles cover whole lines), so that each tile's
+    /// stores fill whole lines ([`Conv::line_shift`]).
+    shift: Option<usize>,
     /// `bf16` pairs: the reduction index taken two points at a time (its loop runs over
     /// pairs) and the input axis it reads ([`ConvShape::pair_index`]).
     pair: Option<usize>,
@@ -1141,15 +1152,132 @@ impl Conv<'_> {
         out
     }
 
+    /// The output's element offset of fused pixel `px` in the first channel.
+    fn out_offset(&self, px: usize) -> i64 {
+        let mut rest = px;
+        let mut offset = 0;
+        for &t in self.shape.pixels.iter().rev() {
+            let e = self.extents[t];
+            offset += self.out_stride(t) * (rest % e) as i64;
+            rest /= e;
+        }
+        offset
+    }
+
+    /// [`Conv::shift`]: for fused pixel-vector tiles (the copy reads the input at the
+    /// output's pixels) of an `f32` output whose every channel and run starts the same
+    /// distance past a line, the elements of a line (of a tile where a tile is less).
+    /// Why: a `Vec` of more than 128 KiB starts 16 bytes past a page. Each tile then wrote
+    /// parts of two lines, the tile next to it the rest of them after a whole pass over
+    /// the channel tiles. Generated C on two Zen 3 cores, input and output 16 bytes past
+    /// a page, every tenth call after another library's, side by side, GFLOPS: ResNet-50's
+    /// R3 (64 → 256 channels over 56×56) 148 against 139–140 (oneDNN 152–155), R1 (64 → 64)
+    /// 137–147 against 129–133, R6 (128 → 512 over 28×28) level; calls right after
+    /// another library's: R3 117–139 against 88–115, R1 125–126 against 111–113, R6
+    /// 136–141 against 114–132. On aligned buffers level
+    /// (`bench/results/2026-11-28-zen3-cpu-align/`).
+    fn line_shift(&self) -> Option<usize> {
+        let f32_out = self.kernel.params[self.kernel.output].dtype == DType::F32;
+        let fused = self.tile.pixel_vector && self.xt.is_some() && self.pair.is_none();
+        if !fused || self.run == 0 || !f32_out {
+            return None;
+        }
+        let (mut a, mut b) = (self.mr, LINE_BYTES / 4);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        let line = a as i64;
+        let np = self.shape.pixel_count(self.extents);
+        let same = self.out_stride(self.shape.f) % line == 0
+            && (0..np / self.run).all(|k| self.out_offset(k * self.run) % line == 0);
+        same.then_some(a)
+    }
+
     /// `pb` (the first pixel of tile `t`'s run) and `p0` (the tile's first pixel), in a
-    /// pixel-vector tile and in the copy of its pairs, which must agree.
+    /// pixel-vector tile and in the copy of its pairs, which must agree. Aligned at run
+    /// time ([`Conv::shift`]), a run's tiles start `sh` pixels before it.
     fn pixel_tile_start(&self) -> [Stmt; 2] {
         let (per_run, _) = self.pixel_tiles();
         let (run, mr) = (self.run, self.mr);
+        let sh = if self.shift.is_some() { " - sh" } else { "" };
         [
             let_long("pb", format!("t / {per_run} * {run}")),
-            let_long("p0", format!("pb + t % {per_run} * {mr}")),
+            let_long("p0", format!("pb + t % {per_run} * {mr}{sh}")),
         ]
+    }
+
+    /// Aligned at run time ([`Conv::shift`]): a tile that crosses its run's start or end
+    /// (`pb`, `p0` in scope) stores its lanes inside the run one by one from the
+    /// accumulator array, and returns.
+    fn edge_stores(
+        &self,
+        buffers: &[Buffer],
+        spilled: bool,
+        cvar: impl Fn(usize, usize) -> String,
+    ) -> Stmt {
+        let (v, mr, run, lanes) = (self.v, self.mr, self.run, pixel_lanes(self.config));
+        let fe = self.extents[self.shape.f];
+        let sf = self.out_stride(self.shape.f);
+        let out = &buffers[self.kernel.output].name;
+        let acc = &buffers[self.acc.0].name;
+        // The output's offset of the run's first pixel: the run lies contiguously in it.
+        let ob: Vec<(i64, String)> = self
+            .pixel_coords("pb")
+            .into_iter()
+            .map(|(t, e)| (self.out_stride(t), format!("({e})")))
+            .collect();
+        let mut then = if spilled {
+            Vec::new()
+        } else {
+            self.spill(v, mr / lanes, lanes, cvar)
+        };
+        then.push(let_long("ob", linear(&ob)));
+        let lane = Stmt::If {
+            cond: format!("p0 + l >= pb && p0 + l < pb + {run}"),
+            then: vec![Stmt::Assign {
+                dst: Target::Var(format!("{out}[ob + p0 + l - pb + {sf} * (f0 + fi)]")),
+                op: AssignOp::Set,
+                value: Value::Code(format!("{acc}[fi][l]")),
+            }],
+            els: None,
+            braced: false,
+        };
+        let lanes_loop = for_each("l", mr, LoopKind::Serial, Layout::Flat, vec![lane]);
+        let channel = if fe.is_multiple_of(v) {
+            lanes_loop
+        } else {
+            Stmt::If {
+                cond: format!("f0 + fi < {fe}"),
+                then: vec![lanes_loop],
+                els: None,
+                braced: false,
+            }
+        };
+        then.push(for_each(
+            "fi",
+            v,
+            LoopKind::Serial,
+            Layout::Flat,
+            vec![channel],
+        ));
+        then.push(Stmt::Return);
+        Stmt::If {
+            cond: format!("p0 < pb || p0 + {mr} > pb + {run}"),
+            then,
+            els: None,
+            braced: true,
+        }
+    }
+
+    /// `if (p0 >= pb + run) return;`: a tile aligned at run time that starts past its run's
+    /// end ([`Conv::pixel_tiles`]) has nothing to do.
+    fn past_run_end(&self) -> Stmt {
+        Stmt::If {
+            cond: format!("p0 >= pb + {}", self.run),
+            then: vec![Stmt::Return],
+            els: None,
+            braced: false,
+        }
     }
 
     /// The first pixel of vector `j` of a pixel-vector tile (`pb`, `p0` in scope): `p0 +
@@ -1158,7 +1286,9 @@ impl Conv<'_> {
     fn vector_start(&self, j: usize) -> String {
         let (run, lanes) = (self.run, pixel_lanes(self.config));
         let at = format!("p0 + {}", j * lanes);
-        if run.is_multiple_of(self.mr) {
+        // Aligned at run time, a tile that crosses its run's start or end reads zeros there
+        // and stores lane by lane ([`Conv::edge_stores`]).
+        if self.shift.is_some() || run.is_multiple_of(self.mr) {
             at
         } else {
             format!("{at} + {lanes} <= pb + {run} ? {at} : pb + {}", run - lanes)
@@ -1198,6 +1328,8 @@ impl Conv<'_> {
         let wp = &buffers[self.wp.0].name;
         let mut args = if self.kblock.is_some() {
             self.args(buffers, &["f0", pixel_var, "c0", "c1"])
+        } else if self.shift.is_some() {
+            self.args(buffers, &["f0", pixel_var, "sh"])
         } else {
             self.args(buffers, &["f0", pixel_var])
         };
@@ -1224,9 +1356,11 @@ impl Conv<'_> {
         }
     }
 
-    /// Tiles of a pixel-vector schedule per run of pixels, and in all.
+    /// Tiles of a pixel-vector schedule per run of pixels, and in all (aligned at run
+    /// time, enough for a run that starts `sh` pixels late: a tile past the run's end does
+    /// nothing).
     fn pixel_tiles(&self) -> (usize, usize) {
-        let per_run = self.run.div_ceil(self.mr);
+        let per_run = (self.run + self.shift.map_or(0, |l| l - 1)).div_ceil(self.mr);
         let np = self.shape.pixel_count(self.extents);
         (per_run, np / self.run.max(1) * per_run)
     }
@@ -1245,11 +1379,15 @@ impl Conv<'_> {
         let f = self.shape.f;
         let wp = &buffers[self.wp.0].name;
         let out = &buffers[self.kernel.output].name;
-        let tail = !run.is_multiple_of(mr);
+        let tail = !run.is_multiple_of(mr) && self.shift.is_none();
         let mut body = vec![Stmt::Assume(format!(
             "f0 >= 0 && f0 < {fe} && t >= 0 && t < {tiles}"
         ))];
         body.extend(self.pixel_tile_start());
+        if let Some(line) = self.shift {
+            body.push(Stmt::Assume(format!("sh >= 0 && sh < {line}")));
+            body.push(self.past_run_end());
+        }
         for j in 0..nvec {
             let at = format!("p0 + {}", j * lanes);
             let ps = format!("ps_{j}");
@@ -1367,7 +1505,22 @@ impl Conv<'_> {
             for fi in 0..v {
                 for j in 0..nvec {
                     let mut index: Vec<String> = self.names.iter().map(|_| "0".into()).collect();
-                    for (t, e) in self.pixel_coords(&format!("(ps_{j} + l)")) {
+                    let mut lane = Vec::new();
+                    // Aligned at run time, an edge tile's lanes outside the run read the
+                    // run's first or last pixel's elements (and are not stored).
+                    let px = if self.shift.is_some() {
+                        lane.push(let_long(
+                            "pl",
+                            format!(
+                                "ps_{j} + l < pb ? pb : ps_{j} + l < pb + {run} ? ps_{j} + l : pb + {}",
+                                run - 1
+                            ),
+                        ));
+                        "pl".to_string()
+                    } else {
+                        format!("(ps_{j} + l)")
+                    };
+                    for (t, e) in self.pixel_coords(&px) {
                         index[t] = format!("({e})");
                     }
                     index[f] = format!("(f0 + {fi})");
@@ -1375,25 +1528,23 @@ impl Conv<'_> {
                         buf: self.acc,
                         index: vec![int(fi), format!("{} + l", j * lanes)],
                     };
-                    body.push(for_each(
-                        "l",
-                        lanes,
-                        LoopKind::Serial,
-                        Layout::Braced,
-                        vec![Stmt::Store {
-                            acc: elem.clone(),
-                            epilogue: self.kernel.epilogue.clone(),
-                            binding: Binding {
-                                index,
-                                reads: Vec::new(),
-                            },
-                            dst: elem,
-                        }],
-                    ));
+                    lane.push(Stmt::Store {
+                        acc: elem.clone(),
+                        epilogue: self.kernel.epilogue.clone(),
+                        binding: Binding {
+                            index,
+                            reads: Vec::new(),
+                        },
+                        dst: elem,
+                    });
+                    body.push(for_each("l", lanes, LoopKind::Serial, Layout::Braced, lane));
                 }
             }
         }
         let sf = self.out_stride(f);
+        if self.shift.is_some() {
+            body.push(self.edge_stores(buffers, epilogue, cvar));
+        }
         for fi in 0..v {
             let stores: Vec<Stmt> = (0..nvec)
                 .map(|j| {
@@ -1430,7 +1581,11 @@ impl Conv<'_> {
         }
         Func {
             name: TILE.into(),
-            params: self.params(&["f0", "t"]),
+            params: if self.shift.is_some() {
+                self.params(&["f0", "t", "sh"])
+            } else {
+                self.params(&["f0", "t"])
+            },
             body,
         }
     }
@@ -2579,60 +2734,108 @@ impl Conv<'_> {
             body: vec![copy],
         });
         let mut per_channel = vec![inner];
-        // Without pairs, the next tile's first line of each input channel (the same run, `mr`
+        // Without pairs, the next tile's lines of each input channel (the same run, `mr`
         // pixels on), fetched while this tile is copied: a tile reads one line from each of
         // as many channel rows as the input has channels (64 over 56×56 for R1 and R3 of
         // the bench), more streams than the hardware prefetcher follows. Two Zen 3 cores,
         // generated C side by side, with against without, per process, every call / every
         // tenth call after another library's: R3 (64 → 256 channels) 1.10, 1.20 / 1.04×,
         // R6 (128 → 512 over 28×28) 1.10, 1.11 / 1.04×, R1 (64 → 64) 1.16, 0.92 / 1.06×
-        // (`bench/results/2026-11-28-zen3-cpu-kblock-default/`).
+        // (`bench/results/2026-11-28-zen3-cpu-kblock-default/`). Each line's last pixel:
+        // on an input not aligned to lines, a tile's first line is the last one of the tile
+        // before it, already in the cache (R3 with input and output 16 bytes past a page:
+        // 1.01–1.05× against the first pixel, `bench/results/2026-11-28-zen3-cpu-align/`).
+        let line = LINE_BYTES / 4;
+        let fetches: Vec<usize> = (0..mr.div_ceil(line))
+            .map(|i| mr + (line * i + line - 1).min(mr - 1))
+            .collect();
         if self.pair.is_none() {
             per_channel.push(Stmt::If {
                 cond: "next".into(),
-                then: vec![Stmt::Call {
-                    func: "__builtin_prefetch".into(),
-                    args: vec![
-                        format!("&{x}[xb + cp * {sc} + {mr}]"),
-                        "0".into(),
-                        "3".into(),
-                    ],
-                }],
+                then: (0..fetches.len())
+                    .map(|i| Stmt::Call {
+                        func: "__builtin_prefetch".into(),
+                        args: vec![
+                            format!("&{x}[xb + cp * {sc} + pf_{i}]"),
+                            "0".into(),
+                            "3".into(),
+                        ],
+                    })
+                    .collect(),
                 els: None,
-                braced: false,
+                braced: fetches.len() > 1,
             });
         }
         let params = self.xtile_params(xt);
-        let mut body = vec![
-            Stmt::Assume(format!("t >= 0 && t < {tiles}")),
-            pb,
-            p0,
-            let_long("ps", self.vector_start(0)),
+        let mut body = vec![Stmt::Assume(format!("t >= 0 && t < {tiles}")), pb, p0];
+        if let Some(line) = self.shift {
+            body.push(Stmt::Assume(format!("sh >= 0 && sh < {line}")));
+            body.push(self.past_run_end());
+        }
+        body.extend([
+            let_long(
+                "ps",
+                if self.shift.is_some() {
+                    "p0 < pb ? pb : p0".into()
+                } else {
+                    self.vector_start(0)
+                },
+            ),
             // Pixels to copy: the tile's, or at a run's end those left in it.
             let_long(
                 "np",
-                if run.is_multiple_of(mr) {
+                if run.is_multiple_of(mr) || self.shift.is_some() {
                     mr.to_string()
                 } else {
                     format!("pb + {run} - ps < {mr} ? pb + {run} - ps : {mr}")
                 },
             ),
-        ];
-        if self.pair.is_none() {
-            // Whether a next tile starts in this run.
-            body.push(let_long("next", format!("ps + {mr} < pb + {run}")));
-        }
-        body.extend([
-            self.pixel_lets("ps", 0),
-            let_long("xb", linear(&xb)),
-            for_each(
-                "cp",
-                self.steps_of(c),
-                LoopKind::Serial,
-                Layout::Braced,
-                per_channel,
-            ),
         ]);
+        if self.pair.is_none() {
+            // Whether a next tile starts in this run, and where its lines end (from `ps`).
+            body.push(let_long("next", format!("p0 + {mr} < pb + {run}")));
+            for (i, f) in fetches.iter().enumerate() {
+                body.push(let_long(
+                    &format!("pf_{i}"),
+                    format!("(p0 + {f} < pb + {run} ? p0 + {f} : pb + {}) - ps", run - 1),
+                ));
+            }
+        }
+        body.extend([self.pixel_lets("ps", 0), let_long("xb", linear(&xb))]);
+        if self.shift.is_some() {
+            // A tile across its run's start or end: its pixels in the run, zeros outside.
+            let px = "p0 + p";
+            let copy = Stmt::Assign {
+                dst: Target::Var(format!("{xt_name}[cp * {mr} + p]")),
+                op: AssignOp::Set,
+                value: Value::Code(format!(
+                    "{px} >= pb && {px} < pb + {run} ? {x}[xb + cp * {sc} + {px} - ps] : 0.0f"
+                )),
+            };
+            let pixels = for_each("p", mr, LoopKind::Serial, Layout::Flat, vec![copy]);
+            body.push(Stmt::If {
+                cond: format!("p0 < pb || p0 + {mr} > pb + {run}"),
+                then: vec![
+                    for_each(
+                        "cp",
+                        self.steps_of(c),
+                        LoopKind::Serial,
+                        Layout::Flat,
+                        vec![pixels],
+                    ),
+                    Stmt::Return,
+                ],
+                els: None,
+                braced: true,
+            });
+        }
+        body.push(for_each(
+            "cp",
+            self.steps_of(c),
+            LoopKind::Serial,
+            Layout::Braced,
+            per_channel,
+        ));
         Func {
             name: XTILE.into(),
             params,
@@ -2696,6 +2899,12 @@ impl Conv<'_> {
             ty: IntType::Long,
             name: "t".into(),
         });
+        if self.shift.is_some() {
+            params.push(Param::Scalar {
+                ty: IntType::Long,
+                name: "sh".into(),
+            });
+        }
         params
     }
 
@@ -2723,6 +2932,9 @@ impl Conv<'_> {
             .collect();
         copy_args.push(buffers[xt.0].name.clone());
         copy_args.push("t".into());
+        if self.shift.is_some() {
+            copy_args.push("sh".into());
+        }
         let work = vec![
             Stmt::If {
                 cond: "t != pk_t".into(),
@@ -2774,13 +2986,26 @@ impl Conv<'_> {
             vec![Stmt::Block(work)],
         ));
         region.push(Stmt::Free(xt));
+        let mut body = Vec::new();
+        if let Some(line) = self.shift {
+            let out = &buffers[self.kernel.output].name;
+            body.push(Stmt::Comment(format!(
+                "Tiles aligned to `{}`: each run's start `sh` pixels past a {}-pixel boundary.",
+                self.kernel.params[self.kernel.output].name, line
+            )));
+            body.push(let_long(
+                "sh",
+                format!("(long)((size_t){out} / sizeof(float) % {line})"),
+            ));
+        }
+        body.push(Stmt::Region {
+            parallel: self.config.parallel,
+            body: region,
+        });
         Func {
             name: TILES.into(),
             params: super::pointer_params(self.kernel, Some(self.wall)),
-            body: vec![Stmt::Region {
-                parallel: self.config.parallel,
-                body: region,
-            }],
+            body,
         }
     }
 
