@@ -800,17 +800,22 @@ pub const PIXEL_TILE_CHANNELS: usize = 8;
 
 /// The default pixel-vector tile on `machine`: (output channels, vectors of pixels).
 /// [`PIXEL_TILE_CHANNELS`] by two vectors with 32 registers (16 accumulators); with 16
-/// (AVX2), 6 channels by two vectors of 8 pixels (12 accumulators, the 6×16 matmul tile
-/// turned on its side). Two AVX2 Zen 3 cores, a 1×1 convolution over 64 channels and
-/// 56×56 (R1 of the bench), generated C side by side, medians (p10) in GFLOPS: 6×16 143
-/// (155), 4×16 130 (144), 2×32 124 (138), 8×8 99 (110), 3×24 54 (56: 3 pixel vectors,
-/// 12 accumulators and a broadcast leave GCC no register, and it spills), the
-/// channel-vector 16×5 tile with scalar stores 105 (123).
+/// (AVX2), 4 channels by three vectors of 8 pixels (12 accumulators: per reduction point
+/// three vector loads and four broadcasts, where 6 × 16 takes two and six; and 4 divides
+/// more channel counts than 6).
+///
+/// Two AVX2 Zen 3 cores, 1×1 convolutions of ResNet-50, generated C side by side, 4×24
+/// against 6×16 in eight pairs each (buffers aligned and 16 bytes past a page, calls
+/// after another library's and every tenth; `bench/results/2026-11-28-zen3-cpu-align/`):
+/// R1 (64 → 64 channels over 56×56) 0.94–1.14× (median 1.06), R3 (64 → 256) 0.96–1.06×
+/// (1.02), R6 (128 → 512 over 28×28) 1.01–1.12× (1.05). (An older measurement had 6×16
+/// ahead on R1, 143 GFLOPS against 130 for 4×16, and a 3-vector tile spilling at 54; the
+/// pixel vectors are held in registers since.)
 pub fn pixel_tile(machine: Machine) -> (usize, usize) {
     if machine.registers >= 32 {
         (PIXEL_TILE_CHANNELS, 2)
     } else {
-        (6, 2)
+        (4, 3)
     }
 }
 
