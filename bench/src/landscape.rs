@@ -77,6 +77,7 @@ impl Landscape {
             unix_time: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            pair: trial.pair,
         }
     }
 

@@ -170,6 +170,7 @@ fn measure_all(
                 gflops: o.seconds().map(|s| flops / s / 1e9),
                 strategy: "exhaustive".into(),
                 unix_time: 0,
+                pair: None,
             })
             .collect();
         records::append(out, &recs).map_err(|e| e.to_string())?;

@@ -50,6 +50,7 @@ fn synthetic(k: &tensor_dsl::ir::Kernel, shapes: &[Vec<usize>]) -> Vec<Record> {
                 gflops: None,
                 strategy: "landscape".into(),
                 unix_time: 0,
+                pair: None,
             }
         })
         .collect()

@@ -379,6 +379,7 @@ fn pick_record(
         outcome: tuner::Outcome::Valid {
             samples: Vec::new(),
         },
+        pair: None,
     };
     let mut r = records_of(
         kernel,
@@ -671,6 +672,7 @@ fn records_of(
                 gflops: secs.map(|s| flops / s / 1e9),
                 strategy: strategy.to_string(),
                 unix_time: now_unix(),
+                pair: t.pair,
             }
         })
         .collect()

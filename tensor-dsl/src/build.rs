@@ -294,6 +294,7 @@ mod tests {
             gflops: Some(1.0),
             strategy: "test".into(),
             unix_time: 0,
+            pair: None,
         }
     }
 

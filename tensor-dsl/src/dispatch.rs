@@ -392,6 +392,7 @@ mod tests {
             gflops: None,
             strategy: "random".into(),
             unix_time: 0,
+            pair: None,
         }
     }
 

@@ -22,6 +22,7 @@
 //!     gflops: Some(13.1),
 //!     strategy: "random".into(),
 //!     unix_time: 0,
+//!     pair: None,
 //! };
 //! let line = serde_json::to_string(&r).unwrap();
 //! assert_eq!(serde_json::from_str::<Record>(&line).unwrap(), r);
@@ -121,6 +122,11 @@ pub struct Record {
     /// The strategy that proposed it.
     pub strategy: String,
     pub unix_time: u64,
+    /// The side-by-side round of a search's confirmation it was measured in
+    /// ([`tuner::Trial::pair`]): the [`Index`] compares the two records of a round by their
+    /// ratio, as the search did ([`tuner::paired_best`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair: Option<u64>,
 }
 
 thread_local! {
@@ -433,7 +439,9 @@ impl Record {
 /// A config measured more than once (Droplet's remeasurements, a second tuning run) is
 /// judged by the upper median of its records' times, not by its fastest one: the minimum
 /// of noisy times favours the point with the luckiest measurement (the winner's curse).
-/// The record kept for a key is the one of its best config whose time is that median.
+/// Configs measured side by side in a search's confirmation are judged by their ratio in
+/// those rounds, as the search judged them ([`tuner::paired_best`]). The record kept
+/// for a key is the one of its best config whose time is its upper median.
 #[derive(Clone, Debug, Default)]
 pub struct Index {
     best: std::collections::HashMap<Key, Record>,
@@ -447,7 +455,8 @@ impl Index {
     }
 
     /// Adds records, keeping per key the config with the lowest upper median time (ties:
-    /// the smaller config text).
+    /// the smaller config text), or the one that ran faster next to it in the rounds of a
+    /// search's confirmation (records that share a [`Record::pair`]).
     pub fn extend<'a>(&mut self, records: impl IntoIterator<Item = &'a Record>) {
         let mut touched = std::collections::HashSet::new();
         for r in records {
@@ -467,11 +476,15 @@ impl Index {
             let Some(configs) = self.times.get(&key) else {
                 continue;
             };
-            let best = configs
+            // The search's rule: upper medians, then the rounds of its confirmation.
+            let samples: Vec<(&String, f64, Option<u64>)> = configs
                 .iter()
-                .filter_map(|(config, rs)| upper_median(rs).map(|r| (config, r)))
-                .min_by(|a, b| secs(a.1).total_cmp(&secs(b.1)).then_with(|| a.0.cmp(b.0)))
-                .map(|(_, r)| r.clone());
+                .flat_map(|(config, rs)| rs.iter().map(move |r| (config, secs(r), r.pair)))
+                .collect();
+            let best = tuner::paired_best(&samples)
+                .and_then(|(config, _)| configs.get(config))
+                .and_then(|rs| upper_median(rs))
+                .cloned();
             if let Some(r) = best {
                 self.best.insert(key, r);
             }
@@ -529,10 +542,16 @@ impl Index {
 }
 
 /// One key's records in the order compaction keeps them: config by config, the config
-/// the [`Index`] would choose first (lowest upper median), and within a config its median
-/// record first, then the others fastest first, so that what a tight bound keeps still
-/// judges each config as the whole set did.
+/// the [`Index`] would choose first, then the others by their upper medians, and within a
+/// config its median record first, then the others fastest first, so that what a tight
+/// bound keeps still judges each config as the whole set did.
 fn best_first(records: Vec<Record>) -> Vec<Record> {
+    let samples: Vec<(String, f64, Option<u64>)> = records
+        .iter()
+        .filter(|r| r.seconds.is_some())
+        .map(|r| (r.config.clone(), secs(r), r.pair))
+        .collect();
+    let chosen = tuner::paired_best(&samples).map(|(config, _)| config);
     let mut by_config: std::collections::HashMap<String, Vec<Record>> = Default::default();
     for r in records {
         by_config.entry(r.config.clone()).or_default().push(r);
@@ -547,7 +566,12 @@ fn best_first(records: Vec<Record>) -> Vec<Record> {
             (m, config, rs)
         })
         .collect();
-    configs.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+    let other = |config: &String| chosen.as_ref() != Some(config);
+    configs.sort_by(|a, b| {
+        (other(&a.1).cmp(&other(&b.1)))
+            .then_with(|| a.0.total_cmp(&b.0))
+            .then_with(|| a.1.cmp(&b.1))
+    });
     configs.into_iter().flat_map(|(_, _, rs)| rs).collect()
 }
 

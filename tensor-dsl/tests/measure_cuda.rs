@@ -213,6 +213,7 @@ fn on_a_gpu_dispatch_uses_an_embedded_record() {
         gflops: None,
         strategy: "test".into(),
         unix_time: 0,
+        pair: None,
     };
     let line = serde_json::to_string(&record).unwrap() + "\n";
     register_embedded(Box::leak(line.into_boxed_str()));

@@ -30,6 +30,7 @@ fn record(kernel: &str, shape: usize, seconds: Option<f64>) -> Record {
         gflops: None,
         strategy: "test".into(),
         unix_time: 0,
+        pair: None,
     }
 }
 
@@ -399,4 +400,55 @@ fn build_output_goes_through_a_symlink_and_not_to_dev_null() {
     let null = std::path::Path::new("/dev/null");
     tensor_dsl::build::tune().out_file(null).run().unwrap();
     assert!(kind(null).1, "/dev/null is still a character device");
+}
+
+/// Records of a search's confirmation rounds (sharing a `pair`) are judged as the search
+/// judged them ([`tuner::paired_best`]): the default slower by upper median over every
+/// record (its first, slow measurement among them) but faster in each round is the best;
+/// without the round ids the upper medians decide. Old records (no `pair`) read as before.
+#[test]
+fn index_judges_paired_records_by_their_rounds() {
+    let at = |config: &str, seconds: f64, pair: Option<u64>| Record {
+        config: config.into(),
+        pair,
+        ..record("k", 64, Some(seconds))
+    };
+    let records = [
+        at("vector=default", 2.0, None),
+        at("vector=lucky", 0.9, None),
+        at("vector=default", 1.8, Some(7)),
+        at("vector=lucky", 1.9, Some(7)),
+        at("vector=default", 1.0, Some(8)),
+        at("vector=lucky", 1.05, Some(8)),
+        at("vector=default", 1.1, Some(9)),
+        at("vector=lucky", 1.15, Some(9)),
+    ];
+    let mut index = Index::new();
+    index.extend(&records);
+    let best = index.best(&records[0].key()).unwrap();
+    assert_eq!(
+        (best.config.as_str(), best.seconds),
+        ("vector=default", Some(1.8))
+    );
+    let unpaired: Vec<Record> = records
+        .iter()
+        .map(|r| Record {
+            pair: None,
+            ..r.clone()
+        })
+        .collect();
+    let mut index = Index::new();
+    index.extend(&unpaired);
+    assert_eq!(
+        index.best(&records[0].key()).unwrap().config,
+        "vector=lucky"
+    );
+    // `pair` is written only where there is one, and an old line reads without it.
+    let line = serde_json::to_string(&records[0]).unwrap();
+    assert!(!line.contains("pair"));
+    assert!(serde_json::to_string(&records[2])
+        .unwrap()
+        .contains("\"pair\":7"));
+    let back: Record = serde_json::from_str(&line).unwrap();
+    assert_eq!(back.pair, None);
 }

@@ -98,6 +98,7 @@ fn landscape_records(kernel: &Kernel, shapes: &[Vec<usize>]) -> Vec<Record> {
                 gflops: None,
                 strategy: "landscape".into(),
                 unix_time: 0,
+                pair: None,
             }
         })
         .collect()
@@ -363,6 +364,7 @@ fn cuda_records_of_other_shapes_make_a_prior_and_a_pick_without_a_gpu() {
                 gflops: None,
                 strategy: "synthetic".into(),
                 unix_time: 0,
+                pair: None,
             });
         }
     }

@@ -72,6 +72,7 @@ fn cache_then_first_call_tuning_then_default() {
         gflops: None,
         strategy: "test".into(),
         unix_time: 0,
+        pair: None,
     };
     let line = serde_json::to_string(&record).unwrap();
     std::fs::write(

@@ -91,6 +91,7 @@ fn cache_then_first_call_tuning_of_a_row_kernel() {
         gflops: None,
         strategy: "test".into(),
         unix_time: 0,
+        pair: None,
     };
     std::fs::write(
         records::default_records_file(),

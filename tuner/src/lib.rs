@@ -68,4 +68,4 @@ pub use measure::{Measurer, Outcome, Trial};
 pub use replay::{ReplayMeasurer, SyntheticMeasurer};
 pub use space::{Constraint, SearchSpace, SearchSpaceBuilder, DEFAULT_MAX_TRIES};
 pub use strategy::{by_name, Context, SearchStrategy, DEFAULT_STRATEGY};
-pub use tune::{confirm, judge, tune, Budget, StopReason, TuneResult};
+pub use tune::{confirm, judge, paired_best, tune, Budget, StopReason, TuneResult};

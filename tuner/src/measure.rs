@@ -36,6 +36,10 @@ impl Outcome {
 pub struct Trial {
     pub config: Config,
     pub outcome: Outcome,
+    /// The side-by-side round it was measured in ([`crate::confirm`]): both points of a
+    /// round share it, and [`crate::judge`] compares them by their ratio in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair: Option<u64>,
 }
 
 /// Times configurations. Implementations build candidates (possibly in parallel) and run

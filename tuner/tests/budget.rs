@@ -265,3 +265,62 @@ fn confirmation_measures_the_default_and_the_winner_back_to_back() {
     tuner::confirm(&mut r, &points[0], 3, 0, &mut m, &mut |_| {});
     assert_eq!(r.trials.len(), before);
 }
+
+/// The confirmation's rounds decide between the points they measured, whatever the other
+/// samples say: the default (measured first at 2.0) and a winner lucky once (0.9), then
+/// three rounds in which the machine drifts (default 1.8, 1.0, 1.1) and the winner is
+/// slower in each (1.9, 1.05, 1.15). By upper medians over every sample the winner leads
+/// (1.15 against 1.8); side by side it lost every round, so the default is the answer, with
+/// its upper median. The record index reads the same samples back the same way
+/// (`tensor-dsl/tests/records.rs`).
+#[test]
+fn confirmation_rounds_decide_by_their_ratios() {
+    let mut m = Scripted(
+        [2.0, 0.9, 1.8, 1.9, 1.0, 1.05, 1.1, 1.15]
+            .into_iter()
+            .collect(),
+    );
+    let (space, mut r) = scripted_search(&mut m, 2);
+    let points = space.enumerate(2).unwrap();
+    assert_eq!(r.best.as_ref().unwrap().0, points[1]);
+    tuner::confirm(&mut r, &points[0], 3, 0, &mut m, &mut |_| {});
+    assert_eq!(r.best, Some((points[0].clone(), 1.8)));
+    assert_eq!(tuner::judge(&r.trials), r.best);
+    // Each round's two trials share one id, and the rounds differ.
+    let rounds: Vec<u64> = r.trials[2..].iter().map(|t| t.pair.unwrap()).collect();
+    assert!(rounds.chunks(2).all(|p| p[0] == p[1]));
+    assert!(rounds[0] != rounds[2] && rounds[2] != rounds[4]);
+    assert!(r.trials[..2].iter().all(|t| t.pair.is_none()));
+
+    // Faster in most rounds (two of three), the winner stays.
+    let mut m = Scripted(
+        [2.0, 0.9, 1.2, 1.1, 1.2, 1.3, 1.2, 1.1]
+            .into_iter()
+            .collect(),
+    );
+    let (_, mut r) = scripted_search(&mut m, 2);
+    tuner::confirm(&mut r, &points[0], 3, 0, &mut m, &mut |_| {});
+    assert_eq!(r.best.as_ref().unwrap().0, points[1]);
+}
+
+/// [`tuner::paired_best`] on its own: a point measured alone keeps its place by upper
+/// median; among points paired with the best, the one furthest ahead in its rounds takes
+/// over, and from it the comparison goes on (a point is taken once).
+#[test]
+fn paired_best_follows_the_rounds_from_the_upper_median_best() {
+    // "a" best by upper median; "b" beat "a" side by side; "c" beat "b" side by side.
+    let s = [
+        ("a", 1.0, None),
+        ("b", 3.0, None),
+        ("c", 3.0, None),
+        ("a", 1.5, Some(1)),
+        ("b", 1.4, Some(1)),
+        ("b", 1.6, Some(2)),
+        ("c", 1.5, Some(2)),
+    ];
+    assert_eq!(tuner::paired_best(&s), Some(("c", 3.0)));
+    // Alone, a lucky point is not overturned by pairs it is not in.
+    let s = [("a", 1.0, None), ("b", 1.4, Some(1)), ("c", 1.5, Some(1))];
+    assert_eq!(tuner::paired_best(&s), Some(("a", 1.0)));
+    assert_eq!(tuner::paired_best::<&str>(&[]), None);
+}

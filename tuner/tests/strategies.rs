@@ -435,6 +435,7 @@ fn tune_scores_invalid_points_lowest() {
     let t = |o: Outcome| Trial {
         config: Config::new(vec![]),
         outcome: o,
+        pair: None,
     };
     let trials = [
         t(Outcome::Valid { samples: vec![1.0] }),
