@@ -137,15 +137,7 @@ fn generated_c_conv_bf16_pixel_pairs() {
     let shapes: [&[usize]; 3] = [&[1, 7, 6, 6], &[20, 7, 1, 1], &[1, 20, 6, 6]];
     let extents = [1, 20, 6, 6, 7, 1, 1];
     let base = CpuConfig::heuristic(&kernel, &extents, 16);
-    let tile = tensor_dsl::template::cpu_conv::ConvTile {
-        pixels: 32,
-        pad: true,
-        transpose: false,
-        vector_store: true,
-        pixel_vector: true,
-        pixels_outer: true,
-        block_tiles: 0,
-    };
+    let tile = tensor_dsl::template::cpu_conv::ConvTile::pixel_vectors(32);
     let config = in_pairs(base, 8, tile);
     let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
     assert!(code.contains("td_conv_xtile("), "{code}");
@@ -183,15 +175,7 @@ fn generated_c_conv_pixel_vectors() {
         vector: 8,
         parallel: true,
         wide_simd: true,
-        conv: Some(tensor_dsl::template::cpu_conv::ConvTile {
-            pixels: 32,
-            pad: true,
-            transpose: false,
-            vector_store: true,
-            pixel_vector: true,
-            pixels_outer: true,
-            block_tiles: 0,
-        }),
+        conv: Some(tensor_dsl::template::cpu_conv::ConvTile::pixel_vectors(32)),
         ..config
     };
     config.validate(&kernel).unwrap();
@@ -216,15 +200,7 @@ fn generated_c_conv_pixel_vectors_aligned() {
         parallel: true,
         vector_code: 8,
         wide_simd: false,
-        conv: Some(tensor_dsl::template::cpu_conv::ConvTile {
-            pixels: 16,
-            pad: true,
-            transpose: false,
-            vector_store: true,
-            pixel_vector: true,
-            pixels_outer: true,
-            block_tiles: 0,
-        }),
+        conv: Some(tensor_dsl::template::cpu_conv::ConvTile::pixel_vectors(16)),
         ..CpuConfig::heuristic(&kernel, &extents, 8)
     };
     config.validate(&kernel).unwrap();

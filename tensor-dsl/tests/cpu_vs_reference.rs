@@ -180,12 +180,14 @@ fn check_kernel(src: &str, seed: u64, dtype_of: impl Fn(bool) -> Option<DType>) 
     }
 }
 
-/// Runs `configs` of `src` at `extents` (shapes derived, padded reads exercised) and checks
-/// each against the reference interpreter.
-fn check_configs(src: &str, extents: &[usize], configs: &[CpuConfig]) {
-    let kernel = parse_text("k", src, None).unwrap();
-    let mut rng = StdRng::seed_from_u64(7);
-    let (extents, shapes) = common::shapes_for(&kernel, extents, |hi| hi.max(1) as usize).unwrap();
+/// Random data in [-1, 1) for every tensor of `shapes` (the output's too), and the
+/// reference interpreter's output on it.
+fn reference_case(
+    kernel: &Kernel,
+    extents: &[usize],
+    shapes: &[Vec<usize>],
+    rng: &mut StdRng,
+) -> (Vec<Vec<f32>>, Vec<f32>) {
     let data: Vec<Vec<f32>> = shapes
         .iter()
         .map(|s| {
@@ -196,15 +198,46 @@ fn check_configs(src: &str, extents: &[usize], configs: &[CpuConfig]) {
         .collect();
     let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
     let data_refs: Vec<Data> = data.iter().map(Into::into).collect();
-    let n_out: usize = shapes[kernel.output].iter().product();
-    let mut want = vec![0.0f32; n_out];
-    tensor_dsl::reference::run(
-        &kernel,
-        &extents,
-        &shape_refs,
-        &data_refs,
-        (&mut want).into(),
-    );
+    let mut want = vec![0.0f32; shapes[kernel.output].iter().product()];
+    tensor_dsl::reference::run(kernel, extents, &shape_refs, &data_refs, (&mut want).into());
+    (data, want)
+}
+
+/// The extents of a convolution kernel from those of its indices `n f p q c r s`.
+fn conv_extents(kernel: &Kernel, named: &[usize; 7]) -> Vec<usize> {
+    let id = |n: &str| kernel.indices.iter().position(|i| i.name == n).unwrap();
+    let mut e = vec![0; kernel.indices.len()];
+    for (name, &x) in ["n", "f", "p", "q", "c", "r", "s"].iter().zip(named) {
+        e[id(name)] = x;
+    }
+    e
+}
+
+/// `default` with a pixel-vector tile ([`ConvTile::pixel_vectors`]) of `v` channels by `px`
+/// pixels, in vectors of `lanes` (`wide`: 512-bit ones).
+fn pixel_tile(default: &CpuConfig, v: usize, px: usize, lanes: usize, wide: bool) -> CpuConfig {
+    let mut c = default.clone();
+    c.vector = v;
+    c.vector_code = lanes;
+    c.wide_simd = wide;
+    // (A `bf16` default in pairs on a CPU with AVX-512 BF16: not with pixels.)
+    c.pairs = false;
+    if let Some(t) = c.conv.as_mut() {
+        *t = ConvTile::pixel_vectors(px);
+    }
+    c
+}
+
+/// Runs `configs` of `src` at `extents` (shapes derived, padded reads exercised) and checks
+/// each against the reference interpreter.
+fn check_configs(src: &str, extents: &[usize], configs: &[CpuConfig]) {
+    let kernel = parse_text("k", src, None).unwrap();
+    let mut rng = StdRng::seed_from_u64(7);
+    let (extents, shapes) = common::shapes_for(&kernel, extents, |hi| hi.max(1) as usize).unwrap();
+    let (data, want) = reference_case(&kernel, &extents, &shapes, &mut rng);
+    let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+    let data_refs: Vec<Data> = data.iter().map(Into::into).collect();
+    let n_out = want.len();
     for cfg in configs {
         cfg.validate(&kernel).unwrap();
         let mut got = vec![f32::NAN; n_out];
@@ -431,10 +464,7 @@ fn convolution_template_matches_reference() {
                 p.dtype = if p.is_output { output } else { input };
             }
             let id = |n: &str| kernel.indices.iter().position(|i| i.name == n).unwrap();
-            let mut e = vec![0; kernel.indices.len()];
-            for (name, &x) in ["n", "f", "p", "q", "c", "r", "s"].iter().zip(named) {
-                e[id(name)] = x;
-            }
+            let e = conv_extents(&kernel, named);
             let (extents, shapes) =
                 common::shapes_for(&kernel, &e, |hi| hi.max(0) as usize + 1).unwrap();
             let default = CpuConfig::heuristic(&kernel, &extents, lanes);
@@ -462,32 +492,10 @@ fn convolution_template_matches_reference() {
                     }
                 }
             }
-            // A pixel-vector tile of `v` channels by `px` pixels, in vectors of `lanes`
-            // (`wide`: 512-bit ones).
-            let pixel_tile = |v: usize, px: usize, lanes: usize, wide: bool| {
-                let mut c = default.clone();
-                c.vector = v;
-                c.vector_code = lanes;
-                c.wide_simd = wide;
-                // (A `bf16` default in pairs on a CPU with AVX-512 BF16: not with pixels.)
-                c.pairs = false;
-                if let Some(t) = c.conv.as_mut() {
-                    *t = ConvTile {
-                        pixels: px,
-                        pad: true,
-                        transpose: false,
-                        vector_store: true,
-                        pixel_vector: true,
-                        pixels_outer: true,
-                        block_tiles: 0,
-                    };
-                }
-                c
-            };
             // Pixel-vector tiles of a few shapes, where the space has them (f32 outputs,
             // runs of 16 pixels or more).
             for (v, px) in [(8, 32), (4, 16), (16, 48)] {
-                let c = pixel_tile(v, px, default.vector_code, true);
+                let c = pixel_tile(&default, v, px, default.vector_code, true);
                 if template.encode(&c).is_some() {
                     pixel_tiles += 1;
                     configs.push(c);
@@ -497,7 +505,7 @@ fn convolution_template_matches_reference() {
             // compiler target with AVX runs them), runs that they do not divide included.
             let run = ConvShape::of(&kernel).unwrap().pixel_run(&kernel, &extents);
             for (v, px) in [(6, 16), (4, 24)] {
-                let c = pixel_tile(v, px, 8, false);
+                let c = pixel_tile(&default, v, px, 8, false);
                 if c.validate(&kernel).is_ok() && output == DType::F32 && run >= 8 {
                     avx2_pixel_tiles += 1;
                     configs.push(c);
@@ -657,53 +665,19 @@ fn pixel_tiles_aligned_at_run_time_match_reference_at_every_offset() {
     let mut checked = 0;
     for (src, named) in cases {
         let kernel = parse_text("k", src, None).unwrap();
-        let id = |n: &str| kernel.indices.iter().position(|i| i.name == n).unwrap();
-        let mut e = vec![0; kernel.indices.len()];
-        for (name, &x) in ["n", "f", "p", "q", "c", "r", "s"].iter().zip(&named) {
-            e[id(name)] = x;
-        }
+        let e = conv_extents(&kernel, &named);
         let (extents, shapes) =
             common::shapes_for(&kernel, &e, |hi| hi.max(0) as usize + 1).unwrap();
         let default = CpuConfig::heuristic(&kernel, &extents, 8);
-        let data: Vec<Vec<f32>> = shapes
-            .iter()
-            .map(|s| {
-                (0..s.iter().product::<usize>())
-                    .map(|_| rng.gen_range(-1.0..1.0))
-                    .collect()
-            })
-            .collect();
+        let (data, want) = reference_case(&kernel, &extents, &shapes, &mut rng);
         let shape_refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
         let data_refs: Vec<Data> = data.iter().map(Into::into).collect();
-        let n_out: usize = shapes[kernel.output].iter().product();
-        let mut want = vec![0.0f32; n_out];
-        tensor_dsl::reference::run(
-            &kernel,
-            &extents,
-            &shape_refs,
-            &data_refs,
-            (&mut want).into(),
-        );
+        let n_out = want.len();
         // Tiles of 8-float vectors (AVX2's) and of 16-float ones (AVX-512's; GCC splits
         // them where the machine's are narrower).
         for (v, px, lanes) in [(6, 16, 8), (4, 24, 8), (4, 32, 16)] {
-            let mut c = default.clone();
-            c.vector = v;
-            c.vector_code = lanes;
-            c.wide_simd = lanes == 16;
-            c.pairs = false;
+            let mut c = pixel_tile(&default, v, px, lanes, lanes == 16);
             c.k_block = 0;
-            if let Some(t) = c.conv.as_mut() {
-                *t = ConvTile {
-                    pixels: px,
-                    pad: true,
-                    transpose: false,
-                    vector_store: true,
-                    pixel_vector: true,
-                    pixels_outer: true,
-                    block_tiles: 0,
-                };
-            }
             c.validate(&kernel).unwrap();
             for offset in 0..16 {
                 let mut buffer = vec![f32::NAN; n_out + 16];

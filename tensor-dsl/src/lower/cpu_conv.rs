@@ -1216,7 +1216,6 @@ impl Conv<'_> {
         cvar: impl Fn(usize, usize) -> String,
     ) -> Stmt {
         let (v, mr, run, lanes) = (self.v, self.mr, self.run, pixel_lanes(self.config));
-        let fe = self.extents[self.shape.f];
         let sf = self.out_stride(self.shape.f);
         let out = &buffers[self.kernel.output].name;
         let acc = &buffers[self.acc.0].name;
@@ -1243,16 +1242,7 @@ impl Conv<'_> {
             braced: false,
         };
         let lanes_loop = for_each("l", mr, LoopKind::Serial, Layout::Flat, vec![lane]);
-        let channel = if fe.is_multiple_of(v) {
-            lanes_loop
-        } else {
-            Stmt::If {
-                cond: format!("f0 + fi < {fe}"),
-                then: vec![lanes_loop],
-                els: None,
-                braced: false,
-            }
-        };
+        let channel = self.in_channels("fi", lanes_loop);
         then.push(for_each(
             "fi",
             v,
@@ -1266,6 +1256,21 @@ impl Conv<'_> {
             then,
             els: None,
             braced: true,
+        }
+    }
+
+    /// `stmt` for the tile's channel `f0 + chan` (`chan` C text): as it is where the channel
+    /// tiles divide the output's channels, else under `if (f0 + chan < channels)`.
+    fn in_channels(&self, chan: &str, stmt: Stmt) -> Stmt {
+        let fe = self.extents[self.shape.f];
+        if fe.is_multiple_of(self.v) {
+            return stmt;
+        }
+        Stmt::If {
+            cond: format!("f0 + {chan} < {fe}"),
+            then: vec![stmt],
+            els: None,
+            braced: false,
         }
     }
 
@@ -1731,16 +1736,7 @@ impl Conv<'_> {
                             int(mr),
                         ],
                     };
-                    fast.push(if fe.is_multiple_of(v) {
-                        store
-                    } else {
-                        Stmt::If {
-                            cond: format!("f0 + {chan} < {fe}"),
-                            then: vec![store],
-                            els: None,
-                            braced: false,
-                        }
-                    });
+                    fast.push(self.in_channels(&chan.to_string(), store));
                 }
             }
         }

@@ -101,6 +101,23 @@ pub struct ConvTile {
     pub block_tiles: usize,
 }
 
+impl ConvTile {
+    /// A pixel-vector tile of `pixels` pixels ([`ConvTile::pixel_vector`]) as the default
+    /// takes it: the unguarded read, vector stores, pixel tiles outermost, weights packed
+    /// element by element, no pixel blocks.
+    pub fn pixel_vectors(pixels: usize) -> ConvTile {
+        ConvTile {
+            pixels,
+            pad: true,
+            transpose: false,
+            vector_store: true,
+            pixel_vector: true,
+            pixels_outer: true,
+            block_tiles: 0,
+        }
+    }
+}
+
 /// Pixel tiles per pixel block ([`ConvTile::block_tiles`]) of a channel-vector tile of
 /// `vector` channels × `pixels` with reduction blocks of `k_block` on a core with `l1`
 /// bytes of L1: as many as fill half of L1 with their `f32` partial sums (0 without
@@ -856,15 +873,7 @@ fn pixel_vector_default(
         && pays
         && run >= lanes
         && fill >= 0.95)
-        .then_some(ConvTile {
-            pixels,
-            pad: true,
-            transpose: false,
-            vector_store: true,
-            pixel_vector: true,
-            pixels_outer: true,
-            block_tiles: 0,
-        })
+        .then_some(ConvTile::pixel_vectors(pixels))
 }
 
 /// Whether the default walks pixel tiles outermost on prepacked weights
