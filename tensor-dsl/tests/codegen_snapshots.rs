@@ -312,9 +312,10 @@ fn generated_c_conv_reduction_blocks_in_pixel_blocks() {
 
 /// AVX2's default for a strided 1×1 convolution (19 → 37 channels over 10×12, stride 2):
 /// 16×6 channel tiles over the fused copy. Each thread gathers a pixel tile's 6 pixels of
-/// every input channel side by side (`td_conv_xtile`, each pixel at its own strided
-/// offset; the last of the 30 pixels repeated past the end) and runs every channel tile
-/// (the last one partial) on them, broadcasting `xt[xr + m]`.
+/// every input channel side by side (`td_conv_xtile`: each tile lies in one row of 6, so
+/// along it at the input's step of 2, fetching the next tile's lines; a tile across rows
+/// would take each pixel at its own offset) and runs every channel tile (the last one
+/// partial) on them, broadcasting `xt[xr + m]`.
 #[test]
 fn generated_c_conv_channel_tiles_fused_copy() {
     let kernel = tensor_dsl::ir::parse_text(
@@ -331,5 +332,10 @@ fn generated_c_conv_channel_tiles_fused_copy() {
     let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
     assert!(code.contains("td_conv_xtile(t0, t1, xt, t);"), "{code}");
     assert!(code.contains("const float x_5 = xt[xr + 5];"), "{code}");
+    assert!(code.contains("if (i_p_5 == i_p_0) {"), "{code}");
+    assert!(
+        code.contains("xt[cp * 6 + m] = t0[xs_0 + cp * 120 + 2 * m];"),
+        "{code}"
+    );
     insta::assert_snapshot!("c_conv_channel_tiles_fused_copy", code);
 }

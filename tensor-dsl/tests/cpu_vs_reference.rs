@@ -445,6 +445,10 @@ fn convolution_template_matches_reference() {
         // channel tile), 70 pixels (a partial pixel tile), with and without an epilogue.
         (conv(2, 0), [2, 37, 5, 7, 19, 1, 1]),
         (format!("{}{epilogue}", conv(1, 0)), [1, 40, 3, 5, 21, 1, 1]),
+        // Rows of 20 pixels: tiles in one row (copied along the row, the next tile's
+        // lines fetched) beside tiles across rows and images, and a partial last tile.
+        (conv(2, 0), [2, 37, 4, 20, 19, 1, 1]),
+        (conv(1, 0), [1, 40, 3, 20, 21, 1, 1]),
     ];
     let types: [(DType, DType); 3] = [
         (DType::F32, DType::F32),

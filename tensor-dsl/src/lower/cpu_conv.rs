@@ -28,8 +28,8 @@
 //! offset) and run every channel tile on them, pixel tiles outermost: read in place (or
 //! from the compact copy of a strided input) a tile's broadcasts walk one cache line per
 //! input channel for 4 bytes. On two AVX2 Zen 3 cores, prepacked weights, side by side:
-//! R10 1.17–1.20×, R4 1.10–1.18×, R12 1.06–1.17× (`bench/results/2026-11-28-zen3-cpu-panel/`);
-//! not measured with AVX-512.
+//! R10 1.17–1.20×, R4 1.10–1.18×, R12 1.06–1.17× (`bench/results/2026-11-28-zen3-cpu-panel/`).
+//! A tile within one row is copied along it, vectorized (`Conv::channel_xtile_func`).
 //!
 //! A pixel-vector tile over a strided window (`S·q + s`, [`ConvShape::window_axis`]) reads
 //! a window-expanded copy: the input axis becomes two, the tap `s` and the pixel `q`, each
@@ -2843,13 +2843,29 @@ impl Conv<'_> {
     /// with the `mr` pixels of pixel tile `t` (from pixel `t · mr`; past the last pixel,
     /// the last again, as the tile clamps them) side by side for each input channel,
     /// gathered from the input in place at each pixel's own offset (any stride).
+    ///
+    /// A whole tile within one row of the innermost pixel index is copied by a loop over
+    /// its pixels at that index's input step, which GCC vectorizes (loads and shuffles;
+    /// element by element, the copy of R4's tiles below cost about what their FMAs did
+    /// single-threaded), and each input channel's lines of the next tile (its first
+    /// pixel's, each line on to its last pixel's) are fetched while this one is copied: a
+    /// tile reads a line or two from each of as many channel planes as the input has
+    /// channels, more streams than the hardware prefetcher follows. Two Cascade Lake cores
+    /// (AVX-512), defaults' generated C side by side, before / after, buffers 16 bytes past
+    /// a page and aligned, every call and every tenth after another library's
+    /// (`bench/results/2026-11-28-cascadelake-cpu/`): R4 of the bench (1×1 stride 2, 256 →
+    /// 128 channels over 56×56) 1.16–1.36× in eight pairs (oneDNN still 1.2–1.4× ahead),
+    /// R7 0.96–1.14×, R9 (stride 1, 14-pixel rows) 1.00–1.20×. Tiles across rows (R10,
+    /// R12: 10-pixel tiles over 7-pixel rows) keep the gather without fetches: fetching
+    /// the next tile's first and last pixels' lines there measured 0.83–1.02×.
     fn channel_xtile_func(&self, buffers: &[Buffer], xt: BufId) -> Func {
         let mr = self.mr;
+        let np = self.shape.pixel_count(self.extents);
         let x = &buffers[self.shape.x.tensor].name;
         let xt_name = &buffers[xt.0].name;
         let c = self.copy_index;
         let sc = self.xread.coef[c];
-        let copies = (0..mr)
+        let copies: Vec<Stmt> = (0..mr)
             .map(|m| Stmt::Assign {
                 dst: Target::Var(format!("{xt_name}[cp * {mr} + {m}]")),
                 op: AssignOp::Set,
@@ -2862,6 +2878,94 @@ impl Conv<'_> {
             let_long("p0", format!("t * {mr}")),
         ];
         body.extend(self.pixel_prelude(None, true));
+        let in_row = self
+            .shape
+            .pixels
+            .iter()
+            .rev()
+            .copied()
+            .find(|&t| self.extents[t] > 1)
+            .filter(|&t| mr > 1 && mr <= self.extents[t]);
+        // The fast path: a whole tile whose other pixel indices are its first pixel's.
+        if let Some(t_in) = in_row {
+            let step = self.xread.coef[t_in];
+            let mut conds: Vec<String> = Vec::new();
+            if !np.is_multiple_of(mr) {
+                conds.push(format!("p0 + {mr} <= {np}"));
+            }
+            conds.extend(
+                self.shape
+                    .pixels
+                    .iter()
+                    .filter(|&&u| u != t_in && self.extents[u] > 1)
+                    .map(|&u| format!("{} == {}", self.pixel_var(u, mr - 1), self.pixel_var(u, 0))),
+            );
+            // The next tile's first and last pixels (`xs_<mr>`, `xs_<2mr-1>`, clamped to
+            // the last pixel) and, were it in one row too, each line between them.
+            let (first, last) = (mr, 2 * mr - 1);
+            for m in [first, last] {
+                let px = format!("px_{m}");
+                body.push(let_long(
+                    &px,
+                    format!("p0 + {m} < {np} ? p0 + {m} : {}", np - 1),
+                ));
+                body.push(self.pixel_lets(&px, m));
+                body.push(self.x_offset(m));
+            }
+            let line = (LINE_BYTES / 4) as i64;
+            let span = (mr as i64 - 1) * step.abs() + 1;
+            let mut fetches = vec![format!("xs_{first}")];
+            fetches.extend(
+                (1..(span + line - 1) / line)
+                    .map(|j| format!("xs_{first} + {}", j * line * step.signum())),
+            );
+            fetches.push(format!("xs_{last}"));
+            let mut per_channel: Vec<Stmt> = fetches
+                .iter()
+                .map(|at| Stmt::Call {
+                    func: "__builtin_prefetch".into(),
+                    args: vec![format!("&{x}[{at} + cp * {sc}]"), "0".into(), "3".into()],
+                })
+                .collect();
+            let copy = Stmt::Loop(Loop {
+                var: "m".into(),
+                ty: IntType::Long,
+                start: "0".into(),
+                end: int(mr),
+                step: Step::Inc,
+                trip: mr,
+                kind: LoopKind::Unrolled(mr),
+                index: None,
+                layout: Layout::Braced,
+                body: vec![Stmt::Assign {
+                    dst: Target::Var(format!("{xt_name}[cp * {mr} + m]")),
+                    op: AssignOp::Set,
+                    value: Value::Code(format!("{x}[xs_0 + cp * {sc} + {step} * m]")),
+                }],
+            });
+            per_channel.push(copy);
+            let fast = for_each(
+                "cp",
+                self.steps_of(c),
+                LoopKind::Serial,
+                Layout::Braced,
+                per_channel,
+            );
+            if conds.is_empty() {
+                body.push(fast);
+                return Func {
+                    name: XTILE.into(),
+                    params,
+                    body,
+                };
+            }
+            body.push(Stmt::If {
+                cond: conds.join(" && "),
+                then: vec![fast, Stmt::Return],
+                els: None,
+                braced: true,
+            });
+        }
         body.push(for_each(
             "cp",
             self.steps_of(c),
