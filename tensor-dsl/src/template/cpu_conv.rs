@@ -676,7 +676,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     let narrow_window =
         machine.registers <= 16 && !store_bound && shape.window_axis(extents).is_some();
     // (Strided windows: measured without blocks.)
-    let k_block = if pairs || narrow_window {
+    let mut k_block = if pairs || narrow_window {
         0
     } else {
         default_k_block(extents, &shape, vector, machine)
@@ -687,7 +687,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     // 1.02–1.08×, 1.02–1.08×, 1.00–1.38× and 1.03–1.11× in four processes or more each
     // (`bench/results/2026-11-28-zen3-cpu-kblock-default/`). (Twelve accumulators, two
     // panel vectors and a broadcast fill the 16 registers; GCC adds register moves.)
-    if (narrow_window || k_block > 0) && pixels == 6 {
+    if machine.registers <= 16 && (narrow_window || k_block > 0) && pixels == 6 {
         pixels = 5;
     }
     // Reduction blocks need channel tiles outermost, and where the default takes them they
@@ -697,8 +697,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     // 1.02–1.37× (median 1.07) of 16 × 6 tiles with pixel tiles outermost in sixteen
     // processes, 1.19 and 1.28× single-threaded
     // (`bench/results/2026-11-28-zen3-cpu-kblock-default/`).
-    let pixels_outer = k_block == 0
-        && !store_bound
+    let outer_pays = !store_bound
         && !narrow_window
         && pixels_outer_pays(
             extents,
@@ -708,6 +707,14 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             copied && parallel,
             machine,
         );
+    // With 32 registers, blocks only where channel tiles go outermost anyway (R11 of the
+    // bench): against pixel tiles outermost without blocks ([`pixels_outer_pays`], measured
+    // on Zen 4) blocks with channel tiles outermost were mixed on Cascade Lake (R2
+    // 0.98–1.10×, R8 0.95–1.06×, R5 1.00–1.29×; [`default_k_block`]).
+    if machine.registers >= 32 && outer_pays {
+        k_block = 0;
+    }
+    let pixels_outer = k_block == 0 && outer_pays;
     Some(CpuConfig {
         vector_axis: Some(shape.f),
         vector,
@@ -740,10 +747,12 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
 }
 
 /// The default's reduction block ([`CpuConfig::k_block`]) for a channel-vector tile of
-/// `vector` channels with channel tiles outermost: with 16 registers (AVX2), where the
-/// tile's weight panel over the whole reduction fills L1 and the window has more than one
-/// tap, the largest block of [`CONV_K_BLOCKS`] up to 64 and below the channel count whose
-/// panel rows fit in half of L1 (16 input channels of a 3×3 window); else none. The blocks
+/// `vector` channels with channel tiles outermost: where the tile's weight panel over the
+/// whole reduction fills L1 and the window has more than one tap, the largest block of
+/// [`CONV_K_BLOCKS`] up to 64 and below the channel count whose panel rows fit in half of
+/// L1 (16 input channels of a 3×3 window in 16-channel tiles, AVX2's), or else the
+/// smallest block whose rows fit in L1 (16 input channels of a 3×3 window in 32-channel
+/// tiles, AVX-512's: 18 KB); else none. The blocks
 /// run in pixel blocks ([`block_tiles`]), so the input rows and partial sums a block
 /// touches are bounded by those, not by the plane. Where the default takes blocks it walks
 /// channel tiles outermost (blocks need them) in tiles of 5 pixels.
@@ -760,7 +769,15 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
 /// whose default walked pixel tiles outermost) 1.03–1.29× of 32 in seven processes. A 1×1
 /// convolution of 512 → 2048 channels over 7×7 (R12, a 32 KB panel per 16 channels)
 /// without the fused copy ran 81 → 93 with blocks of 64 (92 with 32, 88 with 128): hence
-/// no block above 64. With 32 registers (AVX-512) not measured: no blocks.
+/// no block above 64.
+///
+/// With 32 registers (AVX-512), two Cascade Lake cores, 32 × 14 tiles, generated C side by
+/// side, every call and every tenth after another library's, in two processes
+/// (`bench/results/2026-11-28-cascadelake-cpu/`): blocks of 16 with channel tiles
+/// outermost against the unblocked default (pixel tiles outermost, but for R11's 7-pixel
+/// tiles): R11 1.08–1.31×, R5 1.00–1.29×, R2 0.98–1.10×, R8 0.95–1.06×; blocks of 32 at or
+/// below 16 on each. A 1×3 window over 512 channels and 7×7 (12 MB of weights, blocks of
+/// 32 by the rule above): level with none.
 ///
 /// A 1×1 convolution (one tap per input channel) takes no blocks since its channel tiles
 /// read the fused copy (`lower::cpu_conv`: each pixel tile's pixels side by side per input
@@ -774,20 +791,21 @@ fn default_k_block(extents: &[usize], shape: &ConvShape, vector: usize, machine:
     let channels = extents[r].max(1);
     let points = shape.points(extents);
     let taps = points / channels;
-    if machine.registers >= 32
-        || !vector.is_multiple_of(8)
-        || points * vector * 4 < machine.l1
-        || taps == 1
-    {
+    if !vector.is_multiple_of(8) || points * vector * 4 < machine.l1 || taps == 1 {
         return 0;
     }
     // Panel bytes per input channel: its taps of `vector` channels.
     let row = taps * vector * 4;
-    CONV_K_BLOCKS
-        .iter()
-        .rev()
-        .map(|&k| k as usize)
-        .find(|&k| k > 0 && k <= 64 && k < channels && k * row <= machine.l1 / 2)
+    let blocks = || {
+        CONV_K_BLOCKS
+            .iter()
+            .map(|&k| k as usize)
+            .filter(|&k| k > 0 && k <= 64 && k < channels)
+    };
+    blocks()
+        .filter(|&k| k * row <= machine.l1 / 2)
+        .max()
+        .or_else(|| blocks().find(|&k| k * row <= machine.l1))
         .unwrap_or(0)
 }
 
@@ -1790,10 +1808,12 @@ mod tests {
     /// runs the input channels in blocks (a 1×3 window over 512 channels and 7×7 pixels:
     /// blocks of 64; ResNet-50's 3×3 layers over 64–512 channels: 16); not where the panel
     /// is smaller (R9), not in a 1×1 convolution (R12 of the bench, 512 → 2048 channels over
-    /// 7×7, which reads the fused copy), not with 32 registers. Records from before the
-    /// knob read as unblocked; blocks need channel tiles outermost.
+    /// 7×7, which reads the fused copy). With 32 registers 16 channels of a 3×3 layer's
+    /// 32-channel rows fill more than half of a 32 KB L1: still blocks of 16, where channel
+    /// tiles go outermost anyway. Records from before the knob read as unblocked; blocks
+    /// need channel tiles outermost.
     #[test]
-    fn reduction_blocks_where_the_panel_fills_l1_with_16_registers() {
+    fn reduction_blocks_where_the_panel_fills_l1() {
         let k = parse_text(
             "conv",
             "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]",
@@ -1823,7 +1843,26 @@ mod tests {
         assert!(!h.conv.as_ref().unwrap().pixels_outer);
         let r9 = [1, 1024, 14, 14, 256, 1, 1];
         assert_eq!(heuristic(&k, &r9, avx2).unwrap().k_block, 0);
-        assert_eq!(heuristic(&k, &wide, AVX512_TWO_CORES).unwrap().k_block, 0);
+        // With 32 registers, 32-channel tiles and 32 KB of L1: the 1×3 window in blocks
+        // of 32 (12 KB of rows), R11 in blocks of 16 (18 KB: more than half of L1); R2, R5
+        // and R8 keep pixel tiles outermost, unblocked.
+        let cascade = Machine {
+            l1: 32 << 10,
+            ..AVX512_TWO_CORES
+        };
+        assert_eq!(heuristic(&k, &wide, cascade).unwrap().k_block, 32);
+        for (channels, plane) in [(64, 56), (128, 28), (256, 14), (512, 7)] {
+            let e = [1, channels, plane, plane, channels, 3, 3];
+            let d = heuristic(&padded, &e, cascade).unwrap();
+            let tile = d.conv.unwrap();
+            let blocks = if plane == 7 { 16 } else { 0 };
+            assert_eq!(
+                (d.vector, d.k_block),
+                (32, blocks),
+                "{channels} over {plane}²"
+            );
+            assert_eq!(tile.pixels_outer, blocks == 0);
+        }
         let shape = ConvShape::of(&k).unwrap();
         assert_eq!(shape.block_index(), Some(4));
         let t = ConvTemplate::build(&k, &wide, avx2, &shape, h.clone()).unwrap();
