@@ -339,3 +339,40 @@ fn generated_c_conv_channel_tiles_fused_copy() {
     );
     insta::assert_snapshot!("c_conv_channel_tiles_fused_copy", code);
 }
+
+/// A 3×3 window's rows are unrolled around its unrolled columns only where the registers
+/// hold the accumulators, two taps' operand vectors and a broadcast: AVX-512's 32 × 14
+/// channel tile (28 accumulators) rolls them (GCC spilled accumulators in the unrolled
+/// window), its 32 × 7 tile (14) and AVX2's 16 × 5 one (10) unroll them.
+#[test]
+fn window_rows_unrolled_where_the_registers_hold_two_taps() {
+    let kernel = tensor_dsl::ir::parse_text(
+        "conv",
+        "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
+        None,
+    )
+    .unwrap();
+    let extents = [1, 64, 28, 28, 32, 3, 3];
+    let shapes: [&[usize]; 3] = [&[1, 32, 28, 28], &[64, 32, 3, 3], &[1, 64, 28, 28]];
+    let base = CpuConfig::heuristic(&kernel, &extents, 16);
+    for (vector, pixels, lanes, unrolled) in [(32, 14, 16, 1), (32, 7, 16, 2), (16, 5, 8, 2)] {
+        let mut config = CpuConfig {
+            vector,
+            vector_code: lanes,
+            wide_simd: lanes >= 16,
+            k_block: 0,
+            ..base.clone()
+        };
+        let tile = config.conv.as_mut().unwrap();
+        tile.pixels = pixels;
+        tile.pixel_vector = false;
+        tile.pixels_outer = false;
+        tile.block_tiles = 0;
+        let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+        assert_eq!(
+            code.matches("#pragma GCC unroll 3").count(),
+            unrolled,
+            "{vector}×{pixels}, {lanes} lanes:\n{code}"
+        );
+    }
+}

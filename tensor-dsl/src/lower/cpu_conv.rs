@@ -848,6 +848,15 @@ impl Conv<'_> {
     /// stride-2 3×3 layer ran 7% slower and the 7×7 stride-2 stem 3% slower; a 5×5 was level
     /// (generated C interleaved call by call, two Zen 4 cores;
     /// `bench/results/2026-11-27-zen4-cpu-wide-tile/`).
+    ///
+    /// Only where the registers hold the accumulators, two taps' operand vectors and a
+    /// broadcast ([`Conv::window_rows_fit`]): GCC 12 spilled seven of the 28 accumulators
+    /// of AVX-512's 32 × 14 tile in the unrolled window (every `-mtune` tried), none with
+    /// the rows rolled; on two Cascade Lake cores the defaults of R2, R5 and R8 ran
+    /// 1.08–1.24×, 1.12–1.23× and 1.05–1.18× faster with the rows rolled, generated C side
+    /// by side in eight pairs each (buffers aligned and 16 bytes past a page, every call and
+    /// every tenth after another library's; `bench/results/2026-11-28-cascadelake-cpu/`),
+    /// against the 1–5% the unrolled rows had gained on Zen 4.
     fn unrolled_window_row(&self) -> Option<usize> {
         let [.., row, col] = self.shape.reduction[..] else {
             return None;
@@ -861,8 +870,24 @@ impl Conv<'_> {
         (f32_input
             && unit_stride
             && self.unrolled(col)
-            && self.steps_of(row) * self.steps_of(col) <= UNROLL_WINDOW)
-            .then_some(row)
+            && self.steps_of(row) * self.steps_of(col) <= UNROLL_WINDOW
+            && self.window_rows_fit())
+        .then_some(row)
+    }
+
+    /// Whether the target's vector registers (32 with 16 lanes, AVX-512; else 16) hold the
+    /// tile's accumulators, the operand vectors of two taps and a broadcast.
+    fn window_rows_fit(&self) -> bool {
+        let lanes = pixel_lanes(self.config).max(1);
+        let registers = if lanes >= 16 { 32 } else { 16 };
+        let (accumulators, operands) = if self.tile.pixel_vector {
+            let vectors = self.mr.div_ceil(lanes);
+            (self.v * vectors, vectors)
+        } else {
+            let vectors = self.v.div_ceil(lanes);
+            (self.mr * vectors, vectors)
+        };
+        accumulators + 2 * operands < registers
     }
 
     /// The innermost pixel axis where every tile lies in one row of it (the tile's
