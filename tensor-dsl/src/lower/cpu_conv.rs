@@ -2879,7 +2879,7 @@ impl Conv<'_> {
     /// (AVX-512), defaults' generated C side by side, before / after, buffers 16 bytes past
     /// a page and aligned, every call and every tenth after another library's
     /// (`bench/results/2026-11-28-cascadelake-cpu/`): R4 of the bench (1×1 stride 2, 256 →
-    /// 128 channels over 56×56) 1.16–1.36× in eight pairs (oneDNN still 1.2–1.4× ahead),
+    /// 128 channels over 56×56) 1.16–1.37× in eight pairs (oneDNN still 1.1–1.4× ahead),
     /// R7 0.96–1.14×, R9 (stride 1, 14-pixel rows) 1.00–1.20×. Tiles across rows (R10,
     /// R12: 10-pixel tiles over 7-pixel rows) keep the gather without fetches: fetching
     /// the next tile's first and last pixels' lines there measured 0.83–1.02×.

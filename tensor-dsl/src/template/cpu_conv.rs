@@ -755,7 +755,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
 /// tiles, AVX-512's: 18 KB); else none. The blocks
 /// run in pixel blocks ([`block_tiles`]), so the input rows and partial sums a block
 /// touches are bounded by those, not by the plane. Where the default takes blocks it walks
-/// channel tiles outermost (blocks need them) in tiles of 5 pixels.
+/// channel tiles outermost (blocks need them), with 16 registers in tiles of 5 pixels.
 ///
 /// Why: without blocks each pixel tile walks every input channel, so the panel and the
 /// input lines stream from L2 once per tile (a 6-pixel tile uses 24 bytes of each input
