@@ -2952,22 +2952,17 @@ impl Conv<'_> {
                     args: vec![format!("&{x}[{at} + cp * {sc}]"), "0".into(), "3".into()],
                 })
                 .collect();
-            let copy = Stmt::Loop(Loop {
-                var: "m".into(),
-                ty: IntType::Long,
-                start: "0".into(),
-                end: int(mr),
-                step: Step::Inc,
-                trip: mr,
-                kind: LoopKind::Unrolled(mr),
-                index: None,
-                layout: Layout::Braced,
-                body: vec![Stmt::Assign {
+            let copy = for_each(
+                "m",
+                mr,
+                LoopKind::Unrolled(mr),
+                Layout::Braced,
+                vec![Stmt::Assign {
                     dst: Target::Var(format!("{xt_name}[cp * {mr} + m]")),
                     op: AssignOp::Set,
                     value: Value::Code(format!("{x}[xs_0 + cp * {sc} + {step} * m]")),
                 }],
-            });
+            );
             per_channel.push(copy);
             let fast = for_each(
                 "cp",
