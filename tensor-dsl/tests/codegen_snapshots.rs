@@ -340,6 +340,37 @@ fn generated_c_conv_channel_tiles_fused_copy() {
     insta::assert_snapshot!("c_conv_channel_tiles_fused_copy", code);
 }
 
+/// Pixel tiles outermost in pixel blocks ([`ConvTile::block_tiles`]) without reduction
+/// blocks: on prepacked weights each block of 3 pixel tiles walks the channel tiles
+/// outermost.
+#[test]
+fn pixel_blocks_walk_channel_tiles_within() {
+    let kernel = tensor_dsl::ir::parse_text(
+        "conv",
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r - 3, 2 * q + s - 3]] * w[[f, c, r, s]]",
+        None,
+    )
+    .unwrap();
+    let extents = [1, 24, 9, 9, 3, 7, 7];
+    let shapes: [&[usize]; 3] = [&[1, 3, 18, 18], &[24, 3, 7, 7], &[1, 24, 9, 9]];
+    let mut config = CpuConfig::heuristic(&kernel, &extents, 8);
+    config.k_block = 0;
+    let tile = config.conv.as_mut().unwrap();
+    tile.pixel_vector = false;
+    tile.pixels_outer = true;
+    tile.block_tiles = 3;
+    let span = 3 * tile.pixels;
+    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    let blocks = format!("for (long b0 = 0; b0 < 81; b0 += {span})");
+    let within = format!("for (long p0 = b0; p0 < (b0 + {span} < 81 ? b0 + {span} : 81);");
+    let (b, p) = (code.find(&blocks), code.find(&within));
+    assert!(b.is_some() && p.is_some_and(|p| Some(p) > b), "{code}");
+    assert!(
+        code.contains("pixel tiles in blocks of 3, channel tiles within"),
+        "{code}"
+    );
+}
+
 /// A 3×3 window's rows are unrolled around its unrolled columns only where the registers
 /// hold the accumulators, two taps' operand vectors and a broadcast: AVX-512's 32 × 14
 /// channel tile (28 accumulators) rolls them (GCC spilled accumulators in the unrolled

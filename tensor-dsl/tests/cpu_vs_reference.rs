@@ -461,6 +461,7 @@ fn convolution_template_matches_reference() {
     let mut pixel_tiles = 0;
     let mut avx2_pixel_tiles = 0;
     let mut blocked = 0;
+    let mut pixel_blocks = 0;
     for (src, named) in &cases {
         for &(input, output) in &types {
             let mut kernel = parse_text("k", src, None).unwrap();
@@ -566,6 +567,20 @@ fn convolution_template_matches_reference() {
                 }
             }
             configs.push(order);
+            // Pixel tiles outermost in pixel blocks of 2 and 3 tiles (unblocked reduction),
+            // each block walking the channel tiles on prepacked weights.
+            for block_tiles in [2, 3] {
+                let mut c = default.clone();
+                c.k_block = 0;
+                if let Some(t) = c.conv.as_mut() {
+                    t.pixels_outer = true;
+                    t.block_tiles = block_tiles;
+                }
+                if c.validate(&kernel).is_ok() && !configs.contains(&c) {
+                    pixel_blocks += 1;
+                    configs.push(c);
+                }
+            }
             // And the other way of storing the tile.
             let mut stored = default.clone();
             if let Some(t) = stored.conv.as_mut() {
@@ -644,6 +659,10 @@ fn convolution_template_matches_reference() {
     assert!(
         blocked >= 8,
         "{blocked} configs with reduction blocks checked"
+    );
+    assert!(
+        pixel_blocks >= 8,
+        "{pixel_blocks} configs in pixel blocks checked"
     );
 }
 

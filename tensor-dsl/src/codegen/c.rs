@@ -278,6 +278,13 @@ fn source(
         if conv_pairs {
             let _ = writeln!(s, " *   input channels in bf16 pairs");
         }
+        if plan.block.is_none() && tile.pixels_outer && tile.block_tiles > 0 && !tile.pixel_vector {
+            let _ = writeln!(
+                s,
+                " *   on prepacked weights, pixel tiles in blocks of {}, channel tiles within",
+                tile.block_tiles
+            );
+        }
     }
     if let Some((r0, b)) = plan.block {
         let walk = match &config.conv {

@@ -577,8 +577,8 @@ pub fn lower<'a>(
 /// coordinates it keeps ([`Conv`]'s `layout`).
 type CopyAxes = Vec<(usize, i64)>;
 
-/// Pixel tiles per pixel block of reduction blocks ([`ConvTile::block_tiles`]), where it
-/// cuts the `tiles` pixel tiles in more than one block.
+/// Pixel tiles per pixel block ([`ConvTile::block_tiles`]), where it cuts the `tiles` pixel
+/// tiles in more than one block.
 fn pixel_block(tile: &ConvTile, tiles: usize) -> Option<usize> {
     (tile.block_tiles > 0 && tile.block_tiles < tiles).then_some(tile.block_tiles)
 }
@@ -1346,10 +1346,13 @@ impl Conv<'_> {
         }
     }
 
-    /// Pixel tiles per pixel block of the reduction blocks, where there are several.
+    /// Pixel tiles per pixel block of channel-vector tiles ([`ConvTile::block_tiles`]),
+    /// where there are several.
     fn pixel_block(&self) -> Option<usize> {
         let tiles = self.shape.pixel_count(self.extents).div_ceil(self.mr);
-        self.kblock.and_then(|_| pixel_block(self.tile, tiles))
+        (!self.tile.pixel_vector)
+            .then(|| pixel_block(self.tile, tiles))
+            .flatten()
     }
 
     /// The call of the tile on channel tile `f0` and pixel tile `pixel_var`, reading the
@@ -3225,6 +3228,27 @@ impl Conv<'_> {
             tile_call(panel.clone()),
         ])];
         let blocked = self.kblock.zip(self.part);
+        let serial = |l: Loop, body: Vec<Stmt>| {
+            Stmt::Loop(Loop {
+                kind: LoopKind::Serial,
+                layout: Layout::Braced,
+                body,
+                ..l
+            })
+        };
+        // The pixel tiles of the pixel block from `b0` of `bt` tiles.
+        let block_pixels = |bt: usize, body: Vec<Stmt>| {
+            let span = bt * self.mr;
+            serial(
+                Loop {
+                    start: "b0".into(),
+                    end: format!("(b0 + {span} < {np} ? b0 + {span} : {np})"),
+                    trip: bt,
+                    ..tiles("p0", np, self.mr)
+                },
+                body,
+            )
+        };
         // The channel tile this thread's panel holds (-1: none yet).
         let pk_f0 = || Stmt::Let {
             ty: Ty::Int(IntType::Long),
@@ -3251,33 +3275,16 @@ impl Conv<'_> {
                 init: None,
             });
             let e = self.steps_of(r);
-            let serial = |l: Loop, body: Vec<Stmt>| {
-                Stmt::Loop(Loop {
-                    kind: LoopKind::Serial,
-                    layout: Layout::Braced,
-                    body,
-                    ..l
-                })
-            };
             let c1 = let_long("c1", format!("c0 + {kc} < {e} ? c0 + {kc} : {e}"));
             if let Some(bt) = self.pixel_block() {
                 // In pixel blocks ([`ConvTile::block_tiles`]): per channel tile and block of
                 // pixel tiles (both shared out among the threads), each reduction block
                 // through the block's pixel tiles.
-                let span = bt * self.mr;
-                let pixels = serial(
-                    Loop {
-                        start: "b0".into(),
-                        end: format!("(b0 + {span} < {np} ? b0 + {span} : {np})"),
-                        trip: bt,
-                        ..tiles("p0", np, self.mr)
-                    },
-                    vec![tile_call(panel)],
-                );
+                let pixels = block_pixels(bt, vec![tile_call(panel)]);
                 let blocks = serial(tiles("c0", e, kc), vec![c1, pixels]);
                 region.push(pk_f0());
                 region.extend(band(
-                    vec![tiles("f0", fe, self.v), tiles("b0", np, span)],
+                    vec![tiles("f0", fe, self.v), tiles("b0", np, bt * self.mr)],
                     vec![Stmt::Block(vec![refill_on_change(), blocks])],
                 ));
             } else {
@@ -3303,9 +3310,18 @@ impl Conv<'_> {
             // 508–522, R3 533–548 against 517–520. Weights packed by each thread keep
             // channel tiles outermost (one packing per channel tile).
             let on_packed = vec![tile_call(self.wall_panel(wall))];
+            let then = match self.pixel_block() {
+                // In pixel blocks ([`ConvTile::block_tiles`]), each walking the channel
+                // tiles outermost: one channel tile's panel stays in L1 through the block.
+                Some(bt) => band(
+                    vec![tiles("b0", np, bt * self.mr), tiles("f0", fe, self.v)],
+                    vec![block_pixels(bt, on_packed)],
+                ),
+                None => band(vec![pixel_loop.clone(), tiles("f0", fe, self.v)], on_packed),
+            };
             region.push(Stmt::If {
                 cond: wall.clone(),
-                then: band(vec![pixel_loop.clone(), tiles("f0", fe, self.v)], on_packed),
+                then,
                 els: Some(band(vec![tiles("f0", fe, self.v), pixel_loop], work)),
                 braced: true,
             });

@@ -92,11 +92,13 @@ pub struct ConvTile {
     /// channel tiles outermost (one packing per channel tile).
     #[serde(default)]
     pub pixels_outer: bool,
-    /// With reduction blocks ([`CpuConfig::k_block`]), the pixel tiles in blocks of this
-    /// many: each block of pixel tiles runs every reduction block before the next pixel
-    /// block starts, so its partial sums, the reduction block's panel rows and the input
-    /// rows it reads stay in L1 (0, or at least the pixel tiles there are: one block of
-    /// them all). The template derives it from L1 ([`block_tiles`]).
+    /// The pixel tiles in blocks of this many (0, or at least the pixel tiles there are:
+    /// one block of them all). With reduction blocks ([`CpuConfig::k_block`]) each block of
+    /// pixel tiles runs every reduction block before the next pixel block starts, so its
+    /// partial sums, the reduction block's panel rows and the input rows it reads stay in
+    /// L1. Without them, with pixel tiles outermost on prepacked weights, each pixel block
+    /// walks the channel tiles outermost, so one channel tile's panel stays in L1 through
+    /// the block. The template derives it from the caches ([`block_tiles`]).
     #[serde(default)]
     pub block_tiles: usize,
 }
@@ -119,19 +121,48 @@ impl ConvTile {
 }
 
 /// Pixel tiles per pixel block ([`ConvTile::block_tiles`]) of a channel-vector tile of
-/// `vector` channels × `pixels` with reduction blocks of `k_block` on a core with `l1`
-/// bytes of L1: as many as fill half of L1 with their `f32` partial sums (0 without
-/// reduction blocks). Why: without pixel blocks each reduction block walks every pixel
-/// tile, whose partial sums (200 KB for ResNet-50's R2 in 16 × 6 tiles) and input rows
-/// stream from L2 once per block; with two threads that ran R2 at 78–118 GFLOPS against
-/// 107–130 without reduction blocks. In pixel blocks of 40 tiles (15 KB of partial sums),
-/// blocks of 16 channels: 108–133 on two threads, 60–79 on one against 53–70
+/// `vector` channels × `pixels` on `machine`, for a convolution of `reread`'s figures.
+///
+/// With reduction blocks of `k_block`: as many as fill half of L1 with their `f32` partial
+/// sums. Why: without pixel blocks each reduction block walks every pixel tile, whose
+/// partial sums (200 KB for ResNet-50's R2 in 16 × 6 tiles) and input rows stream from L2
+/// once per block; with two threads that ran R2 at 78–118 GFLOPS against 107–130 without
+/// reduction blocks. In pixel blocks of 40 tiles (15 KB of partial sums), blocks of 16
+/// channels: 108–133 on two threads, 60–79 on one against 53–70
 /// (`bench/results/2026-11-28-zen3-cpu-reread/`).
-pub fn block_tiles(l1: usize, vector: usize, pixels: usize, k_block: usize) -> usize {
-    if k_block == 0 {
+///
+/// Without them, with pixel tiles outermost (`pixels_outer`) where one channel tile's panel
+/// fits in three quarters of L1 and all the channel tiles' panels do not: as many as read
+/// half of L2 of input (a tile's pixels × the reduction's points, an upper bound where
+/// windows overlap), each block walking the channel tiles outermost. Why: pixel tiles
+/// outermost walk every channel tile's panel per pixel tile, which then streams from L2
+/// (ResNet-50's stem R0, 7×7 over 3 channels, in 32 × 14 tiles: two 18.8 KB panels against
+/// a 32 KB L1), while in pixel blocks one panel stays in L1 through the block and each
+/// thread still reads the input rows it copied. Two Cascade Lake cores, generated C side
+/// by side, every call and every tenth after another library's: R0 93–135 GFLOPS with
+/// pixel tiles outermost, 101–175 in blocks of 8 to 64 tiles, 104–171 with channel tiles
+/// outermost; single-threaded 47–77 against 48–118 and 50–119
+/// (`bench/results/2026-11-28-cascadelake-cpu-order/`). Else 0 (one block of them all).
+pub fn block_tiles(
+    machine: Machine,
+    reread: &WeightReread,
+    (vector, pixels): (usize, usize),
+    k_block: usize,
+    pixels_outer: bool,
+) -> usize {
+    let tile = (vector * pixels * 4).max(1);
+    if k_block > 0 {
+        return (machine.l1 / 2 / tile).max(1);
+    }
+    let panel = reread.panel(vector);
+    if !pixels_outer
+        || reread.channels <= vector
+        || panel > machine.l1 / 4 * 3
+        || reread.weights(vector) <= machine.l1
+    {
         return 0;
     }
-    (l1 / 2 / (vector * pixels * 4).max(1)).max(1)
+    (machine.l2 / 2 / (pixels * reread.points * 4).max(1)).max(1)
 }
 
 /// Channels and reduction points of one in-register transpose of the weight packing.
@@ -740,7 +771,13 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             vector_store: lanes >= 8,
             pixel_vector: false,
             pixels_outer,
-            block_tiles: block_tiles(machine.l1, vector, pixels, k_block),
+            block_tiles: block_tiles(
+                machine,
+                &WeightReread::of(extents, &shape, machine),
+                (vector, pixels),
+                k_block,
+                pixels_outer,
+            ),
         }),
         ..base
     })
@@ -989,6 +1026,11 @@ impl WeightReread {
         }
     }
 
+    /// Bytes of one channel tile's panel of `vector` channels over every reduction point.
+    pub fn panel(&self, vector: usize) -> usize {
+        conv_bytes(&[self.points, vector.max(1)])
+    }
+
     /// Bytes of the weights packed in channel tiles of `vector` (the last one padded).
     pub fn weights(&self, vector: usize) -> usize {
         conv_bytes(&[self.points, self.channels.next_multiple_of(vector.max(1))])
@@ -1071,8 +1113,10 @@ pub struct ConvTemplate {
     default: Config,
     base: CpuConfig,
     knobs: [usize; 10],
-    /// Per-core L1 data cache, bytes ([`ConvTile::block_tiles`] follows from it).
-    l1: usize,
+    /// The machine and the convolution's sizes, which [`ConvTile::block_tiles`] follows
+    /// from.
+    machine: Machine,
+    reread: WeightReread,
 }
 
 impl ConvTemplate {
@@ -1224,7 +1268,8 @@ impl ConvTemplate {
             knobs: [
                 vector, pixels, pad, parallel, simd, packing, store, along, order, kblock,
             ],
-            l1: machine.l1,
+            machine,
+            reread: WeightReread::of(extents, shape, machine),
         };
         t.default = t
             .encode(&heuristic)
@@ -1265,7 +1310,13 @@ impl ConvTemplate {
                 vector_store: choice(store),
                 pixel_vector: matches!(c.index(along), Some(1 | 3)),
                 pixels_outer: choice(order),
-                block_tiles: block_tiles(self.l1, num(vector), num(pixels), k_block),
+                block_tiles: block_tiles(
+                    self.machine,
+                    &self.reread,
+                    (num(vector), num(pixels)),
+                    k_block,
+                    choice(order) && !matches!(c.index(along), Some(1 | 3)),
+                ),
             }),
             pairs: matches!(c.index(along), Some(2 | 3)),
             ..self.base.clone()
@@ -1872,7 +1923,6 @@ mod tests {
         // floats).
         let tile = d.conv.clone().unwrap();
         assert_eq!((tile.pixels, tile.block_tiles), (5, 51));
-        assert_eq!(block_tiles(32 << 10, 16, 6, 0), 0);
         let old = "conv_channels=16;conv_pixels=6;conv_border=pad;parallel=parallel;\
                    simd=compiler;conv_pack=loops;conv_store=scalar";
         assert_eq!(t.decode(&t.parse(old).unwrap()).unwrap().k_block, 0);
@@ -1887,6 +1937,51 @@ mod tests {
         assert!(validate(&k, &outer, outer.conv.as_ref().unwrap()).is_err());
         let whole = CpuConfig { k_block: 512, ..h };
         assert_eq!(t.encode(&whole), None);
+    }
+
+    /// The stem (7×7 over 3 channels, 64 output channels) on a 32 KB L1: its two 18.8 KB
+    /// channel-tile panels do not fit together, so its pixel tiles walk in pixel blocks
+    /// that read half of L2 of input; with 48 KB of L1 (both fit), in tiles of 16 channels
+    /// (AVX2, channel tiles outermost) and with 3×3 windows over 64 channels (a 73 KB
+    /// panel) there are none.
+    #[test]
+    fn pixel_blocks_where_one_panel_fits_l1_and_all_do_not() {
+        let k = parse_text("conv", CONV, None).unwrap();
+        let stem = [1, 64, 112, 112, 3, 7, 7];
+        let cascade = Machine {
+            l1: 32 << 10,
+            ..AVX512_TWO_CORES
+        };
+        let blocks = |k: &Kernel, e: &[usize], m: Machine| {
+            let h = heuristic(k, e, m).unwrap();
+            let tile = h.conv.clone().unwrap();
+            let shape = ConvShape::of(k).unwrap();
+            let t = ConvTemplate::build(k, e, m, &shape, h.clone()).unwrap();
+            // The search's points derive them as the default does.
+            let d = t.decode(&t.default_config()).unwrap();
+            assert_eq!(d.conv.unwrap().block_tiles, tile.block_tiles);
+            (
+                h.vector,
+                tile.pixels,
+                tile.pixels_outer,
+                h.k_block,
+                tile.block_tiles,
+            )
+        };
+        // 512 KB of input per block: 14 pixels × 147 points × 4 bytes per tile.
+        assert_eq!(
+            blocks(&k, &stem, cascade),
+            (32, 14, true, 0, (512 << 10) / (14 * 147 * 4))
+        );
+        assert_eq!(blocks(&k, &stem, AVX512_TWO_CORES).4, 0);
+        assert_eq!(blocks(&k, &stem, AVX2_TWO_CORES).4, 0);
+        let padded = parse_text(
+            "conv",
+            "y[[n, f, p, q]] += x[[n, c, p + r - 1, q + s - 1]] * w[[f, c, r, s]]",
+            None,
+        )
+        .unwrap();
+        assert_eq!(blocks(&padded, &[1, 64, 56, 56, 64, 3, 3], cascade).4, 0);
     }
 
     /// The space has no point that walks pixel tiles outermost where that re-reads the
