@@ -340,6 +340,36 @@ fn generated_c_conv_channel_tiles_fused_copy() {
     insta::assert_snapshot!("c_conv_channel_tiles_fused_copy", code);
 }
 
+/// [`generated_c_conv_channel_tiles_fused_copy`] with channel tiles outermost: every pixel
+/// tile is copied first into one shared copy (`xt + t * 114`: 19 channels × 6 pixels per
+/// tile), then each channel tile walks every pixel tile on it.
+#[test]
+fn generated_c_conv_channel_tiles_whole_copy() {
+    let kernel = tensor_dsl::ir::parse_text(
+        "conv",
+        "y[[n, f, p, q]] += x[[n, c, 2 * p + r, 2 * q + s]] * w[[f, c, r, s]]",
+        None,
+    )
+    .unwrap();
+    let extents = [1, 37, 5, 6, 19, 1, 1];
+    let shapes: [&[usize]; 3] = [&[1, 19, 10, 12], &[37, 19, 1, 1], &[1, 37, 5, 6]];
+    let mut config = CpuConfig::heuristic(&kernel, &extents, 8);
+    config.conv.as_mut().unwrap().pixels_outer = false;
+    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    assert!(
+        code.contains("float *xt = (float *)td_scratch(1, sizeof(float) * 5 * 19 * 6);"),
+        "{code}"
+    );
+    assert!(
+        code.contains("td_conv_xtile(t0, t1, xt + t * 114, t);"),
+        "{code}"
+    );
+    let channels = code.find("for (long f0 = 0; f0 < 37;").unwrap();
+    let pixels = code.find("for (long t = 0; t < 5; t += 1)\n        td_conv_tile(");
+    assert!(pixels.is_some_and(|p| p > channels), "{code}");
+    insta::assert_snapshot!("c_conv_channel_tiles_whole_copy", code);
+}
+
 /// Pixel tiles outermost in pixel blocks ([`ConvTile::block_tiles`]) without reduction
 /// blocks: on prepacked weights each block of 3 pixel tiles walks the channel tiles
 /// outermost.

@@ -400,7 +400,8 @@ pub fn lower<'a>(
     });
     // The fused copy's buffers: a pixel tile's pixels of every input channel (in pairs:
     // every pair of channels by the tile's pixels), and for calls without prepacked
-    // weights, every channel tile's panel.
+    // weights, every channel tile's panel. With channel tiles outermost ([`whole_copy`]),
+    // one copy of every pixel tile's pixels, which the threads share.
     let copy_index = copy_index.unwrap_or(0);
     let xt = fused.then(|| {
         push(Buffer {
@@ -409,6 +410,11 @@ pub fn lower<'a>(
             dtype: panel_dtype,
             dims: match pair {
                 Some(c) => vec![extents[c].div_ceil(2), tile.pixels, 2],
+                None if whole_copy(tile) => vec![
+                    shape.pixel_count(extents).div_ceil(mr),
+                    extents[copy_index],
+                    tile.pixels,
+                ],
                 None => vec![extents[copy_index], tile.pixels],
             },
             param: None,
@@ -576,6 +582,18 @@ pub fn lower<'a>(
 /// Per axis of a copy of the input: the input axis it walks and the stride between the
 /// coordinates it keeps ([`Conv`]'s `layout`).
 type CopyAxes = Vec<(usize, i64)>;
+
+/// Whether a channel-vector tile's fused copy ([`Conv::fused_tiles_func`]) holds every
+/// pixel tile at once, so that channel tiles can walk outermost (`pixels_outer` false): each
+/// channel tile's panel then streams once per call, not once per pixel tile. Why: over
+/// 7×7 and 14×14 planes the weights outgrow L2 (2 MB for ResNet-50's R10, 1024 → 512
+/// channels), and with pixel tiles outermost every thread streamed all of them from L3
+/// for each of its pixel tiles. Two Cascade Lake cores, generated C side by side, every
+/// call and every tenth after another library's: R10 1.03–1.39× (oneDNN still 1.04–1.2×
+/// ahead; `bench/results/2026-11-28-cascadelake-cpu-order/`).
+fn whole_copy(tile: &ConvTile) -> bool {
+    !tile.pixel_vector && !tile.pixels_outer
+}
 
 /// Pixel tiles per pixel block ([`ConvTile::block_tiles`]), where it cuts the `tiles` pixel
 /// tiles in more than one block.
@@ -3041,9 +3059,10 @@ impl Conv<'_> {
         }
     }
 
-    /// `td_conv_tiles(inputs.., wall, out)` (the fused copy): pixel tiles outermost, each
-    /// thread copying a pixel tile's pixels (pairs) once ([`Conv::xtile_func`]) and
-    /// running every channel tile on them, on the panels in `wall`.
+    /// `td_conv_tiles(inputs.., wall, out)` (the fused copy), on the panels in `wall`:
+    /// pixel tiles outermost, each thread copying a pixel tile's pixels (pairs) once
+    /// ([`Conv::xtile_func`]) and running every channel tile on them; or ([`whole_copy`])
+    /// every pixel tile copied first into one shared copy, then channel tiles outermost.
     fn fused_tiles_func(&self, buffers: &[Buffer], xt: BufId) -> Func {
         let fe = self.extents[self.shape.f];
         let wall = &buffers[self.wall.0].name;
@@ -3053,10 +3072,14 @@ impl Conv<'_> {
             .into_iter()
             .map(|i| buffers[i].name.clone())
             .collect();
-        copy_args.push(buffers[xt.0].name.clone());
+        let xt_name = &buffers[xt.0].name;
+        copy_args.push(xt_name.clone());
         copy_args.push("t".into());
         if self.shift.is_some() {
             copy_args.push("sh".into());
+        }
+        if whole_copy(self.tile) {
+            return self.whole_copy_tiles_func(buffers, xt, copy_args);
         }
         let work = vec![
             Stmt::If {
@@ -3129,6 +3152,64 @@ impl Conv<'_> {
             name: TILES.into(),
             params: super::pointer_params(self.kernel, Some(self.wall)),
             body,
+        }
+    }
+
+    /// [`Conv::fused_tiles_func`] over one shared copy of every pixel tile ([`whole_copy`]):
+    /// the threads share out the pixel tiles' copies (`copy_args` the copy's arguments),
+    /// then the channel tiles, each through every pixel tile.
+    fn whole_copy_tiles_func(&self, buffers: &[Buffer], xt: BufId, copy_args: Vec<String>) -> Func {
+        let fe = self.extents[self.shape.f];
+        let wall = &buffers[self.wall.0].name;
+        let xt_name = &buffers[xt.0].name;
+        let tiles = self.copy_tiles();
+        let at = format!(
+            "{xt_name} + t * {}",
+            self.extents[self.copy_index] * self.mr
+        );
+        let with_tile = |args: &mut Vec<String>| {
+            for a in args.iter_mut().filter(|a| *a == xt_name) {
+                a.clone_from(&at);
+            }
+        };
+        let mut copy_args = copy_args;
+        with_tile(&mut copy_args);
+        let mut tile = self.tile_call(buffers, &format!("t * {}", self.mr), &self.wall_panel(wall));
+        if let Stmt::Call { args, .. } = &mut tile {
+            with_tile(args);
+        }
+        let mut region = vec![Stmt::Comment(format!(
+            "Every pixel tile's pixels of `{}`, copied once: then each channel tile walks them.",
+            self.kernel.params[self.shape.x.tensor].name
+        ))];
+        region.extend(band(
+            vec![self.tile_loop("t", tiles, 1)],
+            vec![Stmt::Call {
+                func: XTILE.into(),
+                args: copy_args,
+            }],
+        ));
+        region.extend(band(
+            vec![
+                self.tile_loop("f0", fe, self.v),
+                self.tile_loop("t", tiles, 1),
+            ],
+            vec![tile],
+        ));
+        Func {
+            name: TILES.into(),
+            params: super::pointer_params(self.kernel, Some(self.wall)),
+            body: vec![
+                Stmt::Alloc {
+                    buf: xt,
+                    init: None,
+                },
+                Stmt::Region {
+                    parallel: self.config.parallel,
+                    body: region,
+                },
+                Stmt::Free(xt),
+            ],
         }
     }
 

@@ -88,7 +88,8 @@ pub struct ConvTile {
     /// On weights packed ahead (`td_kernel_prepacked`), walk the pixel tiles outermost:
     /// each pixel tile's input stays in L1 while every channel tile uses it, and the
     /// weights are read again per pixel tile; `false` walks the channel tiles outermost
-    /// (the input read again per channel tile). Weights packed at the call always walk
+    /// (the input read again per channel tile; over the fused copy of a 1×1 convolution,
+    /// every pixel tile's copy made first). Weights packed at the call always walk
     /// channel tiles outermost (one packing per channel tile).
     #[serde(default)]
     pub pixels_outer: bool,
