@@ -708,7 +708,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     let narrow_window =
         machine.registers <= 16 && !store_bound && shape.window_axis(extents).is_some();
     // (Strided windows: measured without blocks.)
-    let mut k_block = if pairs || narrow_window {
+    let k_block = if pairs || narrow_window {
         0
     } else {
         default_k_block(extents, &shape, vector, machine)
@@ -728,7 +728,11 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     // or every tenth after another library's: 16 × 5 channel-outer tiles in blocks of 16
     // 1.02–1.37× (median 1.07) of 16 × 6 tiles with pixel tiles outermost in sixteen
     // processes, 1.19 and 1.28× single-threaded
-    // (`bench/results/2026-11-28-zen3-cpu-kblock-default/`).
+    // (`bench/results/2026-11-28-zen3-cpu-kblock-default/`). With 32 registers (AVX-512),
+    // 32 × 14 tiles in blocks of 16 against pixel tiles outermost unblocked, two Cascade
+    // Lake cores, the same harness: R2 0.98–1.32×, R5 1.00–1.25×, R8 1.09–1.30× (one core
+    // 1.16–1.32×, 1.14–1.20×, 1.07–1.23×; `bench/results/2026-11-28-cascadelake-cpu-order/`;
+    // a day before, R2 0.98–1.10×, R8 0.95–1.06×: `../2026-11-28-cascadelake-cpu/`).
     let outer_pays = !store_bound
         && !narrow_window
         && pixels_outer_pays(
@@ -739,13 +743,6 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             copied && parallel,
             machine,
         );
-    // With 32 registers, blocks only where channel tiles go outermost anyway (R11 of the
-    // bench): against pixel tiles outermost without blocks ([`pixels_outer_pays`], measured
-    // on Zen 4) blocks with channel tiles outermost were mixed on Cascade Lake (R2
-    // 0.98–1.10×, R8 0.95–1.06×, R5 1.00–1.29×; [`default_k_block`]).
-    if machine.registers >= 32 && outer_pays {
-        k_block = 0;
-    }
     let pixels_outer = k_block == 0 && outer_pays;
     Some(CpuConfig {
         vector_axis: Some(shape.f),
@@ -814,8 +811,11 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
 /// (`bench/results/2026-11-28-cascadelake-cpu/`): blocks of 16 with channel tiles
 /// outermost against the unblocked default (pixel tiles outermost, but for R11's 7-pixel
 /// tiles): R11 1.08–1.31×, R5 1.00–1.29×, R2 0.98–1.10×, R8 0.95–1.06×; blocks of 32 at or
-/// below 16 on each. A 1×3 window over 512 channels and 7×7 (12 MB of weights, blocks of
-/// 32 by the rule above): level with none.
+/// below 16 on each; a day later R2 0.98–1.32×, R5 1.00–1.25×, R8 1.09–1.30×
+/// (`bench/results/2026-11-28-cascadelake-cpu-order/`). A 1×3 window over 512 channels and
+/// 7×7 (12 MB of weights, blocks of 32 by the rule above): level with none. (Unmeasured on
+/// Zen 4 and Zen 5, where pixel tiles outermost had measured ahead of channel tiles
+/// outermost without blocks: [`pixels_outer_pays`].)
 ///
 /// A 1×1 convolution (one tap per input channel) takes no blocks since its channel tiles
 /// read the fused copy (`lower::cpu_conv`: each pixel tile's pixels side by side per input
@@ -1586,10 +1586,8 @@ mod tests {
 
     /// Pixel tiles outermost (on prepacked weights) where the input does not fit in L2
     /// and the weights fit in half of it: R4 of the bench (3.2 MB read in place, 128 KB of
-    /// weights), not R9 (200 KB, 1 MB); always with pixel vectors (R1). Over a padded copy
-    /// on two cores where the weights fit in L2 (R2, R5) or the tile has 12 pixels or more
-    /// (R8: 2.4 MB of weights, 14-pixel tiles), not over 7×7 (R11: 9.4 MB, 7 pixels); one
-    /// core keeps channel tiles outermost over R2's copy.
+    /// weights), not R9 (200 KB, 1 MB); always with pixel vectors (R1). The 3×3 windows
+    /// (R2, R5, R8, R11) take reduction blocks, which walk channel tiles outermost.
     #[test]
     fn pixel_tiles_go_outermost_where_the_input_outgrows_l2_or_is_copied() {
         let m = AVX512_TWO_CORES;
@@ -1611,10 +1609,12 @@ mod tests {
         assert!(outer(&conv(2, 0), &[1, 128, 28, 28, 256, 1, 1]));
         assert!(!outer(&conv(1, 0), &[1, 1024, 14, 14, 256, 1, 1]));
         assert!(outer(&conv(1, 0), &[1, 64, 56, 56, 64, 1, 1]));
-        assert!(outer(&conv(1, 1), &[1, 64, 56, 56, 64, 3, 3]));
-        assert!(outer(&conv(1, 1), &[1, 128, 28, 28, 128, 3, 3]));
-        assert!(outer(&conv(1, 1), &[1, 256, 14, 14, 256, 3, 3]));
-        assert!(!outer(&conv(1, 1), &[1, 512, 7, 7, 512, 3, 3]));
+        for channels in [64, 128, 256, 512] {
+            let plane = 56 * 64 / channels;
+            let e = [1, channels, plane, plane, channels, 3, 3];
+            assert!(!outer(&conv(1, 1), &e), "{channels}");
+            assert_eq!(heuristic(&conv(1, 1), &e, m).unwrap().k_block, 16);
+        }
         let one_core = Machine { threads: 1, ..m };
         assert!(!outer_on(&conv(1, 1), &[1, 64, 56, 56, 64, 3, 3], one_core));
     }
@@ -1861,8 +1861,8 @@ mod tests {
     /// blocks of 64; ResNet-50's 3×3 layers over 64–512 channels: 16); not where the panel
     /// is smaller (R9), not in a 1×1 convolution (R12 of the bench, 512 → 2048 channels over
     /// 7×7, which reads the fused copy). With 32 registers 16 channels of a 3×3 layer's
-    /// 32-channel rows fill more than half of a 32 KB L1: still blocks of 16, where channel
-    /// tiles go outermost anyway. Records from before the knob read as unblocked; blocks
+    /// 32-channel rows fill more than half of a 32 KB L1: still blocks of 16. Records from
+    /// before the knob read as unblocked; blocks
     /// need channel tiles outermost.
     #[test]
     fn reduction_blocks_where_the_panel_fills_l1() {
@@ -1896,8 +1896,7 @@ mod tests {
         let r9 = [1, 1024, 14, 14, 256, 1, 1];
         assert_eq!(heuristic(&k, &r9, avx2).unwrap().k_block, 0);
         // With 32 registers, 32-channel tiles and 32 KB of L1: the 1×3 window in blocks
-        // of 32 (12 KB of rows), R11 in blocks of 16 (18 KB: more than half of L1); R2, R5
-        // and R8 keep pixel tiles outermost, unblocked.
+        // of 32 (12 KB of rows), the 3×3 ones in blocks of 16 (18 KB: more than half of L1).
         let cascade = Machine {
             l1: 32 << 10,
             ..AVX512_TWO_CORES
@@ -1906,14 +1905,8 @@ mod tests {
         for (channels, plane) in [(64, 56), (128, 28), (256, 14), (512, 7)] {
             let e = [1, channels, plane, plane, channels, 3, 3];
             let d = heuristic(&padded, &e, cascade).unwrap();
-            let tile = d.conv.unwrap();
-            let blocks = if plane == 7 { 16 } else { 0 };
-            assert_eq!(
-                (d.vector, d.k_block),
-                (32, blocks),
-                "{channels} over {plane}²"
-            );
-            assert_eq!(tile.pixels_outer, blocks == 0);
+            assert_eq!((d.vector, d.k_block), (32, 16), "{channels} over {plane}²");
+            assert!(!d.conv.unwrap().pixels_outer);
         }
         let shape = ConvShape::of(&k).unwrap();
         assert_eq!(shape.block_index(), Some(4));
@@ -1982,7 +1975,9 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!(blocks(&padded, &[1, 64, 56, 56, 64, 3, 3], cascade).4, 0);
+        let r2 = [1, 64, 56, 56, 64, 3, 3];
+        let reread = WeightReread::of(&r2, &ConvShape::of(&padded).unwrap(), cascade);
+        assert_eq!(block_tiles(cascade, &reread, (32, 14), 0, true), 0);
     }
 
     /// The space has no point that walks pixel tiles outermost where that re-reads the
