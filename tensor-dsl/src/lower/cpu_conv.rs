@@ -589,8 +589,8 @@ type CopyAxes = Vec<(usize, i64)>;
 /// 7×7 and 14×14 planes the weights outgrow L2 (2 MB for ResNet-50's R10, 1024 → 512
 /// channels), and with pixel tiles outermost every thread streamed all of them from L3
 /// for each of its pixel tiles. Two Cascade Lake cores, generated C side by side, every
-/// call and every tenth after another library's: R10 1.03–1.39× (oneDNN still 1.04–1.2×
-/// ahead; `bench/results/2026-11-28-cascadelake-cpu-order/`).
+/// call and every tenth after another library's: R10 1.03–1.39× (oneDNN 0.99–1.2× of it;
+/// `bench/results/2026-11-28-cascadelake-cpu-order/`).
 fn whole_copy(tile: &ConvTile) -> bool {
     !tile.pixel_vector && !tile.pixels_outer
 }

@@ -140,10 +140,10 @@ impl ConvTile {
 /// (ResNet-50's stem R0, 7×7 over 3 channels, in 32 × 14 tiles: two 18.8 KB panels against
 /// a 32 KB L1), while in pixel blocks one panel stays in L1 through the block and each
 /// thread still reads the input rows it copied. Two Cascade Lake cores, generated C side
-/// by side, every call and every tenth after another library's: R0 93–135 GFLOPS with
-/// pixel tiles outermost, 101–175 in blocks of 8 to 64 tiles, 104–171 with channel tiles
-/// outermost; single-threaded 47–77 against 48–118 and 50–119
-/// (`bench/results/2026-11-28-cascadelake-cpu-order/`). Else 0 (one block of them all).
+/// by side, every call and every tenth after another library's: R0 in blocks of 63 tiles
+/// 1.12–1.27× of pixel tiles outermost (channel tiles outermost 1.00–1.15× of the blocks),
+/// single-threaded 1.42–1.47× (`bench/results/2026-11-28-cascadelake-cpu-order/`). Else 0
+/// (one block of them all).
 pub fn block_tiles(
     machine: Machine,
     reread: &WeightReread,
@@ -730,9 +730,9 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     // processes, 1.19 and 1.28× single-threaded
     // (`bench/results/2026-11-28-zen3-cpu-kblock-default/`). With 32 registers (AVX-512),
     // 32 × 14 tiles in blocks of 16 against pixel tiles outermost unblocked, two Cascade
-    // Lake cores, the same harness: R2 0.98–1.32×, R5 1.00–1.25×, R8 1.09–1.30× (one core
+    // Lake cores, the same harness: R2 0.98–1.20×, R5 1.00–1.25×, R8 1.09–1.31× (one core
     // 1.16–1.32×, 1.14–1.20×, 1.07–1.23×; `bench/results/2026-11-28-cascadelake-cpu-order/`;
-    // a day before, R2 0.98–1.10×, R8 0.95–1.06×: `../2026-11-28-cascadelake-cpu/`).
+    // the session before, R2 0.98–1.10×, R8 0.95–1.06×: `../2026-11-28-cascadelake-cpu/`).
     let outer_pays = !store_bound
         && !narrow_window
         && pixels_outer_pays(
@@ -811,7 +811,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
 /// (`bench/results/2026-11-28-cascadelake-cpu/`): blocks of 16 with channel tiles
 /// outermost against the unblocked default (pixel tiles outermost, but for R11's 7-pixel
 /// tiles): R11 1.08–1.31×, R5 1.00–1.29×, R2 0.98–1.10×, R8 0.95–1.06×; blocks of 32 at or
-/// below 16 on each; a day later R2 0.98–1.32×, R5 1.00–1.25×, R8 1.09–1.30×
+/// below 16 on each; a session later R2 0.98–1.20×, R5 1.00–1.25×, R8 1.09–1.31×
 /// (`bench/results/2026-11-28-cascadelake-cpu-order/`). A 1×3 window over 512 channels and
 /// 7×7 (12 MB of weights, blocks of 32 by the rule above): level with none. (Unmeasured on
 /// Zen 4 and Zen 5, where pixel tiles outermost had measured ahead of channel tiles
