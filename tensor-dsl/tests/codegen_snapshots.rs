@@ -310,14 +310,9 @@ fn generated_c_conv_reduction_blocks_in_pixel_blocks() {
     insta::assert_snapshot!("c_conv_reduction_blocks_in_pixel_blocks", code);
 }
 
-/// AVX2's default for a strided 1×1 convolution (19 → 37 channels over 10×12, stride 2):
-/// 16×6 channel tiles over the fused copy. Each thread gathers a pixel tile's 6 pixels of
-/// every input channel side by side (`td_conv_xtile`: each tile lies in one row of 6, so
-/// along it at the input's step of 2, fetching the next tile's lines; a tile across rows
-/// would take each pixel at its own offset) and runs every channel tile (the last one
-/// partial) on them, broadcasting `xt[xr + m]`.
-#[test]
-fn generated_c_conv_channel_tiles_fused_copy() {
+/// The generated C of AVX2's default for a strided 1×1 convolution (19 → 37 channels over
+/// 10×12, stride 2), after `edit` (which may check or change the config).
+fn fused_copy_code(edit: impl FnOnce(&mut CpuConfig)) -> String {
     let kernel = tensor_dsl::ir::parse_text(
         "conv",
         "y[[n, f, p, q]] += x[[n, c, 2 * p + r, 2 * q + s]] * w[[f, c, r, s]]",
@@ -326,10 +321,23 @@ fn generated_c_conv_channel_tiles_fused_copy() {
     .unwrap();
     let extents = [1, 37, 5, 6, 19, 1, 1];
     let shapes: [&[usize]; 3] = [&[1, 19, 10, 12], &[37, 19, 1, 1], &[1, 37, 5, 6]];
-    let config = CpuConfig::heuristic(&kernel, &extents, 8);
-    let tile = config.conv.clone().unwrap();
-    assert!(!tile.pixel_vector && config.k_block == 0, "{config:?}");
-    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    let mut config = CpuConfig::heuristic(&kernel, &extents, 8);
+    edit(&mut config);
+    tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config)
+}
+
+/// AVX2's default for a strided 1×1 convolution (19 → 37 channels over 10×12, stride 2):
+/// 16×6 channel tiles over the fused copy. Each thread gathers a pixel tile's 6 pixels of
+/// every input channel side by side (`td_conv_xtile`: each tile lies in one row of 6, so
+/// along it at the input's step of 2, fetching the next tile's lines; a tile across rows
+/// would take each pixel at its own offset) and runs every channel tile (the last one
+/// partial) on them, broadcasting `xt[xr + m]`.
+#[test]
+fn generated_c_conv_channel_tiles_fused_copy() {
+    let code = fused_copy_code(|config| {
+        let tile = config.conv.clone().unwrap();
+        assert!(!tile.pixel_vector && config.k_block == 0, "{config:?}");
+    });
     assert!(code.contains("td_conv_xtile(t0, t1, xt, t);"), "{code}");
     assert!(code.contains("const float x_5 = xt[xr + 5];"), "{code}");
     assert!(code.contains("if (i_p_5 == i_p_0) {"), "{code}");
@@ -345,17 +353,7 @@ fn generated_c_conv_channel_tiles_fused_copy() {
 /// tile), then each channel tile walks every pixel tile on it.
 #[test]
 fn generated_c_conv_channel_tiles_whole_copy() {
-    let kernel = tensor_dsl::ir::parse_text(
-        "conv",
-        "y[[n, f, p, q]] += x[[n, c, 2 * p + r, 2 * q + s]] * w[[f, c, r, s]]",
-        None,
-    )
-    .unwrap();
-    let extents = [1, 37, 5, 6, 19, 1, 1];
-    let shapes: [&[usize]; 3] = [&[1, 19, 10, 12], &[37, 19, 1, 1], &[1, 37, 5, 6]];
-    let mut config = CpuConfig::heuristic(&kernel, &extents, 8);
-    config.conv.as_mut().unwrap().pixels_outer = false;
-    let code = tensor_dsl::codegen::c::generate(&kernel, &extents, &shapes, &config);
+    let code = fused_copy_code(|config| config.conv.as_mut().unwrap().pixels_outer = false);
     assert!(
         code.contains("float *xt = (float *)td_scratch(1, sizeof(float) * 5 * 19 * 6);"),
         "{code}"

@@ -3064,31 +3064,16 @@ impl Conv<'_> {
     /// ([`Conv::xtile_func`]) and running every channel tile on them; or ([`whole_copy`])
     /// every pixel tile copied first into one shared copy, then channel tiles outermost.
     fn fused_tiles_func(&self, buffers: &[Buffer], xt: BufId) -> Func {
+        if whole_copy(self.tile) {
+            return self.whole_copy_tiles_func(buffers, xt);
+        }
         let fe = self.extents[self.shape.f];
         let wall = &buffers[self.wall.0].name;
-        let mut copy_args: Vec<String> = self
-            .kernel
-            .inputs()
-            .into_iter()
-            .map(|i| buffers[i].name.clone())
-            .collect();
-        let xt_name = &buffers[xt.0].name;
-        copy_args.push(xt_name.clone());
-        copy_args.push("t".into());
-        if self.shift.is_some() {
-            copy_args.push("sh".into());
-        }
-        if whole_copy(self.tile) {
-            return self.whole_copy_tiles_func(buffers, xt, copy_args);
-        }
         let work = vec![
             Stmt::If {
                 cond: "t != pk_t".into(),
                 then: vec![
-                    Stmt::Call {
-                        func: XTILE.into(),
-                        args: copy_args,
-                    },
+                    self.xtile_call(buffers, buffers[xt.0].name.clone()),
                     Stmt::Assign {
                         dst: Target::Var("pk_t".into()),
                         op: AssignOp::Set,
@@ -3155,28 +3140,43 @@ impl Conv<'_> {
         }
     }
 
+    /// `td_conv_xtile(inputs.., xt, t[, sh])`: the fused copy of pixel tile `t` into `xt`
+    /// (C text).
+    fn xtile_call(&self, buffers: &[Buffer], xt: String) -> Stmt {
+        let mut args: Vec<String> = self
+            .kernel
+            .inputs()
+            .into_iter()
+            .map(|i| buffers[i].name.clone())
+            .collect();
+        args.extend([xt, "t".into()]);
+        if self.shift.is_some() {
+            args.push("sh".into());
+        }
+        Stmt::Call {
+            func: XTILE.into(),
+            args,
+        }
+    }
+
     /// [`Conv::fused_tiles_func`] over one shared copy of every pixel tile ([`whole_copy`]):
-    /// the threads share out the pixel tiles' copies (`copy_args` the copy's arguments),
-    /// then the channel tiles, each through every pixel tile.
-    fn whole_copy_tiles_func(&self, buffers: &[Buffer], xt: BufId, copy_args: Vec<String>) -> Func {
+    /// the threads share out the pixel tiles' copies, then the channel tiles, each through
+    /// every pixel tile.
+    fn whole_copy_tiles_func(&self, buffers: &[Buffer], xt: BufId) -> Func {
         let fe = self.extents[self.shape.f];
         let wall = &buffers[self.wall.0].name;
         let xt_name = &buffers[xt.0].name;
         let tiles = self.copy_tiles();
+        // Pixel tile `t`'s stretch of the shared copy.
         let at = format!(
             "{xt_name} + t * {}",
             self.extents[self.copy_index] * self.mr
         );
-        let with_tile = |args: &mut Vec<String>| {
+        let mut tile = self.tile_call(buffers, &format!("t * {}", self.mr), &self.wall_panel(wall));
+        if let Stmt::Call { args, .. } = &mut tile {
             for a in args.iter_mut().filter(|a| *a == xt_name) {
                 a.clone_from(&at);
             }
-        };
-        let mut copy_args = copy_args;
-        with_tile(&mut copy_args);
-        let mut tile = self.tile_call(buffers, &format!("t * {}", self.mr), &self.wall_panel(wall));
-        if let Stmt::Call { args, .. } = &mut tile {
-            with_tile(args);
         }
         let mut region = vec![Stmt::Comment(format!(
             "Every pixel tile's pixels of `{}`, copied once: then each channel tile walks them.",
@@ -3184,10 +3184,7 @@ impl Conv<'_> {
         ))];
         region.extend(band(
             vec![self.tile_loop("t", tiles, 1)],
-            vec![Stmt::Call {
-                func: XTILE.into(),
-                args: copy_args,
-            }],
+            vec![self.xtile_call(buffers, at.clone())],
         ));
         region.extend(band(
             vec![

@@ -1392,6 +1392,12 @@ mod tests {
         bf16_dot: false,
     };
 
+    /// The Cascade Lake VM: AVX-512 with 32 KB of L1 and 1 MB of L2, 2 cores.
+    const CASCADE_TWO_CORES: Machine = Machine {
+        l1: 32 << 10,
+        ..AVX512_TWO_CORES
+    };
+
     /// The Zen 3 VM: AVX2 (8 lanes, 16 registers), 32 KB of L1, 512 KB of L2, 2 cores.
     const AVX2_TWO_CORES: Machine = Machine {
         lanes: 8,
@@ -1897,10 +1903,7 @@ mod tests {
         assert_eq!(heuristic(&k, &r9, avx2).unwrap().k_block, 0);
         // With 32 registers, 32-channel tiles and 32 KB of L1: the 1×3 window in blocks
         // of 32 (12 KB of rows), the 3×3 ones in blocks of 16 (18 KB: more than half of L1).
-        let cascade = Machine {
-            l1: 32 << 10,
-            ..AVX512_TWO_CORES
-        };
+        let cascade = CASCADE_TWO_CORES;
         assert_eq!(heuristic(&k, &wide, cascade).unwrap().k_block, 32);
         for (channels, plane) in [(64, 56), (128, 28), (256, 14), (512, 7)] {
             let e = [1, channels, plane, plane, channels, 3, 3];
@@ -1942,10 +1945,7 @@ mod tests {
     fn pixel_blocks_where_one_panel_fits_l1_and_all_do_not() {
         let k = parse_text("conv", CONV, None).unwrap();
         let stem = [1, 64, 112, 112, 3, 7, 7];
-        let cascade = Machine {
-            l1: 32 << 10,
-            ..AVX512_TWO_CORES
-        };
+        let cascade = CASCADE_TWO_CORES;
         let blocks = |k: &Kernel, e: &[usize], m: Machine| {
             let h = heuristic(k, e, m).unwrap();
             let tile = h.conv.clone().unwrap();
