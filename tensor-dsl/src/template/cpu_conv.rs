@@ -682,7 +682,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
     // 345–347 and 411–412 GFLOPS in 8×32 pixel pairs against 250–275 and 362 in 32×14
     // channel pairs; over 128 channels (R6) 412–420 against 397–406.
     let pair_ok = machine.bf16_dot && lanes >= 16 && shape.pair_index(kernel).is_some();
-    if let Some(tile) = pixel_vector_default(kernel, extents, &shape, machine) {
+    if let Some(tile) = pixel_vector_default(kernel, extents, &shape, machine, pair_ok) {
         return Some(CpuConfig {
             vector_axis: Some(shape.f),
             vector: pixel_tile(machine).0.min(fe.next_power_of_two()),
@@ -866,13 +866,19 @@ fn row_part(
 /// vectors it takes one transpose block per tile (see [`heuristic`]).
 pub const SHORT_REDUCTION: usize = 64;
 
-/// Output channels of the default pixel-vector tile: 8 channels by two vectors of pixels
-/// (16 accumulators; single-threaded on R1 and R3 of the bench, 8×32 ran at 264–268
-/// GFLOPS, 8×48 at 262–266, 16×16 at 235–247, 4×64 at 200–210).
+/// Output channels of the default pixel-vector tile with 32 registers (single-threaded on R1
+/// and R3 of the bench on a Zen 4 VM, 8×32 ran at 264–268 GFLOPS, 8×48 at 262–266, 16×16
+/// at 235–247, 4×64 at 200–210).
 pub const PIXEL_TILE_CHANNELS: usize = 8;
 
 /// The default pixel-vector tile on `machine`: (output channels, vectors of pixels).
-/// [`PIXEL_TILE_CHANNELS`] by two vectors with 32 registers (16 accumulators); with 16
+/// [`PIXEL_TILE_CHANNELS`] by three vectors with 32 registers (24 accumulators: per
+/// reduction point three vector loads and eight broadcasts, 0.46 loads per FMA where two
+/// vectors take 0.63); [`pixel_vector_default`] takes two where three would cover the
+/// pixels poorly. Two Cascade Lake cores (two FMA ports of 512 bits), generated C side by
+/// side over eight placements and call patterns each, 8×48 against 8×32: ResNet-50's R1
+/// 1.02–1.15×, R3 1.06–1.20×, R6 1.01–1.14× (`bench/results/2026-11-29-cascadelake-cpu-pixel-tile/`);
+/// on Zen 4 the two had run level (above). With 16 registers
 /// (AVX2), 4 channels by three vectors of 8 pixels (12 accumulators: per reduction point
 /// three vector loads and four broadcasts, where 6 × 16 takes two and six; and 4 divides
 /// more channel counts than 6).
@@ -886,7 +892,7 @@ pub const PIXEL_TILE_CHANNELS: usize = 8;
 /// pixel vectors are held in registers since.)
 pub fn pixel_tile(machine: Machine) -> (usize, usize) {
     if machine.registers >= 32 {
-        (PIXEL_TILE_CHANNELS, 2)
+        (PIXEL_TILE_CHANNELS, 3)
     } else {
         (4, 3)
     }
@@ -905,7 +911,8 @@ pub const PIXEL_VECTOR_POINTS: usize = 128;
 /// ([`ConvShape::window_axis`]; level to 1.04 of channel vectors): with the copy a 1×1
 /// stride-2 convolution ran 0.9 of its channel-vector tile, a padded 3×3 one 0.88), a short
 /// reduction ([`PIXEL_VECTOR_POINTS`]) and runs of pixels that the tiles cover (95% of the
-/// computed pixels real ones). With AVX2 (16 registers, [`pixel_tile`]) the same: two Zen 3
+/// computed pixels real ones; with 32 registers two vectors of pixels where
+/// [`pixel_tile`]'s three do not). With AVX2 (16 registers, [`pixel_tile`]) the same: two Zen 3
 /// cores, generated C side by side, medians in GFLOPS, 6×16 pixel tiles against the
 /// channel-vector default: ResNet-50's R1 (1×1 over 64 channels) 143 / 105, R6 161 / 160;
 /// but padded 3×3 ones ran far behind 16×5 channel tiles (R2 119 / 161, R5 112 / 149), and
@@ -915,21 +922,27 @@ fn pixel_vector_default(
     extents: &[usize],
     shape: &ConvShape,
     machine: Machine,
+    pairs: bool,
 ) -> Option<ConvTile> {
     let lanes = machine.lanes.min(PIXEL_LANES);
-    let pixels = pixel_tile(machine).1 * lanes;
+    // Fewer vectors where the tile's vectors cover the pixels poorly (32 registers), and
+    // two for `bf16` pairs (measured so on Zen 4, see `heuristic`).
+    let most = if pairs { 2 } else { pixel_tile(machine).1 };
+    let fewest = if machine.registers >= 32 { 2 } else { most };
     let run = shape.pixel_run(kernel, extents);
     let in_place = shape.x.dims.iter().all(|d| d.range(extents).0 >= 0)
         && shape.read_steps(extents).iter().all(|&k| k == 1)
         && shape.window_axis(extents).is_none();
-    let fill = run as f64 / (run.div_ceil(pixels) * pixels) as f64;
+    let fill = |pixels: usize| run as f64 / (run.div_ceil(pixels) * pixels) as f64;
     let pays = in_place && shape.points(extents) <= PIXEL_VECTOR_POINTS;
-    (lanes >= 8
-        && kernel.params[kernel.output].dtype == DType::F32
-        && pays
-        && run >= lanes
-        && fill >= 0.95)
-        .then_some(ConvTile::pixel_vectors(pixels))
+    if lanes < 8 || kernel.params[kernel.output].dtype != DType::F32 || !pays || run < lanes {
+        return None;
+    }
+    (fewest..=most.max(fewest))
+        .rev()
+        .map(|v| v * lanes)
+        .find(|&p| fill(p) >= 0.95)
+        .map(ConvTile::pixel_vectors)
 }
 
 /// Whether the default walks pixel tiles outermost on prepacked weights
@@ -1642,6 +1655,41 @@ mod tests {
         let deep = [2, 32, 149, 149, 64, 3, 3];
         let cfg = heuristic(&k, &deep, AVX512_TWO_CORES).unwrap();
         assert_eq!((cfg.vector, cfg.conv.unwrap().pixels), (32, 10));
+    }
+
+    /// Short 1×1 reductions read in place take pixel-vector tiles: with 32 registers three
+    /// vectors of pixels where they cover the plane (R1: 56×56), two where three would not
+    /// (8×8: 64 pixels, two 48-pixel tiles compute 96), two for `bf16` pairs; with AVX2
+    /// three vectors of 8 pixels.
+    #[test]
+    fn pixel_vector_tiles_take_three_vectors_where_they_cover_the_plane() {
+        let k = parse_text(
+            "conv",
+            "y[[n, f, p, q]] += x[[n, c, p + r, q + s]] * w[[f, c, r, s]]",
+            None,
+        )
+        .unwrap();
+        let tile = |e: &[usize], m: Machine| {
+            let cfg = heuristic(&k, e, m).unwrap();
+            let t = cfg.conv.unwrap();
+            assert!(t.pixel_vector, "{e:?} on {m:?}: {t:?}");
+            (cfg.vector, t.pixels)
+        };
+        let (r1, small) = ([1, 64, 56, 56, 64, 1, 1], [1, 64, 8, 8, 64, 1, 1]);
+        assert_eq!(tile(&r1, AVX512_TWO_CORES), (8, 48));
+        assert_eq!(tile(&small, AVX512_TWO_CORES), (8, 32));
+        assert_eq!(tile(&r1, AVX2_TWO_CORES), (4, 24));
+        let mut bf16 = k.clone();
+        for p in &mut bf16.params[..2] {
+            p.dtype = DType::BF16;
+        }
+        let m = Machine {
+            bf16_dot: true,
+            ..AVX512_TWO_CORES
+        };
+        let cfg = heuristic(&bf16, &r1, m).unwrap();
+        assert!(cfg.pairs, "{cfg:?}");
+        assert_eq!(cfg.conv.as_ref().unwrap().pixels, 32, "{cfg:?}");
     }
 
     /// A strided, unpadded input (a 1×1 stride-2 convolution) is read in place with pixel
