@@ -615,8 +615,7 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             // Unpadded: tiles within a row still read their inputs from one address
             // (`lower::cpu_conv`), which leaves the registers for more accumulators. Two
             // threads, 1×1 convolutions, 32×14 against the 32×10 tile above: 516 against
-            // 489 GFLOPS (R4 of the bench, rows of 28), 525 against 501 (R9, rows of 14);
-            // rows of 7 (R10, R12) keep 32×10, which covers their 7×7 planes better.
+            // 489 GFLOPS (R4 of the bench, rows of 28), 525 against 501 (R9, rows of 14).
             //
             // Where no such part divides the row, a short reduction (with 32 registers)
             // takes the widest tile that fits and covers the pixels at >= 95%: its tiles'
@@ -626,8 +625,31 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             // 32×10: 165 → 175 GFLOPS (a 299×299 stem, N = 2), 143 → 153, 109 → 120; a
             // 5×5 one (75 points, not short) only 198 → 202
             // (`bench/results/2026-11-27-zen4-cpu-one-zmm/`).
+            //
+            // Rows too short for that (5 to 7 pixels: 7×7 planes) of a 1×1 convolution take
+            // four registers of channels by a whole row where the channels allow and the
+            // row's accumulators fill [`accumulator_registers`]: row tiles, and per
+            // reduction point 0.39
+            // loads per FMA at 64×7 against 0.6 at 32×10. Two Cascade Lake cores, generated
+            // C side by side over eight placements and call patterns, 64×7 against 32×10:
+            // R10 (1×1 stride 2, 1024 → 512 channels) 1.11–1.26×, one core 1.07–1.15×; R12
+            // (1×1, 512 → 2048) 1.04–1.12×, one core 1.03–1.10×
+            // (`bench/results/2026-11-29-cascadelake-cpu-pixel-tile/`). Unmeasured on Zen 4.
+            let wide = 4 * lanes;
             if let Some(m) = row_part(row, pixels, |m| fits(vector, m), 2..row + 1) {
                 pixels = m;
+            } else if machine.registers >= 32
+                && shape.points(extents) >= SHORT_REDUCTION
+                && shape
+                    .block_index()
+                    .is_some_and(|c| extents[c] == shape.points(extents))
+                && fe.is_multiple_of(wide)
+                && panel(wide) <= machine.l2 * 3 / 4
+                && PIXEL_CHOICES.contains(&(row as i64))
+                && fits(wide, row)
+                && row * wide.div_ceil(lanes) >= accumulator_registers(machine.registers)
+            {
+                (vector, pixels) = (wide, row);
             } else if shape.points(extents) < SHORT_REDUCTION && machine.registers >= 32 {
                 if let Some(m) = (pixels..=14).rev().find(|&m| {
                     fits(vector, m) && fill(m) >= 0.95 && PIXEL_CHOICES.contains(&(m as i64))
@@ -1728,8 +1750,8 @@ mod tests {
     }
 
     /// Unpadded convolutions whose rows a tile of up to 14 pixels divides get such tiles
-    /// (28 accumulators: their reads are one address plus constants); rows of 7 keep the
-    /// 10-pixel tile that covers 7×7 planes (R10, R12 of the bench).
+    /// (28 accumulators: their reads are one address plus constants); rows of 7 (R10, R12 of
+    /// the bench) take whole rows of four registers of channels (64×7).
     #[test]
     fn unpadded_rows_get_row_tiles_within_the_registers() {
         let m = AVX512_TWO_CORES;
@@ -1749,9 +1771,20 @@ mod tests {
         assert_eq!(tile(&conv(2), &[1, 128, 28, 28, 256, 1, 1]), (32, 14));
         assert_eq!(tile(&conv(2), &[1, 256, 14, 14, 512, 1, 1]), (32, 14));
         assert_eq!(tile(&conv(1), &[1, 1024, 14, 14, 256, 1, 1]), (32, 14));
-        assert_eq!(tile(&conv(2), &[1, 512, 7, 7, 1024, 1, 1]), (32, 10));
-        assert_eq!(tile(&conv(1), &[1, 2048, 7, 7, 512, 1, 1]), (32, 10));
+        assert_eq!(tile(&conv(2), &[1, 512, 7, 7, 1024, 1, 1]), (64, 7));
+        assert_eq!(tile(&conv(1), &[1, 2048, 7, 7, 512, 1, 1]), (64, 7));
         assert_eq!(tile(&conv(1), &[2, 64, 28, 28, 32, 3, 3]), (32, 14));
+        // Rows of 7 whose channels four registers do not divide, rows of 4 (16
+        // accumulators in a four-register row tile) and windows (a 1×3 one) keep the tile
+        // that crosses rows.
+        assert_eq!(tile(&conv(1), &[1, 96, 7, 7, 512, 1, 1]), (32, 10));
+        assert_eq!(tile(&conv(1), &[1, 256, 4, 4, 512, 1, 1]).0, 32);
+        assert_eq!(tile(&conv(1), &[1, 2048, 7, 7, 512, 1, 3]), (32, 10));
+        // With AVX2 rows of 7 keep two-register tiles.
+        assert_eq!(
+            default_tile(&conv(1), &[1, 2048, 7, 7, 512, 1, 1], AVX2_TWO_CORES).0,
+            16
+        );
     }
 
     /// Padded convolutions take a part of a row with at least 70% of the accumulators
