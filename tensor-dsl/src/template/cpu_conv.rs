@@ -511,7 +511,7 @@ pub fn accumulator_registers(registers: usize) -> usize {
 /// channel tile is one register wide where two would make a thread's weight panel larger
 /// than L2. Short reductions ([`PIXEL_VECTOR_POINTS`]) over an NCHW input read in place
 /// get a pixel-vector tile instead ([`ConvTile::pixel_vector`], [`PIXEL_TILE_CHANNELS`]
-/// channels by two vectors of pixels); elsewhere, reductions shorter than
+/// channels by two or three vectors of pixels, [`pixel_tile`]); elsewhere, reductions shorter than
 /// [`SHORT_REDUCTION`] over NCHW rows of whole vectors get one 16×16 transpose block per
 /// tile, channel tiles outermost (their stores bound them). With 16 registers, a channel
 /// tile whose weight panel fills L1 runs the input channels in blocks (`default_k_block`).
@@ -629,11 +629,10 @@ pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option
             // Rows too short for that (5 to 7 pixels: 7×7 planes) of a 1×1 convolution take
             // four registers of channels by a whole row where the channels allow and the
             // row's accumulators fill [`accumulator_registers`]: row tiles, and per
-            // reduction point 0.39
-            // loads per FMA at 64×7 against 0.6 at 32×10. Two Cascade Lake cores, generated
-            // C side by side over eight placements and call patterns, 64×7 against 32×10:
-            // R10 (1×1 stride 2, 1024 → 512 channels) 1.11–1.26×, one core 1.07–1.15×; R12
-            // (1×1, 512 → 2048) 1.04–1.12×, one core 1.03–1.10×
+            // reduction point 0.39 loads per FMA at 64×7 against 0.6 at 32×10. Two Cascade
+            // Lake cores, generated C side by side over eight placements and call patterns,
+            // 64×7 against 32×10: R10 (1×1 stride 2, 1024 → 512 channels) 1.11–1.26×, one
+            // core 1.07–1.15×; R12 (1×1, 512 → 2048) 1.04–1.12×, one core 1.03–1.10×
             // (`bench/results/2026-11-29-cascadelake-cpu-pixel-tile/`). Unmeasured on Zen 4.
             let wide = 4 * lanes;
             if let Some(m) = row_part(row, pixels, |m| fits(vector, m), 2..row + 1) {
@@ -896,12 +895,12 @@ pub const PIXEL_TILE_CHANNELS: usize = 8;
 /// The default pixel-vector tile on `machine`: (output channels, vectors of pixels).
 /// [`PIXEL_TILE_CHANNELS`] by three vectors with 32 registers (24 accumulators: per
 /// reduction point three vector loads and eight broadcasts, 0.46 loads per FMA where two
-/// vectors take 0.63); [`pixel_vector_default`] takes two where three would cover the
+/// vectors take 0.63); the default takes two where three would cover the
 /// pixels poorly. Two Cascade Lake cores (two FMA ports of 512 bits), generated C side by
 /// side over eight placements and call patterns each, 8×48 against 8×32: ResNet-50's R1
-/// 1.02–1.15×, R3 1.06–1.20×, R6 1.01–1.14× (`bench/results/2026-11-29-cascadelake-cpu-pixel-tile/`);
-/// on Zen 4 the two had run level (above). With 16 registers
-/// (AVX2), 4 channels by three vectors of 8 pixels (12 accumulators: per reduction point
+/// 1.02–1.15×, R3 1.06–1.20×, R6 1.01–1.14×
+/// (`bench/results/2026-11-29-cascadelake-cpu-pixel-tile/`); on Zen 4 the two had run
+/// level (above). With 16 registers (AVX2), 4 channels by three vectors of 8 pixels (12 accumulators: per reduction point
 /// three vector loads and four broadcasts, where 6 × 16 takes two and six; and 4 divides
 /// more channel counts than 6).
 ///
