@@ -511,10 +511,11 @@ pub fn accumulator_registers(registers: usize) -> usize {
 /// channel tile is one register wide where two would make a thread's weight panel larger
 /// than L2. Short reductions ([`PIXEL_VECTOR_POINTS`]) over an NCHW input read in place
 /// get a pixel-vector tile instead ([`ConvTile::pixel_vector`], [`PIXEL_TILE_CHANNELS`]
-/// channels by two or three vectors of pixels, [`pixel_tile`]); elsewhere, reductions shorter than
-/// [`SHORT_REDUCTION`] over NCHW rows of whole vectors get one 16×16 transpose block per
-/// tile, channel tiles outermost (their stores bound them). With 16 registers, a channel
-/// tile whose weight panel fills L1 runs the input channels in blocks (`default_k_block`).
+/// channels by two or three vectors of pixels, [`pixel_tile`]); elsewhere, reductions
+/// shorter than [`SHORT_REDUCTION`] over NCHW rows of whole vectors get one 16×16 transpose
+/// block per tile, channel tiles outermost (their stores bound them). With 16 registers, a
+/// channel tile whose weight panel fills L1 runs the input channels in blocks
+/// (`default_k_block`).
 pub fn heuristic(kernel: &Kernel, extents: &[usize], machine: Machine) -> Option<CpuConfig> {
     let shape = ConvShape::of(kernel)?;
     let lanes = machine.lanes;
@@ -895,14 +896,13 @@ pub const PIXEL_TILE_CHANNELS: usize = 8;
 /// The default pixel-vector tile on `machine`: (output channels, vectors of pixels).
 /// [`PIXEL_TILE_CHANNELS`] by three vectors with 32 registers (24 accumulators: per
 /// reduction point three vector loads and eight broadcasts, 0.46 loads per FMA where two
-/// vectors take 0.63); the default takes two where three would cover the
-/// pixels poorly. Two Cascade Lake cores (two FMA ports of 512 bits), generated C side by
-/// side over eight placements and call patterns each, 8×48 against 8×32: ResNet-50's R1
-/// 1.02–1.15×, R3 1.06–1.20×, R6 1.01–1.14×
-/// (`bench/results/2026-11-29-cascadelake-cpu-pixel-tile/`); on Zen 4 the two had run
-/// level (above). With 16 registers (AVX2), 4 channels by three vectors of 8 pixels (12 accumulators: per reduction point
-/// three vector loads and four broadcasts, where 6 × 16 takes two and six; and 4 divides
-/// more channel counts than 6).
+/// vectors take 0.63); the default takes two where three would cover the pixels poorly.
+/// Two Cascade Lake cores (two FMA ports of 512 bits), generated C side by side over eight
+/// placements and call patterns each, 8×48 against 8×32: ResNet-50's R1 1.02–1.15×, R3
+/// 1.06–1.20×, R6 1.01–1.14× (`bench/results/2026-11-29-cascadelake-cpu-pixel-tile/`); on
+/// Zen 4 the two had run level (above). With 16 registers (AVX2), 4 channels by three
+/// vectors of 8 pixels (12 accumulators: per reduction point three vector loads and four
+/// broadcasts, where 6 × 16 takes two and six; and 4 divides more channel counts than 6).
 ///
 /// Two AVX2 Zen 3 cores, 1×1 convolutions of ResNet-50, generated C side by side, 4×24
 /// against 6×16 in eight pairs each (buffers aligned and 16 bytes past a page, calls
@@ -959,7 +959,7 @@ fn pixel_vector_default(
     if lanes < 8 || kernel.params[kernel.output].dtype != DType::F32 || !pays || run < lanes {
         return None;
     }
-    (fewest..=most.max(fewest))
+    (fewest..=most)
         .rev()
         .map(|v| v * lanes)
         .find(|&p| fill(p) >= 0.95)
